@@ -1,0 +1,565 @@
+//! The in-memory backend: the reference implementation of [`Backend`].
+//!
+//! Nothing survives the process. Each stream has its log behind a
+//! read-write lock and each group its state behind its own mutex ("a lock
+//! per group"), so groups never contend with each other and appends only
+//! contend with the brief moments a fetch copies events out. Lock order is
+//! always group, then log.
+
+mod group;
+mod log;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, RwLock};
+
+use self::group::{GroupState, Settled};
+use self::log::Log;
+use super::{
+    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    validate_settlements,
+};
+use crate::clock::SharedClock;
+use crate::model::{
+    Appended, DeadLetter, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
+    GroupSpec, Lag, Lease, Page, Query, Settlement, StartAfter, StartPosition, Stream, StreamName,
+    Timestamp, route,
+};
+
+/// Streams and groups kept in process memory.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    clock: SharedClock,
+    streams: RwLock<BTreeMap<StreamName, Arc<StreamState>>>,
+    notifier: Notifier,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    name: StreamName,
+    partition_count: u32,
+    created_at: Timestamp,
+    log: RwLock<Log>,
+    groups: RwLock<BTreeMap<GroupName, Arc<Mutex<GroupState>>>>,
+}
+
+impl StreamState {
+    fn group(&self, name: &GroupName) -> Result<Arc<Mutex<GroupState>>> {
+        self.groups
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::GroupNotFound {
+                stream: self.name.clone(),
+                group: name.clone(),
+            })
+    }
+
+    fn describe(&self) -> Stream {
+        Stream {
+            name: self.name.clone(),
+            partition_count: self.partition_count,
+            created_at: self.created_at,
+            high_watermarks: self.log.read().high_watermarks(),
+        }
+    }
+
+    /// The exclusive start sequence of every partition for `start`.
+    fn start_points(&self, start: &StartPosition, log: &Log) -> Result<Vec<u64>> {
+        if let StartPosition::After(StartAfter::PerPartition(map)) = start {
+            if let Some(p) = map.keys().find(|p| **p >= self.partition_count) {
+                return Err(Error::InvalidPartition {
+                    partition: *p,
+                    partition_count: self.partition_count,
+                });
+            }
+        }
+        Ok((0..self.partition_count)
+            .map(|p| match start {
+                StartPosition::Beginning => 0,
+                StartPosition::After(after) => after.for_partition(p),
+                StartPosition::At(t) => log
+                    .first_at_or_after(p, *t)
+                    .map_or_else(|| log.high_watermark(p), |seq| seq - 1),
+            })
+            .collect())
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store reading time from `clock`.
+    pub fn new(clock: SharedClock) -> Self {
+        Self {
+            clock,
+            streams: RwLock::new(BTreeMap::new()),
+            notifier: Notifier::default(),
+        }
+    }
+
+    fn stream(&self, name: &StreamName) -> Result<Arc<StreamState>> {
+        self.streams
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::StreamNotFound(name.clone()))
+    }
+
+    fn stream_and_group(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+    ) -> Result<(Arc<StreamState>, Arc<Mutex<GroupState>>)> {
+        let s = self.stream(stream)?;
+        let g = s.group(group)?;
+        Ok((s, g))
+    }
+
+    fn build_lag(
+        stream: &StreamState,
+        state: &GroupState,
+        log: &Log,
+        partitions: &[u32],
+        now: Timestamp,
+    ) -> Lag {
+        let mut lag = Lag {
+            stream: stream.name.clone(),
+            group: state.group.name.clone(),
+            lag: 0,
+            partitions: BTreeMap::new(),
+            pending: 0,
+            inflight: 0,
+            waiting_retry: 0,
+            oldest_unacked_age_ms: None,
+        };
+        for &p in partitions {
+            let hw = log.high_watermark(p);
+            let entry = state.partition_lag(p, hw);
+            lag.lag += entry.lag;
+            lag.partitions.insert(p, entry);
+            let (pending, inflight, waiting) = state.counts(p, hw, now);
+            lag.pending += pending;
+            lag.inflight += inflight;
+            lag.waiting_retry += waiting;
+            let frontier = state.frontier(p);
+            if frontier < hw {
+                if let Some(e) = log.get(p, frontier + 1) {
+                    let age = now.ms_since(e.timestamp);
+                    lag.oldest_unacked_age_ms =
+                        Some(lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));
+                }
+            }
+        }
+        lag
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: false,
+            multi_node: false,
+            cross_process_wakeups: false,
+        }
+    }
+
+    fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+        req.validate()?;
+        let mut streams = self.streams.write();
+        if streams.contains_key(&req.name) {
+            return Err(Error::AlreadyExists(format!(
+                "stream {:?}",
+                req.name.as_str()
+            )));
+        }
+        let state = Arc::new(StreamState {
+            name: req.name.clone(),
+            partition_count: req.partition_count,
+            created_at: self.clock.now(),
+            log: RwLock::new(Log::new(req.partition_count)),
+            groups: RwLock::new(BTreeMap::new()),
+        });
+        let described = state.describe();
+        streams.insert(req.name, state);
+        Ok(described)
+    }
+
+    async fn list_streams(&self) -> Result<Vec<Stream>> {
+        let streams: Vec<_> = self.streams.read().values().cloned().collect();
+        Ok(streams.iter().map(|s| s.describe()).collect())
+    }
+
+    async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+        Ok(self.stream(stream)?.describe())
+    }
+
+    async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
+        let state = self.stream(stream)?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut routed = Vec::with_capacity(events.len());
+        for input in events {
+            input.validate()?;
+            let partition = route(&input, state.partition_count)?;
+            routed.push((input, partition));
+        }
+        let now = self.clock.now();
+        let appended = state.log.write().append(&state.name, routed, now);
+        if appended.iter().any(|a| !a.duplicate) {
+            self.notifier.notify(stream);
+        }
+        Ok(appended)
+    }
+
+    async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+        req.validate()?;
+        let state = self.stream(&req.stream)?;
+        if req.partition >= state.partition_count {
+            return Err(Error::InvalidPartition {
+                partition: req.partition,
+                partition_count: state.partition_count,
+            });
+        }
+        Ok(state.log.read().read(req.partition, req.after, req.limit))
+    }
+
+    async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
+        query.validate()?;
+        let state = self.stream(stream)?;
+        let events = state.log.read().query(query);
+        Ok(query.page(events))
+    }
+
+    async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
+        spec.validate()?;
+        let state = self.stream(stream)?;
+        let mut groups = state.groups.write();
+        if groups.contains_key(&spec.name) {
+            return Err(Error::AlreadyExists(format!(
+                "group {:?} on stream {:?}",
+                spec.name.as_str(),
+                stream.as_str()
+            )));
+        }
+        let starts = state.start_points(&spec.start, &state.log.read())?;
+        let group = Group {
+            stream: stream.clone(),
+            name: spec.name.clone(),
+            max_attempts: spec.max_attempts,
+            retry_backoff_ms: spec.retry_backoff_ms,
+            created_at: self.clock.now(),
+        };
+        groups.insert(
+            spec.name,
+            Arc::new(Mutex::new(GroupState::new(group.clone(), &starts))),
+        );
+        Ok(group)
+    }
+
+    async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
+        let state = self.stream(stream)?;
+        let groups: Vec<_> = state.groups.read().values().cloned().collect();
+        Ok(groups.iter().map(|g| g.lock().group.clone()).collect())
+    }
+
+    async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        req.validate()?;
+        let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
+        let partitions = req.partitions.resolve(state.partition_count)?;
+        let now = self.clock.now();
+        let mut g = group.lock();
+        let log = state.log.read();
+        let claimed = g.claim(
+            &partitions,
+            |p| log.high_watermark(p),
+            req.limit as usize,
+            &req.consumer_id,
+            req.lease_ms,
+            now,
+        );
+        Ok(claimed
+            .into_iter()
+            .map(|c| {
+                let event = log
+                    .get(c.partition, c.sequence)
+                    .expect("claimed events exist");
+                Lease {
+                    receipt: Some(c.lease_id.as_str().to_owned()),
+                    lease_id: c.lease_id,
+                    stream: req.stream.clone(),
+                    group: req.group.clone(),
+                    event_id: event.id.clone(),
+                    consumer_id: req.consumer_id.clone(),
+                    attempt: c.attempt,
+                    leased_at: c.leased_at,
+                    expires_at: c.expires_at,
+                    event: (**event).clone(),
+                }
+            })
+            .collect())
+    }
+
+    async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+        req.validate()?;
+        let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
+        let now = self.clock.now();
+        let mut g = group.lock();
+        let log = state.log.read();
+        let (p, seq) = log.locate(&req.target.event_id).ok_or(Error::StaleLease)?;
+        let renewed = g.renew(p, seq, &req.target, req.lease_ms, now)?;
+        let event = log.get(p, seq).expect("located events exist");
+        Ok(Lease {
+            receipt: Some(req.target.lease_id.as_str().to_owned()),
+            lease_id: req.target.lease_id,
+            stream: req.stream,
+            group: req.group,
+            event_id: event.id.clone(),
+            consumer_id: renewed.consumer_id,
+            attempt: renewed.attempt,
+            leased_at: renewed.leased_at,
+            expires_at: renewed.expires_at,
+            event: (**event).clone(),
+        })
+    }
+
+    async fn settle(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        validate_settlements(&items)?;
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let now = self.clock.now();
+        let mut requeued = false;
+        let results = {
+            let mut g = group.lock();
+            let log = state.log.read();
+            items
+                .into_iter()
+                .map(|item| {
+                    item.validate()?;
+                    let (p, seq) = log.locate(&item.target.event_id).ok_or(Error::StaleLease)?;
+                    let outcome = g.settle(p, seq, &item.target, item.op, now)?;
+                    requeued |= outcome == Settled::Requeued;
+                    Ok(())
+                })
+                .collect()
+        };
+        if requeued {
+            self.notifier.notify(stream);
+        }
+        Ok(results)
+    }
+
+    async fn lag(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let partitions = partitions.resolve(state.partition_count)?;
+        let now = self.clock.now();
+        let g = group.lock();
+        let log = state.log.read();
+        Ok(Self::build_lag(&state, &g, &log, &partitions, now))
+    }
+
+    async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let partitions: Vec<u32> = (0..state.partition_count).collect();
+        let now = self.clock.now();
+        let g = group.lock();
+        let log = state.log.read();
+        let lag = Self::build_lag(&state, &g, &log, &partitions, now);
+        Ok(GroupInfo {
+            stream: state.name.clone(),
+            group: g.group.name.clone(),
+            max_attempts: g.group.max_attempts,
+            retry_backoff_ms: g.group.retry_backoff_ms.clone(),
+            inflight: g.inflight(),
+            dead_letters: g.dead_count(),
+            cursors: partitions.iter().map(|&p| (p, g.cursor(p))).collect(),
+            lag,
+        })
+    }
+
+    async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        req.validate()?;
+        let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
+        let g = group.lock();
+        let log = state.log.read();
+        let after = match &req.after {
+            None => None,
+            Some(id) => {
+                let (p, seq) = log
+                    .locate(id)
+                    .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+                Some((seq, p))
+            }
+        };
+        let rows = g.dead_after(after, req.limit as usize);
+        let dead_letters: Vec<DeadLetter> = rows
+            .into_iter()
+            .map(|((seq, p), record)| {
+                let event = log.get(p, seq).expect("dead-lettered events exist");
+                DeadLetter {
+                    event_id: event.id.clone(),
+                    partition: p,
+                    sequence: seq,
+                    attempt: record.attempt,
+                    reason: record.reason,
+                    dead_lettered_at: record.at,
+                    event: (**event).clone(),
+                }
+            })
+            .collect();
+        let next = (dead_letters.len() == req.limit as usize)
+            .then(|| dead_letters.last().map(|d| d.event_id.clone()))
+            .flatten();
+        Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let count = {
+            let mut g = group.lock();
+            let log = state.log.read();
+            let targets = match which {
+                Redrive::All => None,
+                Redrive::Events(ids) => Some(locate_all(&log, &ids)?),
+            };
+            g.redrive(targets)
+        };
+        if count > 0 {
+            self.notifier.notify(stream);
+        }
+        Ok(count)
+    }
+
+    async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let count = {
+            let mut g = group.lock();
+            let log = state.log.read();
+            match how {
+                Replay::FromSequence { after, partitions } => {
+                    let parts = partitions.resolve(state.partition_count)?;
+                    parts.iter().map(|&p| g.reopen_after(p, after)).sum()
+                }
+                Replay::FromTime { from, partitions } => {
+                    let parts = partitions.resolve(state.partition_count)?;
+                    parts
+                        .iter()
+                        .filter_map(|&p| log.first_at_or_after(p, from).map(|seq| (p, seq)))
+                        .map(|(p, seq)| g.reopen_after(p, seq - 1))
+                        .sum()
+                }
+                Replay::Query(query) => {
+                    let targets = log.matching(&query);
+                    targets
+                        .into_iter()
+                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false)))
+                        .sum()
+                }
+                Replay::EventIds(ids) => {
+                    let targets = locate_all(&log, &ids)?;
+                    targets
+                        .into_iter()
+                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false)))
+                        .sum()
+                }
+            }
+        };
+        self.notifier.notify(stream);
+        Ok(count)
+    }
+
+    async fn reset(&self, req: ResetRequest) -> Result<()> {
+        if !req.confirm {
+            return Err(Error::ConfirmRequired);
+        }
+        let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
+        let parts = req.partitions.resolve(state.partition_count)?;
+        {
+            let mut g = group.lock();
+            let log = state.log.read();
+            let starts = state.start_points(&req.start, &log)?;
+            for p in parts {
+                g.reset(p, starts[p as usize]);
+            }
+        }
+        self.notifier.notify(&req.stream);
+        Ok(())
+    }
+
+    fn subscribe(&self, stream: &StreamName) -> Wakeup {
+        self.notifier.subscribe(stream)
+    }
+
+    async fn next_due(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let partitions = partitions.resolve(state.partition_count)?;
+        let now = self.clock.now();
+        let g = group.lock();
+        let log = state.log.read();
+        Ok(g.next_due(&partitions, |p| log.high_watermark(p), now))
+    }
+}
+
+/// Resolves event ids to positions; an id the stream does not have is an error.
+fn locate_all(log: &Log, ids: &[EventId]) -> Result<Vec<(u32, u64)>> {
+    let mut out = Vec::with_capacity(ids.len());
+    let mut unknown = Vec::new();
+    for id in ids {
+        match log.locate(id) {
+            Some(pos) => out.push(pos),
+            None => unknown.push(id.as_str()),
+        }
+    }
+    if unknown.is_empty() {
+        Ok(out)
+    } else {
+        Err(Error::invalid(
+            "event_ids",
+            format!("not in this stream: {}", unknown.join(", ")),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::MemoryBackend;
+    use crate::backend::Backend;
+    use crate::clock::SharedClock;
+
+    async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+        Some(Arc::new(MemoryBackend::new(clock)))
+    }
+
+    crate::backend_conformance!(factory);
+}

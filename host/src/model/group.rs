@@ -1,0 +1,174 @@
+//! Consumer groups and where they start.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{GroupName, StreamName, Timestamp, ValidationError};
+
+/// `max_attempts` when the caller gives none: enough for transient faults,
+/// few enough that a poison event reaches the dead letters quickly.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// Largest `max_attempts`.
+pub const MAX_MAX_ATTEMPTS: u32 = 1_000_000;
+/// Longest retry delay, whether from a nack or from a backoff schedule: one day.
+pub const MAX_DELAY_MS: u64 = 86_400_000;
+/// Most steps in a `retry_backoff_ms` schedule.
+pub const MAX_BACKOFF_STEPS: usize = 100;
+
+/// A consumer group: independent delivery state over one stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// The stream it consumes.
+    pub stream: StreamName,
+    /// Its name, unique per stream.
+    pub name: GroupName,
+    /// Claims allowed per delivery before a failure dead-letters it.
+    pub max_attempts: u32,
+    /// Delay before a nacked delivery (without its own delay) is due again,
+    /// indexed by attempt − 1, the last value repeating; empty = immediate.
+    pub retry_backoff_ms: Vec<u64>,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+impl Group {
+    /// The group's retry delay after a failed `attempt` (1-based).
+    pub fn backoff_ms(&self, attempt: u32) -> u64 {
+        backoff_ms(&self.retry_backoff_ms, attempt)
+    }
+}
+
+/// Delay for `attempt` (1-based) under `schedule`; the last value repeats.
+pub fn backoff_ms(schedule: &[u64], attempt: u32) -> u64 {
+    let index = (attempt.max(1) - 1) as usize;
+    schedule
+        .get(index)
+        .or(schedule.last())
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Where a group (or a reset) starts reading.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// From sequence 1 of every partition.
+    #[default]
+    Beginning,
+    /// After the given sequence (exclusive).
+    After(StartAfter),
+    /// At the first event whose timestamp is at or after this instant, per
+    /// partition; a partition with no such event starts at its end.
+    At(Timestamp),
+}
+
+/// `start_after`: one sequence for all partitions, or one per partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAfter {
+    /// The same sequence in every partition.
+    All(u64),
+    /// Per partition; partitions missing from the map start at the beginning.
+    PerPartition(BTreeMap<u32, u64>),
+}
+
+impl StartAfter {
+    /// The exclusive start sequence for `partition`.
+    pub fn for_partition(&self, partition: u32) -> u64 {
+        match self {
+            StartAfter::All(seq) => *seq,
+            StartAfter::PerPartition(map) => map.get(&partition).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// Options for creating a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// Its name.
+    pub name: GroupName,
+    /// See [`Group::max_attempts`].
+    pub max_attempts: u32,
+    /// Where it starts.
+    pub start: StartPosition,
+    /// See [`Group::retry_backoff_ms`].
+    pub retry_backoff_ms: Vec<u64>,
+}
+
+impl GroupSpec {
+    /// A group with the defaults: start at the beginning, 5 attempts, no backoff.
+    pub fn new(name: GroupName) -> Self {
+        Self {
+            name,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            start: StartPosition::Beginning,
+            retry_backoff_ms: Vec::new(),
+        }
+    }
+
+    /// Checks the numeric options. Partitions in `start` are checked by the
+    /// backend, which knows the stream.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(ValidationError::new(
+                "max_attempts",
+                format!(
+                    "must be between 1 and {MAX_MAX_ATTEMPTS} (got {})",
+                    self.max_attempts
+                ),
+            ));
+        }
+        validate_backoff(&self.retry_backoff_ms)
+    }
+}
+
+/// Checks a retry backoff schedule.
+pub fn validate_backoff(schedule: &[u64]) -> Result<(), ValidationError> {
+    if schedule.len() > MAX_BACKOFF_STEPS {
+        return Err(ValidationError::new(
+            "retry_backoff_ms",
+            format!("at most {MAX_BACKOFF_STEPS} steps"),
+        ));
+    }
+    if let Some(bad) = schedule.iter().find(|d| **d > MAX_DELAY_MS) {
+        return Err(ValidationError::new(
+            "retry_backoff_ms",
+            format!("{bad} exceeds the maximum delay of {MAX_DELAY_MS} ms"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_schedule_repeats_its_last_step() {
+        let s = [100, 1000, 5000];
+        assert_eq!(backoff_ms(&s, 1), 100);
+        assert_eq!(backoff_ms(&s, 2), 1000);
+        assert_eq!(backoff_ms(&s, 3), 5000);
+        assert_eq!(backoff_ms(&s, 9), 5000);
+        assert_eq!(backoff_ms(&[], 4), 0);
+        assert_eq!(backoff_ms(&s, 0), 100);
+    }
+
+    #[test]
+    fn spec_validation_names_the_field() {
+        let mut spec = GroupSpec::new(GroupName::parse("g").unwrap());
+        assert!(spec.validate().is_ok());
+        spec.max_attempts = 0;
+        assert_eq!(spec.validate().unwrap_err().field, "max_attempts");
+        spec.max_attempts = 3;
+        spec.retry_backoff_ms = vec![MAX_DELAY_MS + 1];
+        assert_eq!(spec.validate().unwrap_err().field, "retry_backoff_ms");
+    }
+
+    #[test]
+    fn start_after_map_defaults_missing_partitions_to_the_beginning() {
+        let s = StartAfter::PerPartition(BTreeMap::from([(1, 7)]));
+        assert_eq!(s.for_partition(1), 7);
+        assert_eq!(s.for_partition(0), 0);
+        assert_eq!(StartAfter::All(3).for_partition(5), 3);
+    }
+}

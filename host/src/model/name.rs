@@ -1,0 +1,263 @@
+//! Validated names and identifiers.
+//!
+//! Every identifier that crosses a boundary (HTTP path, CLI argument, WIT
+//! call, storage row) is parsed once into one of these newtypes; code behind
+//! the boundary never re-validates. Parsing failures name the field and the
+//! rule that was broken, so an API error can be shown to a user as is.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Bad input, with the name of the field at fault and the rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// The field or parameter at fault (`stream`, `limit`, `where.payload.x`, …).
+    pub field: String,
+    /// What is wrong with it, in words a user can act on.
+    pub message: String,
+}
+
+impl ValidationError {
+    /// Builds an error for `field` saying `message`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Longest stream, group or handler name.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest event id, consumer id or lease id. Long enough for a UUID with a
+/// prefix or a composite business key, short enough to index cheaply.
+pub const MAX_ID_LEN: usize = 256;
+
+fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "must be at most {MAX_NAME_LEN} characters (got {})",
+                value.len()
+            ),
+        ));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(ValidationError::new(
+            field,
+            format!("{value:?} contains {bad:?}; allowed are A-Z, a-z, 0-9, '.', '_' and '-'"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ValidationError::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $check:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Parses and validates `value`.
+            pub fn parse(value: impl Into<String>) -> Result<Self, ValidationError> {
+                let value = value.into();
+                $check($field, &value)?;
+                Ok(Self(value))
+            }
+
+            /// The name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The owned string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = ValidationError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                Self::parse(raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// A stream name: 1–128 characters of `[A-Za-z0-9._-]`.
+    StreamName,
+    "stream",
+    check_name
+);
+string_newtype!(
+    /// A consumer group name: 1–128 characters of `[A-Za-z0-9._-]`.
+    GroupName,
+    "group",
+    check_name
+);
+string_newtype!(
+    /// A handler name: 1–128 characters of `[A-Za-z0-9._-]`.
+    HandlerName,
+    "handler",
+    check_name
+);
+string_newtype!(
+    /// An event id: 1–256 bytes, no control characters. Unique per stream;
+    /// appending a known id returns the stored event (idempotent append).
+    EventId,
+    "event_id",
+    check_id
+);
+string_newtype!(
+    /// Who holds a lease: 1–256 bytes, no control characters.
+    ConsumerId,
+    "consumer_id",
+    check_id
+);
+string_newtype!(
+    /// The fencing token of one claim. Fresh for every claim; settling with
+    /// an old one fails with `stale_lease`.
+    LeaseId,
+    "lease_id",
+    check_id
+);
+
+impl EventId {
+    /// A fresh random 128-bit id, URL-safe base64 without padding (22 chars).
+    pub fn generate() -> Self {
+        Self(crate::model::random_token())
+    }
+}
+
+impl ConsumerId {
+    /// A fresh random consumer id (`c-` and 22 random characters).
+    pub fn generate() -> Self {
+        Self(format!("c-{}", crate::model::random_token()))
+    }
+}
+
+impl LeaseId {
+    /// A fresh random fencing token.
+    pub fn generate() -> Self {
+        Self(crate::model::random_token())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_accept_the_documented_alphabet() {
+        assert!(StreamName::parse("orders.v2_eu-west").is_ok());
+        assert!(StreamName::parse("a".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn empty_names_are_refused_with_the_field_named() {
+        let err = StreamName::parse("").unwrap_err();
+        assert_eq!(err.field, "stream");
+        assert!(err.message.contains("empty"), "{err}");
+        assert_eq!(GroupName::parse("").unwrap_err().field, "group");
+    }
+
+    #[test]
+    fn over_long_names_are_refused() {
+        let err = GroupName::parse("g".repeat(129)).unwrap_err();
+        assert!(err.message.contains("at most 128"), "{err}");
+    }
+
+    #[test]
+    fn names_with_other_characters_are_refused() {
+        let err = StreamName::parse("orders/eu").unwrap_err();
+        assert!(err.message.contains("'/'"), "{err}");
+        assert!(StreamName::parse("white space").is_err());
+        assert!(StreamName::parse("ünï").is_err());
+    }
+
+    #[test]
+    fn ids_allow_free_text_but_not_control_characters() {
+        assert!(EventId::parse("order:42/shipped ✓").is_ok());
+        assert!(EventId::parse("a\nb").is_err());
+        assert!(EventId::parse("").is_err());
+        assert!(EventId::parse("x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn generated_ids_are_distinct_and_valid() {
+        let a = EventId::generate();
+        let b = EventId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 22);
+        assert!(EventId::parse(a.as_str()).is_ok());
+        assert!(ConsumerId::generate().as_str().starts_with("c-"));
+    }
+
+    #[test]
+    fn serde_validates_on_the_way_in() {
+        let ok: StreamName = serde_json::from_str("\"s1\"").unwrap();
+        assert_eq!(ok.as_str(), "s1");
+        assert!(serde_json::from_str::<StreamName>("\"\"").is_err());
+    }
+}

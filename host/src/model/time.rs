@@ -1,0 +1,138 @@
+//! Millisecond UTC timestamps.
+//!
+//! Rheo keeps every time (event timestamps, lease expiries, retry due times)
+//! as whole milliseconds since the Unix epoch: that is the precision the API
+//! promises (RFC 3339 with milliseconds), it compares and sorts as an
+//! integer, and every backend can store it exactly.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::ValidationError;
+
+/// A UTC instant with millisecond precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(i64);
+
+/// The latest instant Rheo accepts (year 9999), so every stored time has a
+/// four-digit year and text forms sort like the instants they name.
+const MAX_MILLIS: i64 = 253_402_300_799_999;
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// From milliseconds since the Unix epoch.
+    pub const fn from_millis(ms: i64) -> Self {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// This instant plus `ms` milliseconds (saturating).
+    pub fn add_ms(self, ms: u64) -> Self {
+        Timestamp(self.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+    }
+
+    /// Milliseconds from `earlier` to `self`, 0 when `earlier` is later.
+    pub fn ms_since(self, earlier: Timestamp) -> u64 {
+        u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0)
+    }
+
+    /// Parses an RFC 3339 timestamp (any offset; sub-millisecond digits are
+    /// truncated). Years 1970–9999 are accepted.
+    pub fn parse_rfc3339(text: &str) -> Result<Self, ValidationError> {
+        let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| {
+            ValidationError::new(
+                "timestamp",
+                format!("{text:?} is not an RFC 3339 timestamp ({e})"),
+            )
+        })?;
+        Self::checked(parsed.timestamp_millis())
+    }
+
+    /// Accepts `ms` when it lies between the epoch and the end of year 9999.
+    pub fn checked(ms: i64) -> Result<Self, ValidationError> {
+        if (0..=MAX_MILLIS).contains(&ms) {
+            Ok(Timestamp(ms))
+        } else {
+            Err(ValidationError::new(
+                "timestamp",
+                "must lie between 1970-01-01 and 9999-12-31",
+            ))
+        }
+    }
+
+    /// RFC 3339 in UTC with exactly three fractional digits, e.g.
+    /// `2026-11-29T08:25:16.123Z`. Fixed width, so text order is time order.
+    pub fn to_rfc3339(self) -> String {
+        match Utc.timestamp_millis_opt(self.0).single() {
+            Some(dt) => dt.to_rfc3339_opts(SecondsFormat::Millis, true),
+            None => format!("@{}ms", self.0),
+        }
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Timestamp::parse_rfc3339(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_with_milliseconds_in_utc() {
+        let t = Timestamp::from_millis(1_764_404_716_123);
+        assert_eq!(t.to_rfc3339(), "2025-11-29T08:25:16.123Z");
+        assert_eq!(Timestamp::EPOCH.to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn parses_offsets_and_truncates_below_a_millisecond() {
+        let t = Timestamp::parse_rfc3339("2025-11-29T09:25:16.123456+01:00").unwrap();
+        assert_eq!(t.as_millis(), 1_764_404_716_123);
+        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()).unwrap(), t);
+    }
+
+    #[test]
+    fn refuses_garbage_and_out_of_range_years() {
+        assert!(Timestamp::parse_rfc3339("yesterday").is_err());
+        assert!(Timestamp::parse_rfc3339("1969-12-31T23:59:59Z").is_err());
+        assert!(Timestamp::checked(MAX_MILLIS + 1).is_err());
+    }
+
+    #[test]
+    fn arithmetic_saturates() {
+        let t = Timestamp::from_millis(1000);
+        assert_eq!(t.add_ms(500).as_millis(), 1500);
+        assert_eq!(t.ms_since(Timestamp::from_millis(400)), 600);
+        assert_eq!(Timestamp::from_millis(400).ms_since(t), 0);
+        assert_eq!(
+            Timestamp::from_millis(i64::MAX - 1)
+                .add_ms(u64::MAX)
+                .as_millis(),
+            i64::MAX
+        );
+    }
+}
