@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench -p rheo --bench memory`
 
+// criterion's macros generate undocumented public functions.
+#![allow(missing_docs)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

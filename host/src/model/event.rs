@@ -78,21 +78,21 @@ impl EventInput {
     /// Checks the free-text fields. Partitions are checked by [`route`]
     /// because the valid range depends on the stream.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if let Some(t) = &self.event_type {
-            if t.is_empty() || t.len() > MAX_TYPE_LEN {
-                return Err(ValidationError::new(
-                    "type",
-                    format!("must be 1–{MAX_TYPE_LEN} bytes"),
-                ));
-            }
+        if let Some(t) = &self.event_type
+            && (t.is_empty() || t.len() > MAX_TYPE_LEN)
+        {
+            return Err(ValidationError::new(
+                "type",
+                format!("must be 1–{MAX_TYPE_LEN} bytes"),
+            ));
         }
-        if let Some(k) = &self.key {
-            if k.len() > MAX_KEY_LEN {
-                return Err(ValidationError::new(
-                    "key",
-                    format!("must be at most {MAX_KEY_LEN} bytes"),
-                ));
-            }
+        if let Some(k) = &self.key
+            && k.len() > MAX_KEY_LEN
+        {
+            return Err(ValidationError::new(
+                "key",
+                format!("must be at most {MAX_KEY_LEN} bytes"),
+            ));
         }
         Ok(())
     }

@@ -149,13 +149,12 @@ impl Settlement {
         if let SettleOp::Nack {
             delay_ms: Some(d), ..
         } = self.op
+            && d > super::MAX_DELAY_MS
         {
-            if d > super::MAX_DELAY_MS {
-                return Err(ValidationError::new(
-                    "delay_ms",
-                    format!("{d} exceeds the maximum of {} ms", super::MAX_DELAY_MS),
-                ));
-            }
+            return Err(ValidationError::new(
+                "delay_ms",
+                format!("{d} exceeds the maximum of {} ms", super::MAX_DELAY_MS),
+            ));
         }
         Ok(())
     }

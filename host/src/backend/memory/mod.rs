@@ -69,13 +69,13 @@ impl StreamState {
 
     /// The exclusive start sequence of every partition for `start`.
     fn start_points(&self, start: &StartPosition, log: &Log) -> Result<Vec<u64>> {
-        if let StartPosition::After(StartAfter::PerPartition(map)) = start {
-            if let Some(p) = map.keys().find(|p| **p >= self.partition_count) {
-                return Err(Error::InvalidPartition {
-                    partition: *p,
-                    partition_count: self.partition_count,
-                });
-            }
+        if let StartPosition::After(StartAfter::PerPartition(map)) = start
+            && let Some(p) = map.keys().find(|p| **p >= self.partition_count)
+        {
+            return Err(Error::InvalidPartition {
+                partition: *p,
+                partition_count: self.partition_count,
+            });
         }
         Ok((0..self.partition_count)
             .map(|p| match start {
@@ -144,12 +144,12 @@ impl MemoryBackend {
             lag.inflight += inflight;
             lag.waiting_retry += waiting;
             let frontier = state.frontier(p);
-            if frontier < hw {
-                if let Some(e) = log.get(p, frontier + 1) {
-                    let age = now.ms_since(e.timestamp);
-                    lag.oldest_unacked_age_ms =
-                        Some(lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));
-                }
+            if frontier < hw
+                && let Some(e) = log.get(p, frontier + 1)
+            {
+                let age = now.ms_since(e.timestamp);
+                lag.oldest_unacked_age_ms =
+                    Some(lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));
             }
         }
         lag
