@@ -64,6 +64,14 @@ impl FieldRef {
             if parts.iter().any(String::is_empty) {
                 return Err(ValidationError::new(&field, "path has an empty segment"));
             }
+            // Quotes and backslashes would need escaping in SQL JSON paths;
+            // no sensible key needs them, so they are refused everywhere.
+            if parts.iter().any(|p| p.contains(['"', '\\'])) {
+                return Err(ValidationError::new(
+                    &field,
+                    "path segments may not contain '\"' or '\\'",
+                ));
+            }
             if parts.len() > MAX_PATH_DEPTH {
                 return Err(ValidationError::new(
                     &field,
@@ -536,9 +544,16 @@ impl Default for Query {
 }
 
 impl Query {
-    /// Checks the limit.
+    /// Checks the limit, and that the cursor was made for this ordering.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        super::validate_limit(self.limit, MAX_QUERY_LIMIT)
+        super::validate_limit(self.limit, MAX_QUERY_LIMIT)?;
+        match &self.cursor {
+            Some(c) if c.order != self.order => Err(ValidationError::new(
+                "cursor",
+                "the cursor was made for a different order_by",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `event` passes the bounds, the filters and the cursor.
@@ -638,6 +653,7 @@ mod tests {
             FieldRef::Payload(vec!["currency".into()])
         );
         assert!(FieldRef::parse("payload.a..b").is_err());
+        assert!(FieldRef::parse("payload.a\"b").is_err());
         assert!(FieldRef::parse("").is_err());
     }
 
