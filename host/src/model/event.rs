@@ -1,5 +1,7 @@
 //! Events: the immutable records of a stream, and what a producer sends.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -123,8 +125,9 @@ impl EventInput {
 /// The result of appending one event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Appended {
-    /// The stored event (the earlier one when `duplicate`).
-    pub event: Event,
+    /// The stored event (the earlier one when `duplicate`). Shared, since
+    /// events are immutable.
+    pub event: Arc<Event>,
     /// True when an event with this id already existed and nothing was written.
     pub duplicate: bool,
 }

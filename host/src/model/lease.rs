@@ -36,6 +36,8 @@
 //! after an ack or dead-letter, and backwards only by replay, redrive or
 //! reset. Lag is `high_watermark − frontier`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -77,11 +79,20 @@ pub struct Lease {
     pub leased_at: Timestamp,
     /// When it becomes claimable by others.
     pub expires_at: Timestamp,
-    /// The event itself.
-    pub event: Event,
+    /// The event itself (shared: events are immutable).
+    pub event: Arc<Event>,
 }
 
 impl Lease {
+    /// What a settle call needs to name this lease, taking it apart.
+    pub fn into_target(self) -> SettleTarget {
+        SettleTarget {
+            event_id: self.event_id,
+            lease_id: self.lease_id,
+            receipt: self.receipt,
+        }
+    }
+
     /// What a settle call needs to name this lease.
     pub fn target(&self) -> SettleTarget {
         SettleTarget {

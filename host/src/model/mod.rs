@@ -40,8 +40,14 @@ pub use stream::{MAX_PARTITIONS, Stream};
 pub use time::Timestamp;
 
 /// 128 random bits as URL-safe base64 without padding (22 characters).
-pub(crate) fn random_token() -> String {
+pub(crate) fn random_token() -> std::sync::Arc<str> {
     use base64::Engine;
     let bytes: [u8; 16] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    let mut text = [0u8; 22];
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut text)
+        .expect("16 bytes encode to exactly 22 characters");
+    std::str::from_utf8(&text)
+        .expect("base64 is ASCII")
+        .into()
 }

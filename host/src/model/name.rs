@@ -6,6 +6,7 @@
 //! rule that was broken, so an API error can be shown to a user as is.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -82,25 +83,23 @@ fn check_id(field: &str, value: &str) -> Result<(), ValidationError> {
 macro_rules! string_newtype {
     ($(#[$doc:meta])* $name:ident, $field:literal, $check:ident) => {
         $(#[$doc])*
+        ///
+        /// Backed by a shared `Arc<str>`: ids and names are copied into
+        /// every lease and result, and cloning one is a reference count.
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Parses and validates `value`.
-            pub fn parse(value: impl Into<String>) -> Result<Self, ValidationError> {
-                let value = value.into();
-                $check($field, &value)?;
-                Ok(Self(value))
+            pub fn parse(value: impl AsRef<str>) -> Result<Self, ValidationError> {
+                let value = value.as_ref();
+                $check($field, value)?;
+                Ok(Self(Arc::from(value)))
             }
 
             /// The name as a string slice.
             pub fn as_str(&self) -> &str {
                 &self.0
-            }
-
-            /// The owned string.
-            pub fn into_string(self) -> String {
-                self.0
             }
         }
 
@@ -193,7 +192,7 @@ impl EventId {
 impl ConsumerId {
     /// A fresh random consumer id (`c-` and 22 random characters).
     pub fn generate() -> Self {
-        Self(format!("c-{}", crate::model::random_token()))
+        Self(Arc::from(format!("c-{}", crate::model::random_token())))
     }
 }
 

@@ -245,7 +245,7 @@ pub async fn concurrent_appends_keep_sequences_contiguous(h: &Harness) {
                         ..EventInput::default()
                     };
                     let e = b.append_one(&s, input).await.expect("append").event;
-                    out.push((e.partition, e.sequence, e.id));
+                    out.push((e.partition, e.sequence, e.id.clone()));
                 }
                 out
             })

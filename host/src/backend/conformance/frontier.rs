@@ -458,7 +458,7 @@ pub async fn replay_from_sequence_redelivers_acked_events(h: &Harness) {
     let again = h.fetch(&s, &g, 1).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].event_id, events[0].id);
-    assert_eq!(again[0].event, events[0], "same event, same payload");
+    assert_eq!(*again[0].event, events[0], "same event, same payload");
     assert_eq!(again[0].attempt, 2, "replay keeps attempts");
     assert_ne!(again[0].lease_id, first[0].lease_id);
     h.ack(&again[0]).await.expect("ack the replayed delivery");
@@ -668,7 +668,7 @@ pub async fn replay_changes_eligibility_not_content(h: &Harness) {
     let n = replay(h, &s, &g, from_seq(0, Partitions::All)).await;
     assert_eq!(n.expect("replay"), 4, "the available one is not counted");
     let again = h.fetch(&s, &g, 10).await;
-    let leased: Vec<Event> = again.iter().map(|l| l.event.clone()).collect();
+    let leased: Vec<Event> = again.iter().map(|l| (*l.event).clone()).collect();
     assert_eq!(leased, written);
     assert_eq!(read_all(h, &s, 0).await, written);
     assert!(
@@ -692,7 +692,7 @@ pub async fn replay_after_reset_recreates_the_delivery(h: &Harness) {
     assert_eq!(n.expect("replay"), 1);
     let again = h.fetch(&s, &g, 10).await;
     assert_eq!(event_ids(&again), vec![events[1].id.clone()]);
-    assert_eq!(again[0].event, events[1]);
+    assert_eq!(*again[0].event, events[1]);
     h.ack(&again[0]).await.expect("ack");
     assert!(h.fetch(&s, &g, 10).await.is_empty());
     assert_eq!(h.lag(&s, &g).await.lag, 0, "nothing left to settle");

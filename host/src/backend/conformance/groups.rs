@@ -287,7 +287,7 @@ pub async fn first_lease_has_its_fields_and_ack_finishes_it(h: &Harness) {
     assert_eq!(l.consumer_id, cid("c1"));
     assert_eq!((&l.stream, &l.group), (&s, &g));
     assert_eq!(l.event_id, event.id);
-    assert_eq!(l.event, event);
+    assert_eq!(*l.event, event);
     assert_eq!(l.leased_at, h.now());
     assert_eq!(l.expires_at, h.now().add_ms(7_000));
 
@@ -503,7 +503,7 @@ pub async fn expired_lease_is_redelivered_with_the_next_attempt(h: &Harness) {
         (new.leased_at, new.expires_at),
         (h.now(), h.now().add_ms(1000))
     );
-    assert_eq!(new.event, events[0]);
+    assert_eq!(*new.event, events[0]);
 }
 
 pub async fn stale_lease_is_fenced_for_every_operation(h: &Harness) {

@@ -345,7 +345,7 @@ pub async fn append_batch_assigns_contiguous_sequences(h: &Harness) {
         typed("c", json!({})),
     ];
     let out = h.b().append(&s, batch).await.expect("append");
-    let events: Vec<Event> = out.iter().map(|a| a.event.clone()).collect();
+    let events: Vec<Event> = out.iter().map(|a| (*a.event).clone()).collect();
     assert_eq!(seqs(&events), [1, 2, 3]);
     assert!(out.iter().all(|a| !a.duplicate));
     assert!(events.iter().all(|e| e.stream == s && e.partition == 0));
@@ -397,7 +397,7 @@ pub async fn append_sets_fields_and_generates_ids(h: &Harness) {
     assert_eq!((bare.event_type.clone(), bare.key.clone()), (None, None));
     assert!(bare.payload.is_empty() && bare.metadata.is_empty());
     let stored = read(h, &s, 0, 0, 10).await;
-    assert_eq!(stored, out.into_iter().map(|x| x.event).collect::<Vec<_>>());
+    assert_eq!(stored, out.into_iter().map(|x| (*x.event).clone()).collect::<Vec<_>>());
 }
 
 pub async fn append_keeps_explicit_id_and_timestamp(h: &Harness) {
@@ -542,7 +542,7 @@ pub async fn append_known_id_returns_the_stored_event(h: &Harness) {
     assert_eq!(out[0].event, stored.event);
     assert_eq!((out[1].event.partition, out[1].event.sequence), (0, 1));
     assert_eq!(hw(h, &s).await, vec![1, 1]);
-    assert_eq!(read(h, &s, 1, 0, 10).await, vec![stored.event.clone()]);
+    assert_eq!(read(h, &s, 1, 0, 10).await, vec![(*stored.event).clone()]);
     assert_eq!(found(h, &s, json!({"id": "e1"})).await, ["e1"]);
 }
 
@@ -784,7 +784,7 @@ pub async fn events_are_immutable_after_consumption(h: &Harness) {
     h.clock.advance(1000);
     let again = h.fetch(&s, &g, 10).await;
     assert_eq!(again.len(), 1);
-    assert_eq!(again[0].event, written[1], "redelivered unchanged");
+    assert_eq!(*again[0].event, written[1], "redelivered unchanged");
     h.ack(&again[0]).await.expect("ack");
     for lease in h.fetch(&s, &g2, 10).await {
         h.reject(&lease, "other group").await.expect("reject");
@@ -830,7 +830,7 @@ pub async fn nested_payload_and_metadata_are_preserved(h: &Harness) {
     let g = h.group(&s, "g").await;
     let leases = h.fetch(&s, &g, 10).await;
     assert_eq!(leases.len(), 1);
-    assert_eq!(leases[0].event, stored[0]);
+    assert_eq!(*leases[0].event, stored[0]);
 }
 
 // ---------------------------------------------------------------- query

@@ -115,7 +115,7 @@ impl Harness {
             .await
             .expect("append")
             .into_iter()
-            .map(|a| a.event)
+            .map(|a| (*a.event).clone())
             .collect()
     }
 

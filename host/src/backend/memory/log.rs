@@ -10,14 +10,16 @@ use crate::model::{Appended, Event, EventId, EventInput, Query, StreamName, Time
 #[derive(Debug)]
 pub(super) struct Log {
     partitions: Vec<Vec<Arc<Event>>>,
-    ids: HashMap<EventId, (u32, u64)>,
+    /// foldhash: fast on short strings and seeded per process, so
+    /// producer-chosen ids cannot be crafted to collide.
+    ids: HashMap<EventId, (u32, u64), foldhash::fast::RandomState>,
 }
 
 impl Log {
     pub(super) fn new(partition_count: u32) -> Self {
         Self {
             partitions: vec![Vec::new(); partition_count as usize],
-            ids: HashMap::new(),
+            ids: HashMap::default(),
         }
     }
 
@@ -52,7 +54,7 @@ impl Log {
         for (mut input, partition) in routed {
             if let Some(existing) = input.id.as_ref().and_then(|id| self.ids.get(id)) {
                 let (p, seq) = *existing;
-                let event = (**self.get(p, seq).expect("indexed event exists")).clone();
+                let event = Arc::clone(self.get(p, seq).expect("indexed event exists"));
                 out.push(Appended {
                     event,
                     duplicate: true,
@@ -66,7 +68,7 @@ impl Log {
                 Arc::new(input.into_event(id.clone(), stream.clone(), partition, sequence, now));
             self.ids.insert(id, (partition, sequence));
             out.push(Appended {
-                event: (*event).clone(),
+                event: Arc::clone(&event),
                 duplicate: false,
             });
             log.push(event);

@@ -309,7 +309,7 @@ impl Backend for MemoryBackend {
                     attempt: c.attempt,
                     leased_at: c.leased_at,
                     expires_at: c.expires_at,
-                    event: (**event).clone(),
+                    event: Arc::clone(event),
                 }
             })
             .collect())
@@ -334,7 +334,7 @@ impl Backend for MemoryBackend {
             attempt: renewed.attempt,
             leased_at: renewed.leased_at,
             expires_at: renewed.expires_at,
-            event: (**event).clone(),
+            event: Arc::clone(event),
         })
     }
 
