@@ -119,8 +119,9 @@ fn benches(c: &mut Criterion) {
     g.bench_function("append_batch_50", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
-                let batches: Vec<Vec<EventInput>> =
-                    (0..iters).map(|_| (0..BATCH).map(input).collect()).collect();
+                let batches: Vec<Vec<EventInput>> = (0..iters)
+                    .map(|_| (0..BATCH).map(input).collect())
+                    .collect();
                 let start = Instant::now();
                 for batch in batches {
                     f.backend.append(&f.stream, batch).await.unwrap();

@@ -47,7 +47,5 @@ pub(crate) fn random_token() -> std::sync::Arc<str> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode_slice(bytes, &mut text)
         .expect("16 bytes encode to exactly 22 characters");
-    std::str::from_utf8(&text)
-        .expect("base64 is ASCII")
-        .into()
+    std::str::from_utf8(&text).expect("base64 is ASCII").into()
 }

@@ -397,7 +397,12 @@ pub async fn append_sets_fields_and_generates_ids(h: &Harness) {
     assert_eq!((bare.event_type.clone(), bare.key.clone()), (None, None));
     assert!(bare.payload.is_empty() && bare.metadata.is_empty());
     let stored = read(h, &s, 0, 0, 10).await;
-    assert_eq!(stored, out.into_iter().map(|x| (*x.event).clone()).collect::<Vec<_>>());
+    assert_eq!(
+        stored,
+        out.into_iter()
+            .map(|x| (*x.event).clone())
+            .collect::<Vec<_>>()
+    );
 }
 
 pub async fn append_keeps_explicit_id_and_timestamp(h: &Harness) {
