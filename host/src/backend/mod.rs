@@ -10,6 +10,10 @@
 
 mod error;
 pub mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 mod wakeup;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -407,6 +411,10 @@ pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
         .or_else(|| url.split_once(':').map(|(s, _)| s));
     match scheme {
         Some("memory") => Ok(Arc::new(memory::MemoryBackend::new(clock))),
+        #[cfg(feature = "sqlite")]
+        Some("sqlite") => Ok(Arc::new(
+            sqlite::SqliteBackend::open(url, clock, true).await?,
+        )),
         Some(other) => Err(Error::invalid(
             "backend",
             format!("no backend for {other:?} URLs in this build (known: memory://)"),

@@ -1,0 +1,391 @@
+//! The SQLite backend: the embedded default (`sqlite://rheo.db`), and
+//! `sqlite::memory:` for tests.
+//!
+//! One writer connection, so every write transaction (`BEGIN IMMEDIATE`)
+//! is serialized in process instead of spinning on SQLite's busy handler;
+//! a small pool of readers serves lag, queries and listings concurrently
+//! thanks to WAL. `synchronous = FULL` makes every commit durable before
+//! the call returns. Timestamps are fixed-width RFC 3339 text, so they
+//! compare and sort as text. The schema is in `migrations/sqlite/`; static
+//! statements are in `sql/`, one per file.
+
+mod groups;
+mod log;
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, RwLock};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite};
+
+use super::sql::{Bind, Phase, map_error};
+use super::{
+    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+};
+use crate::clock::SharedClock;
+use crate::model::{
+    Appended, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName, GroupSpec,
+    JsonObject, Lag, Lease, Page, Query, Settlement, Stream, StreamName, Timestamp,
+};
+
+/// The embedded migrations for this dialect.
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// How long a statement waits for SQLite's file lock (held by another
+/// process) before giving up with `backend_unavailable`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Read connections for a file database.
+const READERS: u32 = 4;
+
+/// Streams and groups in one SQLite database file.
+#[derive(Debug)]
+pub struct SqliteBackend {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    clock: SharedClock,
+    notifier: Notifier,
+    /// Streams never change or disappear once created, so what was read
+    /// once is cached (never a negative answer).
+    streams: RwLock<HashMap<StreamName, StreamMeta>>,
+    /// Where each group's next fetch starts its round-robin.
+    rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct StreamMeta {
+    partition_count: u32,
+    created_at: Timestamp,
+}
+
+impl SqliteBackend {
+    /// Opens (creating if missing) the database at `url` and, with
+    /// `migrate`, brings its schema up to date.
+    pub async fn open(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let single = |options: SqliteConnectOptions| {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                // An in-memory database lives as long as its one connection.
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .connect_with(options)
+        };
+        let writer = single(options.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let backend_reader = if in_memory {
+            writer.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(READERS)
+                .connect_with(options.read_only(true))
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?
+        };
+        let backend = Self {
+            writer,
+            reader: backend_reader,
+            clock,
+            notifier: Notifier::default(),
+            streams: RwLock::new(HashMap::new()),
+            rotation: Mutex::new(HashMap::new()),
+        };
+        if migrate {
+            backend.migrate().await?;
+        }
+        Ok(backend)
+    }
+
+    /// Applies pending migrations (idempotent).
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR
+            .run(&self.writer)
+            .await
+            .map_err(|e| Error::Failed(format!("migration failed: {e}")))
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The stream's fixed facts, or `stream_not_found`.
+    async fn meta(&self, stream: &StreamName) -> Result<StreamMeta> {
+        if let Some(meta) = self.streams.read().get(stream) {
+            return Ok(*meta);
+        }
+        let row = sqlx::query(include_str!("sql/stream_meta.sql"))
+            .bind(stream.as_str())
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(read_err)?
+            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
+        let meta = StreamMeta {
+            partition_count: u32_col(&row, 0)?,
+            created_at: ts_col(&row, 1)?,
+        };
+        self.streams.write().insert(stream.clone(), meta);
+        Ok(meta)
+    }
+
+    /// The next round-robin start for a group.
+    fn rotate(&self, stream: &StreamName, group: &GroupName) -> usize {
+        let mut rotation = self.rotation.lock();
+        let next = rotation.entry((stream.clone(), group.clone())).or_insert(0);
+        let current = *next;
+        *next = next.wrapping_add(1);
+        current
+    }
+}
+
+pub(super) fn read_err(e: sqlx::Error) -> Error {
+    map_error(e, Phase::Read)
+}
+
+pub(super) fn write_err(e: sqlx::Error) -> Error {
+    map_error(e, Phase::Write)
+}
+
+/// Timestamps as stored: fixed-width RFC 3339.
+pub(super) fn ts_text(t: Timestamp) -> String {
+    t.to_rfc3339()
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::Failed(format!("unreadable {what} in the database: {detail}"))
+}
+
+pub(super) fn ts_col(row: &SqliteRow, i: usize) -> Result<Timestamp> {
+    let text: String = row.try_get(i).map_err(read_err)?;
+    Timestamp::parse_rfc3339(&text).map_err(|e| corrupt("timestamp", e))
+}
+
+pub(super) fn opt_ts_col(row: &SqliteRow, i: usize) -> Result<Option<Timestamp>> {
+    let text: Option<String> = row.try_get(i).map_err(read_err)?;
+    text.map(|t| Timestamp::parse_rfc3339(&t).map_err(|e| corrupt("timestamp", e)))
+        .transpose()
+}
+
+pub(super) fn u64_col(row: &SqliteRow, i: usize) -> Result<u64> {
+    let n: i64 = row.try_get(i).map_err(read_err)?;
+    u64::try_from(n).map_err(|e| corrupt("number", e))
+}
+
+pub(super) fn u32_col(row: &SqliteRow, i: usize) -> Result<u32> {
+    let n: i64 = row.try_get(i).map_err(read_err)?;
+    u32::try_from(n).map_err(|e| corrupt("number", e))
+}
+
+pub(super) fn json_col(row: &SqliteRow, i: usize) -> Result<JsonObject> {
+    let text: String = row.try_get(i).map_err(read_err)?;
+    serde_json::from_str(&text).map_err(|e| corrupt("JSON", e))
+}
+
+/// Reads an event from the columns `partition, sequence, id, key, type,
+/// ts, payload, metadata` starting at `at`.
+pub(super) fn event_at(stream: &StreamName, row: &SqliteRow, at: usize) -> Result<Event> {
+    let id: String = row.try_get(at + 2).map_err(read_err)?;
+    Ok(Event {
+        id: EventId::parse(id).map_err(|e| corrupt("event id", e))?,
+        stream: stream.clone(),
+        partition: u32_col(row, at)?,
+        sequence: u64_col(row, at + 1)?,
+        key: row.try_get(at + 3).map_err(read_err)?,
+        event_type: row.try_get(at + 4).map_err(read_err)?,
+        timestamp: ts_col(row, at + 5)?,
+        payload: json_col(row, at + 6)?,
+        metadata: json_col(row, at + 7)?,
+    })
+}
+
+/// Binds builder values to a SQLite statement.
+pub(super) fn bind_all(
+    mut q: sqlx::query::Query<'static, Sqlite, SqliteArguments>,
+    binds: Vec<Bind>,
+) -> sqlx::query::Query<'static, Sqlite, SqliteArguments> {
+    for b in binds {
+        q = match b {
+            Bind::Text(s) | Bind::Json(s) => q.bind(s),
+            Bind::Int(i) => q.bind(i),
+            Bind::Float(f) => q.bind(f),
+            Bind::Time(t) => q.bind(ts_text(t)),
+            Bind::TextArray(_) => {
+                unreachable!("the SQLite dialect never binds arrays")
+            }
+        };
+    }
+    q
+}
+
+/// A position as SQLite stores it.
+pub(super) fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: true,
+            multi_node: false,
+            cross_process_wakeups: false,
+        }
+    }
+
+    fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.reader)
+            .await
+            .map(|_| ())
+            .map_err(read_err)
+    }
+
+    async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+        log::create_stream(self, req).await
+    }
+
+    async fn list_streams(&self) -> Result<Vec<Stream>> {
+        log::list_streams(self).await
+    }
+
+    async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+        log::get_stream(self, stream).await
+    }
+
+    async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
+        let appended = log::append(self, stream, events).await?;
+        if appended.iter().any(|a| !a.duplicate) {
+            self.notifier.notify(stream);
+        }
+        Ok(appended)
+    }
+
+    async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+        log::read(self, req).await
+    }
+
+    async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
+        log::query(self, stream, query).await
+    }
+
+    async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
+        groups::create_group(self, stream, spec).await
+    }
+
+    async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
+        groups::list_groups(self, stream).await
+    }
+
+    async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        groups::fetch(self, req).await
+    }
+
+    async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+        groups::renew(self, req).await
+    }
+
+    async fn settle(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        let (results, requeued) = groups::settle(self, stream, group, items).await?;
+        if requeued {
+            self.notifier.notify(stream);
+        }
+        Ok(results)
+    }
+
+    async fn lag(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        groups::lag(self, stream, group, partitions).await
+    }
+
+    async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
+        groups::group_info(self, stream, group).await
+    }
+
+    async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        groups::dead_letters(self, req).await
+    }
+
+    async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
+        let n = groups::redrive(self, stream, group, which).await?;
+        if n > 0 {
+            self.notifier.notify(stream);
+        }
+        Ok(n)
+    }
+
+    async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        let n = groups::replay(self, stream, group, how).await?;
+        self.notifier.notify(stream);
+        Ok(n)
+    }
+
+    async fn reset(&self, req: ResetRequest) -> Result<()> {
+        let stream = req.stream.clone();
+        groups::reset(self, req).await?;
+        self.notifier.notify(&stream);
+        Ok(())
+    }
+
+    fn subscribe(&self, stream: &StreamName) -> Wakeup {
+        self.notifier.subscribe(stream)
+    }
+
+    async fn next_due(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        groups::next_due(self, stream, group, partitions).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::SqliteBackend;
+    use crate::backend::Backend;
+    use crate::clock::SharedClock;
+
+    async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+        let backend = SqliteBackend::open("sqlite::memory:", clock, true)
+            .await
+            .expect("open an in-memory SQLite database");
+        Some(Arc::new(backend))
+    }
+
+    crate::backend_conformance!(factory);
+}

@@ -1,0 +1,1 @@
+SELECT name, partition_count, created_at FROM rheo_streams ORDER BY name
