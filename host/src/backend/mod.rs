@@ -10,6 +10,8 @@
 
 mod error;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -403,7 +405,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// Opens the backend a URL names: `memory://` (more to come).
+/// Opens the backend a URL names: `memory://`, `sqlite://path.db` (or
+/// `sqlite::memory:`), `postgres://…[?schema=name]`. SQL backends apply
+/// pending migrations.
 pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
     let scheme = url
         .split_once("://")
@@ -415,9 +419,15 @@ pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
         Some("sqlite") => Ok(Arc::new(
             sqlite::SqliteBackend::open(url, clock, true).await?,
         )),
+        #[cfg(feature = "postgres")]
+        Some("postgres" | "postgresql") => Ok(Arc::new(
+            postgres::PostgresBackend::connect(url, clock, true).await?,
+        )),
         Some(other) => Err(Error::invalid(
             "backend",
-            format!("no backend for {other:?} URLs in this build (known: memory://)"),
+            format!(
+                "no backend for {other:?} URLs in this build (known: memory://, sqlite://, postgres://)"
+            ),
         )),
         None => Err(Error::invalid(
             "backend",

@@ -28,6 +28,14 @@ impl Notifier {
         }
     }
 
+    /// Wakes everyone, on every stream (after a lost connection to a
+    /// notification source may have dropped some).
+    pub fn notify_all(&self) {
+        for tx in self.channels.lock().values() {
+            tx.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
     /// A handle that wakes on the next [`Notifier::notify`] for `stream`.
     pub fn subscribe(&self, stream: &StreamName) -> Wakeup {
         let mut channels = self.channels.lock();

@@ -221,6 +221,24 @@ pub fn obj(v: Value) -> JsonObject {
     v.as_object().expect("a JSON object").clone()
 }
 
+/// The URL of an external service for tests, from `var`. When it is not
+/// set the caller should skip — except when `REQUIRE_BACKENDS` (a comma
+/// list, as CI sets it) names `backend`: then a missing URL is a failure,
+/// so a skip can never hide a regression.
+pub fn service_url(var: &str, backend: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("REQUIRE_BACKENDS").unwrap_or_default();
+            if required.split(',').any(|b| b.trim() == backend) {
+                panic!("{var} is not set, but REQUIRE_BACKENDS lists {backend}");
+            }
+            eprintln!("skipping {backend} test: set {var} to run it");
+            None
+        }
+    }
+}
+
 /// The `code()` of an error result, for concise asserts.
 pub fn code<T: std::fmt::Debug>(r: Result<T>) -> &'static str {
     match r {

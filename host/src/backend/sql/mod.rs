@@ -7,8 +7,10 @@
 //! columns or to JSON paths passed as bound parameters, and every value is
 //! a parameter.
 
+mod plan;
 mod query;
 
+pub(crate) use plan::{GroupConfig, LagBuilder, OpenCounts, Write, plan_append, settle_write};
 pub(crate) use query::events_query;
 
 use std::fmt::Write as _;

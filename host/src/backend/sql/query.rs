@@ -219,6 +219,14 @@ fn range_op(op: RangeOp) -> &'static str {
     }
 }
 
+/// The lineage key a metadata path names, if it is exactly one.
+fn lineage_key(doc: &str, path: &[String]) -> Option<&'static str> {
+    match path {
+        [key] if doc == "metadata" => LINEAGE_KEYS.iter().copied().find(|k| k == key),
+        _ => None,
+    }
+}
+
 /// The number bound for a JSON number.
 fn number(v: &serde_json::Number) -> Bind {
     match v.as_i64() {
@@ -238,12 +246,20 @@ fn push_json(b: &mut Builder, doc: &str, path: &[String], condition: &Condition)
 /// PostgreSQL: `doc #> path` is the jsonb value (SQL NULL when absent).
 /// jsonb equality compares numbers by value and objects by content.
 fn push_json_pg(b: &mut Builder, doc: &str, path: &[String], condition: &Condition) {
-    let value = |b: &mut Builder| {
-        b.push("(")
-            .push(doc)
-            .push(" #> ")
-            .bind(Bind::TextArray(path.to_vec()))
-            .push("::text[])");
+    // Lineage keys use the literal expression of their index; the literal
+    // comes from the fixed list, never from input.
+    let lineage = lineage_key(doc, path);
+    let value = |b: &mut Builder| match lineage {
+        Some(key) => {
+            b.push("(metadata -> '").push(key).push("')");
+        }
+        None => {
+            b.push("(")
+                .push(doc)
+                .push(" #> ")
+                .bind(Bind::TextArray(path.to_vec()))
+                .push("::text[])");
+        }
     };
     match condition {
         Condition::Eq(v) => {
@@ -294,9 +310,7 @@ fn push_json_pg(b: &mut Builder, doc: &str, path: &[String], condition: &Conditi
 fn push_json_sqlite(b: &mut Builder, doc: &str, path: &[String], condition: &Condition) {
     // Lineage keys use a literal path so the expression indexes apply; the
     // literal comes from the fixed list, never from input.
-    let lineage = (doc == "metadata" && path.len() == 1)
-        .then(|| LINEAGE_KEYS.iter().find(|k| **k == path[0]))
-        .flatten();
+    let lineage = lineage_key(doc, path);
     let json_path = {
         let mut p = String::from("$");
         for segment in path {

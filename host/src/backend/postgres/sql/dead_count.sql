@@ -1,0 +1,2 @@
+SELECT COUNT(*) FROM rheo_deliveries
+WHERE stream = $1 AND group_name = $2 AND status = 'dead'

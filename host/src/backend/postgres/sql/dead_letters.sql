@@ -1,0 +1,8 @@
+SELECT d.partition, d.sequence, d.attempt, d.reason, d.dead_lettered_at,
+       e.id, e.key, e.type, e.ts, e.payload, e.metadata
+FROM rheo_deliveries d
+JOIN rheo_events e ON e.stream = d.stream AND e.partition = d.partition AND e.sequence = d.sequence
+WHERE d.stream = $1 AND d.group_name = $2 AND d.status = 'dead'
+  AND (d.sequence, d.partition) > ($3, $4)
+ORDER BY d.sequence, d.partition
+LIMIT $5

@@ -1,0 +1,4 @@
+UPDATE rheo_deliveries
+SET status = 'available', available_at = NULL, lease_id = NULL, dead_lettered_at = NULL
+WHERE stream = $1 AND group_name = $2 AND partition = $3 AND sequence > $4 AND sequence < $5
+  AND status <> 'available'

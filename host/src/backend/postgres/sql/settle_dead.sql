@@ -1,0 +1,3 @@
+UPDATE rheo_deliveries
+SET status = 'dead', lease_id = NULL, available_at = NULL, reason = $5, dead_lettered_at = $6
+WHERE stream = $1 AND group_name = $2 AND event_id = $3 AND status = 'leased' AND lease_id = $4

@@ -1,0 +1,2 @@
+UPDATE rheo_deliveries SET status = 'available', lease_id = NULL, available_at = $5, reason = $6
+WHERE stream = $1 AND group_name = $2 AND event_id = $3 AND status = 'leased' AND lease_id = $4
