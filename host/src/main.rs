@@ -1,13 +1,9 @@
-//! The `rheo` command.
+//! The `rheo` command: parse the command line, set up logging, run.
 
-fn main() {
-    let version = env!("CARGO_PKG_VERSION");
-    match std::env::args().nth(1).as_deref() {
-        Some("--version" | "-V") => println!("rheo {version}"),
-        _ => {
-            println!("rheo {version}: durable consumer groups with WebAssembly handlers");
-            println!();
-            println!("usage: rheo --version");
-        }
-    }
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = rheo::cli::Cli::parse();
+    rheo::telemetry::init(cli.verbosity());
+    rheo::cli::main(cli)
 }

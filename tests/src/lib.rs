@@ -35,3 +35,34 @@ pub fn rheo_binary() -> &'static PathBuf {
         binary
     })
 }
+
+/// The URL of an external service for a test, from `var`. Unset: the test
+/// should skip (it prints why) — unless `REQUIRE_BACKENDS` (set by CI) names
+/// `backend`, in which case this panics, so CI never skips silently.
+pub fn service_url(var: &str, backend: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("REQUIRE_BACKENDS").unwrap_or_default();
+            if required.split(',').any(|b| b.trim() == backend) {
+                panic!("{var} is not set, but REQUIRE_BACKENDS lists {backend}");
+            }
+            eprintln!("skipping {backend} test: set {var} to run it");
+            None
+        }
+    }
+}
+
+/// Runs `rheo` with `args`; returns (success, stdout, stderr).
+pub fn run_rheo(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(rheo_binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run rheo");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

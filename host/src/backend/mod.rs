@@ -265,6 +265,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Cheap round trip to the store.
     async fn ping(&self) -> Result<()>;
 
+    /// Brings the store's schema up to date; returns the migrations applied
+    /// now (none when it already was, or when the store has no schema).
+    async fn migrate(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     /// Creates a stream.
     async fn create_stream(&self, req: CreateStream) -> Result<Stream>;
 
@@ -405,10 +411,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// Opens the backend a URL names: `memory://`, `sqlite://path.db` (or
-/// `sqlite::memory:`), `postgres://…[?schema=name]`. SQL backends apply
-/// pending migrations.
+/// Opens the backend a URL names — `memory://`, `sqlite://path.db` (or
+/// `sqlite::memory:`), `postgres://…[?schema=name]` — applying pending
+/// migrations.
 pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
+    connect(url, clock, true).await
+}
+
+/// Opens the backend a URL names; with `migrate` false the schema is left
+/// as it is (see [`Backend::migrate`]).
+pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc<dyn Backend>> {
     let scheme = url
         .split_once("://")
         .map(|(s, _)| s)
@@ -417,11 +429,11 @@ pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
         Some("memory") => Ok(Arc::new(memory::MemoryBackend::new(clock))),
         #[cfg(feature = "sqlite")]
         Some("sqlite") => Ok(Arc::new(
-            sqlite::SqliteBackend::open(url, clock, true).await?,
+            sqlite::SqliteBackend::open(url, clock, migrate).await?,
         )),
         #[cfg(feature = "postgres")]
         Some("postgres" | "postgresql") => Ok(Arc::new(
-            postgres::PostgresBackend::connect(url, clock, true).await?,
+            postgres::PostgresBackend::connect(url, clock, migrate).await?,
         )),
         Some(other) => Err(Error::invalid(
             "backend",

@@ -27,9 +27,9 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, Postgres, Row};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, Postgres, Row};
 
-use super::sql::{Bind, Phase, map_error};
+use super::sql::{Bind, Phase, map_error, newly_applied};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
@@ -74,6 +74,7 @@ impl Default for PostgresOptions {
 #[derive(Debug)]
 pub struct PostgresBackend {
     pool: PgPool,
+    schema: Option<String>,
     clock: SharedClock,
     notifier: std::sync::Arc<Notifier>,
     /// The NOTIFY channel, named after the schema so tenants do not wake each other.
@@ -173,6 +174,14 @@ impl PostgresBackend {
         if let Some(schema) = &options.schema {
             connect = connect.options([("search_path", schema.as_str())]);
         }
+        // One plain connection first: a refused connection or a bad password
+        // is reported as such, not as a pool timeout.
+        PgConnection::connect_with(&connect)
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?
+            .close()
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
@@ -180,39 +189,54 @@ impl PostgresBackend {
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let channel = format!("rheo.{}", options.schema.as_deref().unwrap_or("public"));
-        if migrate {
-            if let Some(schema) = &options.schema {
-                sqlx::query(AssertSqlSafe(format!(
-                    "CREATE SCHEMA IF NOT EXISTS \"{schema}\""
-                )))
-                .execute(&pool)
-                .await
-                .map_err(|e| map_error(e, Phase::Write))?;
-            }
-            MIGRATOR
-                .run(&pool)
-                .await
-                .map_err(|e| Error::Failed(format!("migration failed: {e}")))?;
-        }
         let notifier = std::sync::Arc::new(Notifier::default());
         let listener = tokio::spawn(listen(pool.clone(), channel.clone(), notifier.clone()));
-        Ok(Self {
+        let backend = Self {
             pool,
+            schema: options.schema,
             clock,
             notifier,
             channel,
             listener,
             streams: RwLock::new(HashMap::new()),
             rotation: Mutex::new(HashMap::new()),
-        })
+        };
+        if migrate {
+            backend.migrate().await?;
+        }
+        Ok(backend)
     }
 
-    /// Applies pending migrations (idempotent).
-    pub async fn migrate(&self) -> Result<()> {
+    /// Creates the schema if needed and applies pending migrations
+    /// (idempotent); returns the ones applied now.
+    pub async fn migrate(&self) -> Result<Vec<String>> {
+        if let Some(schema) = &self.schema {
+            // The name was validated as a plain identifier.
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE SCHEMA IF NOT EXISTS \"{schema}\""
+            )))
+            .execute(&self.pool)
+            .await
+            .map_err(write_err)?;
+        }
+        let before = self.applied_versions().await;
         MIGRATOR
             .run(&self.pool)
             .await
-            .map_err(|e| Error::Failed(format!("migration failed: {e}")))
+            .map_err(|e| Error::Failed(format!("migration failed: {e}")))?;
+        Ok(newly_applied(
+            &MIGRATOR,
+            &before,
+            &self.applied_versions().await,
+        ))
+    }
+
+    async fn applied_versions(&self) -> Vec<i64> {
+        // Before the first migration the table does not exist: nothing applied.
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.pool)
+            .await
+            .unwrap_or_default()
     }
 
     fn now(&self) -> Timestamp {
@@ -394,6 +418,10 @@ impl Backend for PostgresBackend {
 
     fn clock(&self) -> &SharedClock {
         &self.clock
+    }
+
+    async fn migrate(&self) -> Result<Vec<String>> {
+        PostgresBackend::migrate(self).await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -117,6 +117,20 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
     }
 }
 
+/// "0001 streams and events"-style names of the migrations in `after` but
+/// not in `before` (versions read from `_sqlx_migrations`).
+pub(crate) fn newly_applied(
+    migrator: &sqlx::migrate::Migrator,
+    before: &[i64],
+    after: &[i64],
+) -> Vec<String> {
+    migrator
+        .iter()
+        .filter(|m| after.contains(&m.version) && !before.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect()
+}
+
 /// Whether `e` is a unique-constraint violation.
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())

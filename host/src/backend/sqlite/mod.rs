@@ -24,7 +24,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite};
 
-use super::sql::{Bind, Phase, map_error};
+use super::sql::{Bind, Phase, map_error, newly_applied};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
@@ -112,12 +112,26 @@ impl SqliteBackend {
         Ok(backend)
     }
 
-    /// Applies pending migrations (idempotent).
-    pub async fn migrate(&self) -> Result<()> {
+    /// Applies pending migrations (idempotent); returns the ones applied now.
+    pub async fn migrate(&self) -> Result<Vec<String>> {
+        let before = self.applied_versions().await;
         MIGRATOR
             .run(&self.writer)
             .await
-            .map_err(|e| Error::Failed(format!("migration failed: {e}")))
+            .map_err(|e| Error::Failed(format!("migration failed: {e}")))?;
+        Ok(newly_applied(
+            &MIGRATOR,
+            &before,
+            &self.applied_versions().await,
+        ))
+    }
+
+    async fn applied_versions(&self) -> Vec<i64> {
+        // Before the first migration the table does not exist: nothing applied.
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.writer)
+            .await
+            .unwrap_or_default()
     }
 
     fn now(&self) -> Timestamp {
@@ -255,6 +269,10 @@ impl Backend for SqliteBackend {
         &self.clock
     }
 
+    async fn migrate(&self) -> Result<Vec<String>> {
+        SqliteBackend::migrate(self).await
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .execute(&self.reader)
@@ -388,4 +406,78 @@ mod tests {
     }
 
     crate::backend_conformance!(factory);
+
+    /// A restarted process finds streams, events, groups, leases and dead
+    /// letters as they were.
+    #[tokio::test]
+    async fn everything_survives_a_restart() {
+        use crate::backend::{DeadLettersRequest, FetchRequest, Partitions};
+        use crate::clock::FrozenClock;
+        use crate::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName, Timestamp};
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
+        let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+        let (s, g) = (
+            StreamName::parse("orders").unwrap(),
+            GroupName::parse("billing").unwrap(),
+        );
+        let fetch = FetchRequest {
+            stream: s.clone(),
+            group: g.clone(),
+            limit: 2,
+            consumer_id: ConsumerId::parse("c1").unwrap(),
+            lease_ms: 60_000,
+            partitions: Partitions::All,
+        };
+        let (appended, held) = {
+            let b = SqliteBackend::open(&url, clock.clone(), true)
+                .await
+                .unwrap();
+            b.create_stream(crate::backend::CreateStream {
+                name: s.clone(),
+                partition_count: 2,
+            })
+            .await
+            .unwrap();
+            b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+            let appended = b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
+            let mut leases = b.fetch(fetch.clone()).await.unwrap();
+            let rejected = leases.remove(0);
+            b.reject(&s, &g, rejected.target(), Some("bad".into()))
+                .await
+                .unwrap();
+            (appended, leases.remove(0))
+        };
+
+        let b = SqliteBackend::open(&url, clock.clone(), true)
+            .await
+            .unwrap();
+        let stream = b.get_stream(&s).await.unwrap();
+        assert_eq!(stream.partition_count, 2);
+        assert_eq!(stream.high_watermarks.iter().sum::<u64>(), 3);
+        let groups = b.list_groups(&s).await.unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].name, g);
+        let dead = b
+            .dead_letters(DeadLettersRequest {
+                stream: s.clone(),
+                group: g.clone(),
+                limit: 10,
+                after: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(dead.dead_letters.len(), 1);
+        assert_eq!(dead.dead_letters[0].reason, "bad");
+        let info = b.group_info(&s, &g).await.unwrap();
+        assert_eq!((info.inflight, info.dead_letters), (1, 1));
+        // The lease taken before the restart is still the live one.
+        b.ack(&s, &g, held.target()).await.unwrap();
+        let rest = b.fetch(fetch).await.unwrap();
+        assert_eq!(rest.len(), 1);
+        let mut ids: Vec<_> = appended.iter().map(|a| a.event.id.clone()).collect();
+        ids.retain(|id| *id == rest[0].event_id);
+        assert_eq!(ids.len(), 1, "the third event, unchanged");
+    }
 }

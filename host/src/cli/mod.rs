@@ -1,0 +1,74 @@
+//! The command line: one file per subcommand, each with its arguments and
+//! a `run`. Library errors are turned into messages (with `anyhow` context)
+//! here and nowhere else.
+
+mod migrate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Where Rheo keeps its data when no backend is given: a SQLite file in the
+/// current directory.
+pub const DEFAULT_BACKEND: &str = "sqlite://rheo.db";
+
+/// Durable, searchable, replayable consumer groups with WebAssembly handlers.
+#[derive(Debug, Parser)]
+#[command(name = "rheo", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v: debug, -vv: trace). `RUST_LOG` overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    /// Less output: errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+impl Cli {
+    /// The default log filter for the chosen verbosity.
+    pub fn verbosity(&self) -> &'static str {
+        match (self.quiet, self.verbose) {
+            (true, _) => "error",
+            // sqlx reports PostgreSQL notices ("already exists, skipping") at info.
+            (false, 0) => "info,sqlx=warn",
+            (false, 1) => "rheo=debug,info,sqlx=warn",
+            (false, _) => "rheo=trace,debug",
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create or update the database schema of a backend.
+    Migrate(migrate::MigrateArgs),
+}
+
+/// Runs the parsed command line and turns the outcome into an exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Migrate(args) => args.run().await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
