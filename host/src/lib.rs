@@ -6,10 +6,12 @@
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
+//! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
 //! - [`telemetry`] — log setup.
 
 pub mod backend;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod model;

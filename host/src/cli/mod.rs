@@ -2,6 +2,7 @@
 //! a `run`. Library errors are turned into messages (with `anyhow` context)
 //! here and nowhere else.
 
+mod bench;
 mod migrate;
 
 use std::process::ExitCode;
@@ -45,6 +46,8 @@ impl Cli {
 enum Command {
     /// Create or update the database schema of a backend.
     Migrate(migrate::MigrateArgs),
+    /// Measure append and fetch+ack throughput and latency on a backend.
+    Bench(bench::BenchArgs),
 }
 
 /// Runs the parsed command line and turns the outcome into an exit code.
@@ -62,6 +65,7 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Migrate(args) => args.run().await,
+            Command::Bench(args) => args.run().await,
         }
     });
     match result {

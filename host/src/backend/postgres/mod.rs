@@ -29,7 +29,7 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPool, PgPoolOp
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, Postgres, Row};
 
-use super::sql::{Bind, Phase, map_error, newly_applied};
+use super::sql::{Bind, GroupConfig, Phase, map_error, newly_applied};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
@@ -83,6 +83,9 @@ pub struct PostgresBackend {
     /// Streams never change or disappear once created, so what was read
     /// once is cached (never a negative answer).
     streams: RwLock<HashMap<StreamName, StreamMeta>>,
+    /// Groups cannot be changed or deleted, so their settings are cached
+    /// like streams (never a negative answer).
+    groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
 }
@@ -199,6 +202,7 @@ impl PostgresBackend {
             channel,
             listener,
             streams: RwLock::new(HashMap::new()),
+            groups: RwLock::new(HashMap::new()),
             rotation: Mutex::new(HashMap::new()),
         };
         if migrate {

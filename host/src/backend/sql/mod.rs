@@ -10,7 +10,9 @@
 mod plan;
 mod query;
 
-pub(crate) use plan::{GroupConfig, LagBuilder, OpenCounts, Write, plan_append, settle_write};
+pub(crate) use plan::{
+    GroupConfig, LagBuilder, OpenCounts, Write, plain_acks, plan_append, settle_write,
+};
 pub(crate) use query::events_query;
 
 use std::fmt::Write as _;

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::model::{
-    EventId, EventInput, GroupName, Lag, PartitionLag, SettleOp, StreamName, Timestamp, backoff_ms,
+    EventId, EventInput, GroupName, Lag, PartitionLag, SettleOp, Settlement, StreamName, Timestamp,
+    backoff_ms,
 };
 
 /// A group's retry policy, as settles need it.
@@ -81,6 +82,21 @@ pub(crate) fn settle_write(
             }
         }
     }
+}
+
+/// Whether a batch is the common case: acks of distinct events with no
+/// receipt to check, which one fenced statement can apply at once.
+pub(crate) fn plain_acks(items: &[Settlement]) -> bool {
+    let mut seen = HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|i| {
+            i.op == SettleOp::Ack
+                && i.target
+                    .receipt
+                    .as_deref()
+                    .is_none_or(|r| r == i.target.lease_id.as_str())
+                && seen.insert(i.target.event_id.as_str())
+        })
 }
 
 /// Open deliveries of one partition, as the lag statement counts them.

@@ -1,15 +1,15 @@
 //! Streams and the event log on SQLite.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{
     SqliteBackend, StreamMeta, bind_all, event_at, int, read_err, ts_col, ts_text, u32_col,
-    u64_col, write_err,
+    u64_col, values, with_rows, write_err,
 };
-use crate::backend::sql::{Dialect, events_query, is_unique_violation};
+use crate::backend::sql::{Dialect, events_query, is_unique_violation, plan_append};
 use crate::backend::{CreateStream, Error, ReadRequest, Result};
 use crate::model::{Appended, Event, EventId, EventInput, Page, Query, Stream, StreamName, route};
 
@@ -142,26 +142,10 @@ pub(super) async fn append(
         }
     }
 
-    // Count the new events per partition and allocate their sequences.
-    let mut slots: Vec<Option<usize>> = Vec::with_capacity(routed.len());
-    let mut seen_new: HashMap<EventId, usize> = HashMap::new();
-    let mut per_partition: HashMap<u32, u64> = HashMap::new();
-    for (i, (input, partition)) in routed.iter().enumerate() {
-        let fresh = match &input.id {
-            Some(id) if known.contains_key(id) || seen_new.contains_key(id) => false,
-            Some(id) => {
-                seen_new.insert(id.clone(), i);
-                true
-            }
-            None => true,
-        };
-        if fresh {
-            *per_partition.entry(*partition).or_default() += 1;
-        }
-        slots.push(fresh.then_some(i));
-    }
+    let known_ids: HashSet<EventId> = known.keys().cloned().collect();
+    let plan = plan_append(&routed, &known_ids);
     let mut next_seq: HashMap<u32, u64> = HashMap::new();
-    for (partition, count) in &per_partition {
+    for (partition, count) in &plan.per_partition {
         let row = sqlx::query(include_str!("sql/append_allocate.sql"))
             .bind(stream.as_str())
             .bind(i64::from(*partition))
@@ -173,52 +157,54 @@ pub(super) async fn append(
         next_seq.insert(*partition, last - count + 1);
     }
 
-    // Duplicates are answered after the writes, from what was found or written.
-    let duplicate_ids: Vec<Option<EventId>> = routed
-        .iter()
-        .zip(&slots)
-        .map(|((input, _), slot)| {
-            if slot.is_none() {
-                input.id.clone()
-            } else {
-                None
-            }
-        })
-        .collect();
-    let mut out: Vec<Option<Appended>> = vec![None; routed.len()];
-    for (i, (mut input, partition)) in routed.into_iter().enumerate() {
-        if slots[i].is_none() {
+    let mut out: Vec<Option<Appended>> = Vec::with_capacity(routed.len());
+    let mut duplicates: Vec<Option<EventId>> = Vec::with_capacity(routed.len());
+    let mut new_events = Vec::new();
+    for ((mut input, partition), fresh) in routed.into_iter().zip(&plan.fresh) {
+        if !fresh {
+            duplicates.push(input.id.take());
+            out.push(None);
             continue;
         }
         let seq = next_seq.get_mut(&partition).expect("allocated");
         let sequence = *seq;
         *seq += 1;
         let id = input.id.take().unwrap_or_else(EventId::generate);
-        let event = input.into_event(id.clone(), stream.clone(), partition, sequence, now);
-        sqlx::query(include_str!("sql/append_insert.sql"))
-            .bind(stream.as_str())
-            .bind(i64::from(partition))
-            .bind(int(sequence))
-            .bind(id.as_str())
-            .bind(event.key.as_deref())
-            .bind(event.event_type.as_deref())
-            .bind(ts_text(event.timestamp))
-            .bind(json_text(&event.payload)?)
-            .bind(json_text(&event.metadata)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(write_err)?;
-        let event = Arc::new(event);
+        let event =
+            Arc::new(input.into_event(id.clone(), stream.clone(), partition, sequence, now));
         known.insert(id, Arc::clone(&event));
-        out[i] = Some(Appended {
+        new_events.push(Arc::clone(&event));
+        duplicates.push(None);
+        out.push(Some(Appended {
             event,
             duplicate: false,
-        });
+        }));
+    }
+    // One multi-row INSERT per chunk (8 parameters a row, well under
+    // SQLite's limit of 32766).
+    for chunk in new_events.chunks(1000) {
+        let statement = with_rows(
+            include_str!("sql/append_insert.sql"),
+            values("?1, ", 2, chunk.len(), 8),
+        );
+        let mut q = sqlx::query(statement).bind(stream.as_str());
+        for e in chunk {
+            q = q
+                .bind(i64::from(e.partition))
+                .bind(int(e.sequence))
+                .bind(e.id.as_str().to_owned())
+                .bind(e.key.clone())
+                .bind(e.event_type.clone())
+                .bind(ts_text(e.timestamp))
+                .bind(json_text(&e.payload)?)
+                .bind(json_text(&e.metadata)?);
+        }
+        q.execute(&mut *tx).await.map_err(write_err)?;
     }
     tx.commit().await.map_err(write_err)?;
     Ok(out
         .into_iter()
-        .zip(duplicate_ids)
+        .zip(duplicates)
         .map(|(appended, dup)| {
             appended.unwrap_or_else(|| Appended {
                 event: Arc::clone(&known[&dup.expect("a duplicate has an id")]),

@@ -24,7 +24,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite};
 
-use super::sql::{Bind, Phase, map_error, newly_applied};
+use super::sql::{Bind, GroupConfig, Phase, map_error, newly_applied};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
@@ -55,6 +55,9 @@ pub struct SqliteBackend {
     /// Streams never change or disappear once created, so what was read
     /// once is cached (never a negative answer).
     streams: RwLock<HashMap<StreamName, StreamMeta>>,
+    /// Groups cannot be changed or deleted, so their settings are cached
+    /// like streams (never a negative answer).
+    groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
 }
@@ -104,6 +107,7 @@ impl SqliteBackend {
             clock,
             notifier: Notifier::default(),
             streams: RwLock::new(HashMap::new()),
+            groups: RwLock::new(HashMap::new()),
             rotation: Mutex::new(HashMap::new()),
         };
         if migrate {
@@ -244,6 +248,36 @@ pub(super) fn bind_all(
         };
     }
     q
+}
+
+/// `(?a, ?b, …), (…)`: `rows` tuples of `cols` numbered placeholders from
+/// `?first`, each tuple opened with `prefix` (fixed SQL or shared
+/// placeholders). Only placeholders and fixed text: never input.
+pub(super) fn values(prefix: &str, first: usize, rows: usize, cols: usize) -> String {
+    let mut out = String::with_capacity(rows * (cols * 6 + prefix.len() + 4));
+    let mut n = first;
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        out.push_str(prefix);
+        for c in 0..cols {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push('?');
+            out.push_str(&n.to_string());
+            n += 1;
+        }
+        out.push(')');
+    }
+    out
+}
+
+/// A statement from `sql/` with its `{rows}` marker filled in.
+pub(super) fn with_rows(template: &'static str, rows: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(template.replace("{rows}", &rows))
 }
 
 /// A position as SQLite stores it.

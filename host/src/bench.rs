@@ -1,0 +1,185 @@
+//! Throughput and latency measurements behind `rheo bench`.
+//!
+//! Each workload runs against a fresh stream on the chosen backend and
+//! reports events per second and per-call latency percentiles. Benchmarks
+//! measure; nothing in the test suite depends on these numbers.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
+use crate::model::{
+    ConsumerId, EventInput, GroupName, GroupSpec, SettleOp, Settlement, StreamName,
+};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    /// Events per batched workload.
+    pub events: usize,
+    /// Events per append batch and leases per fetch.
+    pub batch: usize,
+    /// Events appended one call at a time.
+    pub single_appends: usize,
+    /// Events appended and consumed before measuring again (0: skip).
+    pub history: usize,
+    /// Partitions of the bench stream.
+    pub partitions: u32,
+}
+
+/// One workload's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadResult {
+    /// Workload name.
+    pub name: String,
+    /// Events processed.
+    pub events: usize,
+    /// Events per second over the whole workload.
+    pub events_per_sec: f64,
+    /// Median latency of one call (one append, or one fetch+settle round).
+    pub p50_ms: f64,
+    /// 99th percentile latency of one call.
+    pub p99_ms: f64,
+}
+
+/// Latency samples of one workload.
+#[derive(Debug, Default)]
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn result(mut self, name: &str, events: usize, total: Duration) -> WorkloadResult {
+        self.0.sort_unstable();
+        let pct = |p: f64| {
+            let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
+            self.0.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+        };
+        WorkloadResult {
+            name: name.to_owned(),
+            events,
+            events_per_sec: events as f64 / total.as_secs_f64().max(1e-9),
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+        }
+    }
+}
+
+fn input(i: usize) -> EventInput {
+    EventInput {
+        event_type: Some("bench.order".into()),
+        key: Some(format!("customer-{}", i % 1000)),
+        payload: json!({"order": i, "amount": 42.5, "currency": "EUR"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        ..EventInput::default()
+    }
+}
+
+/// A fresh stream and group for one run.
+pub async fn bench_stream(
+    backend: &dyn Backend,
+    partitions: u32,
+) -> Result<(StreamName, GroupName)> {
+    let suffix: u32 = rand::random();
+    let stream = StreamName::parse(format!("bench-{suffix:08x}"))?;
+    let group = GroupName::parse("bench")?;
+    backend
+        .create_stream(CreateStream {
+            name: stream.clone(),
+            partition_count: partitions,
+        })
+        .await?;
+    backend
+        .create_group(&stream, GroupSpec::new(group.clone()))
+        .await?;
+    Ok((stream, group))
+}
+
+/// Appends `count` events one call at a time.
+pub async fn append_single(
+    backend: &dyn Backend,
+    stream: &StreamName,
+    count: usize,
+) -> Result<WorkloadResult> {
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    for i in 0..count {
+        let t = Instant::now();
+        backend.append_one(stream, input(i)).await?;
+        samples.0.push(t.elapsed());
+    }
+    Ok(samples.result("append (single)", count, start.elapsed()))
+}
+
+/// Appends `count` events in batches of `batch`; `progress` is told how
+/// many were done after each batch.
+pub async fn append_batched(
+    backend: &dyn Backend,
+    stream: &StreamName,
+    count: usize,
+    batch: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<WorkloadResult> {
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let n = batch.min(count - done);
+        let inputs = (done..done + n).map(input).collect();
+        let t = Instant::now();
+        backend.append(stream, inputs).await?;
+        samples.0.push(t.elapsed());
+        done += n;
+        progress(done);
+    }
+    Ok(samples.result(&format!("append (batch {batch})"), count, start.elapsed()))
+}
+
+/// Fetches up to `batch` leases and acks them in one batch settle, until
+/// `count` events are consumed.
+pub async fn fetch_ack(
+    backend: &dyn Backend,
+    stream: &StreamName,
+    group: &GroupName,
+    count: usize,
+    batch: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<WorkloadResult> {
+    let consumer = ConsumerId::parse("bench")?;
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < count {
+        let t = Instant::now();
+        let leases = backend
+            .fetch(FetchRequest {
+                stream: stream.clone(),
+                group: group.clone(),
+                limit: batch as u32,
+                consumer_id: consumer.clone(),
+                lease_ms: 60_000,
+                partitions: Partitions::All,
+            })
+            .await?;
+        if leases.is_empty() {
+            break;
+        }
+        let n = leases.len();
+        let acks = leases
+            .into_iter()
+            .map(|l| Settlement {
+                target: l.into_target(),
+                op: SettleOp::Ack,
+            })
+            .collect();
+        for r in backend.settle(stream, group, acks).await? {
+            r?;
+        }
+        samples.0.push(t.elapsed());
+        done += n;
+        progress(done);
+    }
+    Ok(samples.result(&format!("fetch+ack (batch {batch})"), done, start.elapsed()))
+}
