@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
@@ -31,8 +30,8 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection, Postgres, Row};
 
 use super::sql::{Bind, GroupConfig, Phase, map_error, newly_applied};
 use super::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier, Partitions,
+    ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::model::{
@@ -406,144 +405,16 @@ pub(super) fn parts(list: &[u32]) -> Vec<i32> {
     list.iter().map(|p| *p as i32).collect()
 }
 
-#[async_trait]
-impl Backend for PostgresBackend {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: true,
-            multi_node: true,
-            cross_process_wakeups: true,
-        }
-    }
-
-    fn clock(&self) -> &SharedClock {
-        &self.clock
-    }
-
-    async fn migrate(&self) -> Result<Vec<String>> {
-        PostgresBackend::migrate(self).await
-    }
-
-    async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(read_err)
-    }
-
-    async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
-        log::create_stream(self, req).await
-    }
-
-    async fn list_streams(&self) -> Result<Vec<Stream>> {
-        log::list_streams(self).await
-    }
-
-    async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        log::get_stream(self, stream).await
-    }
-
-    async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
-        let appended = log::append(self, stream, events).await?;
-        if appended.iter().any(|a| !a.duplicate) {
-            self.notifier.notify(stream);
-        }
-        Ok(appended)
-    }
-
-    async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
-        log::read(self, req).await
-    }
-
-    async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
-        log::query(self, stream, query).await
-    }
-
-    async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
-        groups::create_group(self, stream, spec).await
-    }
-
-    async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
-        groups::list_groups(self, stream).await
-    }
-
-    async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
-        groups::fetch(self, req).await
-    }
-
-    async fn renew(&self, req: RenewRequest) -> Result<Lease> {
-        groups::renew(self, req).await
-    }
-
-    async fn settle(
-        &self,
-        stream: &StreamName,
-        group: &GroupName,
-        items: Vec<Settlement>,
-    ) -> Result<Vec<Result<()>>> {
-        let (results, requeued) = groups::settle(self, stream, group, items).await?;
-        if requeued {
-            self.notifier.notify(stream);
-        }
-        Ok(results)
-    }
-
-    async fn lag(
-        &self,
-        stream: &StreamName,
-        group: &GroupName,
-        partitions: &Partitions,
-    ) -> Result<Lag> {
-        groups::lag(self, stream, group, partitions).await
-    }
-
-    async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
-        groups::group_info(self, stream, group).await
-    }
-
-    async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
-        groups::dead_letters(self, req).await
-    }
-
-    async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
-        let n = groups::redrive(self, stream, group, which).await?;
-        if n > 0 {
-            self.notifier.notify(stream);
-        }
-        Ok(n)
-    }
-
-    async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
-        let n = groups::replay(self, stream, group, how).await?;
-        self.notifier.notify(stream);
-        Ok(n)
-    }
-
-    async fn reset(&self, req: ResetRequest) -> Result<()> {
-        let stream = req.stream.clone();
-        groups::reset(self, req).await?;
-        self.notifier.notify(&stream);
-        Ok(())
-    }
-
-    fn subscribe(&self, stream: &StreamName) -> Wakeup {
-        self.notifier.subscribe(stream)
-    }
-
-    async fn next_due(
-        &self,
-        stream: &StreamName,
-        group: &GroupName,
-        partitions: &Partitions,
-    ) -> Result<Option<Timestamp>> {
-        groups::next_due(self, stream, group, partitions).await
-    }
-}
+crate::backend::sql::sql_backend!(
+    PostgresBackend,
+    "postgres",
+    Capabilities {
+        durable: true,
+        multi_node: true,
+        cross_process_wakeups: true,
+    },
+    pool
+);
 
 #[cfg(test)]
 pub(crate) mod tests;

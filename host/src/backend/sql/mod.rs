@@ -133,6 +133,170 @@ pub(crate) fn newly_applied(
         .collect()
 }
 
+/// The [`Backend`](crate::backend::Backend) impl of a SQL backend, whose
+/// operations live in its `log` and `groups` modules with the same names.
+/// Only the name, the capabilities and the pool that answers pings differ,
+/// so both dialects share this one delegation.
+macro_rules! sql_backend {
+    ($ty:ty, $kind:literal, $caps:expr, $ping_pool:ident) => {
+        #[async_trait::async_trait]
+        impl $crate::backend::Backend for $ty {
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+
+            fn capabilities(&self) -> $crate::backend::Capabilities {
+                $caps
+            }
+
+            fn clock(&self) -> &SharedClock {
+                &self.clock
+            }
+
+            async fn migrate(&self) -> Result<Vec<String>> {
+                <$ty>::migrate(self).await
+            }
+
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("SELECT 1")
+                    .execute(&self.$ping_pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| {
+                        $crate::backend::sql::map_error(e, $crate::backend::sql::Phase::Read)
+                    })
+            }
+
+            async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+                log::create_stream(self, req).await
+            }
+
+            async fn list_streams(&self) -> Result<Vec<Stream>> {
+                log::list_streams(self).await
+            }
+
+            async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+                log::get_stream(self, stream).await
+            }
+
+            async fn append(
+                &self,
+                stream: &StreamName,
+                events: Vec<EventInput>,
+            ) -> Result<Vec<Appended>> {
+                let appended = log::append(self, stream, events).await?;
+                if appended.iter().any(|a| !a.duplicate) {
+                    self.notifier.notify(stream);
+                }
+                Ok(appended)
+            }
+
+            async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+                log::read(self, req).await
+            }
+
+            async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
+                log::query(self, stream, query).await
+            }
+
+            async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
+                groups::create_group(self, stream, spec).await
+            }
+
+            async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
+                groups::list_groups(self, stream).await
+            }
+
+            async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+                groups::fetch(self, req).await
+            }
+
+            async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+                groups::renew(self, req).await
+            }
+
+            async fn settle(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+                items: Vec<Settlement>,
+            ) -> Result<Vec<Result<()>>> {
+                let (results, requeued) = groups::settle(self, stream, group, items).await?;
+                if requeued {
+                    self.notifier.notify(stream);
+                }
+                Ok(results)
+            }
+
+            async fn lag(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+                partitions: &Partitions,
+            ) -> Result<Lag> {
+                groups::lag(self, stream, group, partitions).await
+            }
+
+            async fn group_info(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+            ) -> Result<GroupInfo> {
+                groups::group_info(self, stream, group).await
+            }
+
+            async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+                groups::dead_letters(self, req).await
+            }
+
+            async fn redrive(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+                which: Redrive,
+            ) -> Result<u64> {
+                let n = groups::redrive(self, stream, group, which).await?;
+                if n > 0 {
+                    self.notifier.notify(stream);
+                }
+                Ok(n)
+            }
+
+            async fn replay(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+                how: Replay,
+            ) -> Result<u64> {
+                let n = groups::replay(self, stream, group, how).await?;
+                self.notifier.notify(stream);
+                Ok(n)
+            }
+
+            async fn reset(&self, req: ResetRequest) -> Result<()> {
+                let stream = req.stream.clone();
+                groups::reset(self, req).await?;
+                self.notifier.notify(&stream);
+                Ok(())
+            }
+
+            fn subscribe(&self, stream: &StreamName) -> Wakeup {
+                self.notifier.subscribe(stream)
+            }
+
+            async fn next_due(
+                &self,
+                stream: &StreamName,
+                group: &GroupName,
+                partitions: &Partitions,
+            ) -> Result<Option<Timestamp>> {
+                groups::next_due(self, stream, group, partitions).await
+            }
+        }
+    };
+}
+pub(crate) use sql_backend;
+
 /// Whether `e` is a unique-constraint violation.
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
