@@ -5,6 +5,7 @@
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
+//! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops, versions and hot swap.
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
@@ -15,5 +16,6 @@ pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod model;
+pub mod runtime;
 pub mod settle;
 pub mod telemetry;

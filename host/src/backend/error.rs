@@ -11,10 +11,10 @@ use crate::model::{GroupName, StreamName, ValidationError};
 #[non_exhaustive]
 pub enum Error {
     /// The stream does not exist (checked before the group).
-    #[error("stream {0:?} not found")]
+    #[error("stream {:?} not found", .0.as_str())]
     StreamNotFound(StreamName),
     /// The stream exists; the group does not.
-    #[error("group {group:?} not found on stream {stream:?}")]
+    #[error("group {:?} not found on stream {:?}", group.as_str(), stream.as_str())]
     GroupNotFound {
         /// The stream.
         stream: StreamName,

@@ -1,0 +1,136 @@
+//! The handler runtime: one loop per deployed handler that claims leases,
+//! runs the handler on them, and settles what it returns.
+//!
+//! ```text
+//!            ┌──────── wake-up (append, nack, replay…) / due time / idle poll
+//!            ▼
+//!   fetch(min(max_demand − inflight, free concurrency)) ──▶ dispatch ──▶ handler
+//!            ▲                                                │
+//!            │      renew every max(lease_ms / 2, 50 ms)      ▼
+//!            └──────────────────── settle (policy) ◀────── outcome
+//! ```
+//!
+//! * **Claiming.** A worker fetches only as many leases as it can start
+//!   right away, so every lease it holds is being worked on. When a fetch
+//!   comes back empty it asks the backend when something next becomes due
+//!   (a lease expiring, a retry delay ending) and sleeps until then, or
+//!   until the backend's wake-up hook fires, or at most an idle interval —
+//!   never a busy loop. Failed fetches back off 100 ms doubling to 5 s.
+//! * **Leases stay alive** while the handler runs: a renewer extends every
+//!   in-flight lease each half lease. A renewal that finds the lease taken
+//!   (`stale_lease`) marks it lost; its handler's result is then dropped
+//!   unsettled, since someone else owns the delivery now.
+//! * **Settling** follows [`crate::settle`]: the outcome becomes ack, nack
+//!   (with the guest's delay, clamped) or reject; a failed settle is lost,
+//!   left to expire, or nacked, by its error.
+//! * **Versions.** The handler to call is read from an atomic cell at the
+//!   start of each delivery. Deploying a new version swaps the cell:
+//!   deliveries already running finish on the version they started with,
+//!   new ones get the new one. Nothing is paused for a swap.
+//! * **Draining.** Stop fetching, let in-flight deliveries finish and
+//!   settle, bounded by a timeout; what is still running then is abandoned
+//!   and its leases expire (at-least-once: another consumer gets them).
+
+mod counters;
+mod supervisor;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use counters::{Counters, CountersSnapshot};
+pub use supervisor::{HandlerStatus, Runtime, RuntimeError};
+pub use worker::{Worker, WorkerControl};
+
+use crate::backend::Partitions;
+use crate::model::{ConsumerId, GroupName, Lease, StreamName, Timestamp};
+use crate::settle::HandlerOutcome;
+
+/// Something that handles one delivery. The WebAssembly runner implements
+/// it; so can anything else that turns a lease into an outcome.
+#[async_trait]
+pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
+    /// Runs on one leased delivery and says what to do with it.
+    async fn handle(&self, lease: &Lease) -> HandlerOutcome;
+}
+
+/// One deployed version of a handler.
+#[derive(Debug, Clone)]
+pub struct Version {
+    /// 1 for the first deploy, then +1 per swap.
+    pub number: u64,
+    /// Content digest of what runs (sha256 hex for WebAssembly modules).
+    pub digest: String,
+    /// When it was deployed.
+    pub deployed_at: Timestamp,
+    /// The code.
+    pub handler: Arc<dyn Handler>,
+}
+
+/// Longest retry delay a handler may ask for (1 hour); longer requests are clamped.
+pub const DEFAULT_MAX_RETRY_DELAY_MS: u64 = 3_600_000;
+/// How long a drain waits for in-flight deliveries by default.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest idle sleep between fetches when nothing wakes the worker: a
+/// safety net for wake-ups a backend cannot deliver (another process's
+/// append on a store without notifications).
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// How a handler consumes its group.
+#[derive(Debug, Clone)]
+pub struct HandlerSettings {
+    /// Stream to consume.
+    pub stream: StreamName,
+    /// Group to consume as.
+    pub group: GroupName,
+    /// Partitions to claim from.
+    pub partitions: Partitions,
+    /// Deliveries handled at the same time.
+    pub concurrency: usize,
+    /// Leases held at most (fetched but not settled).
+    pub max_demand: usize,
+    /// Lease duration; renewed every half.
+    pub lease_ms: u64,
+    /// Longest retry delay a handler may request.
+    pub max_retry_delay_ms: u64,
+    /// How long a drain waits for in-flight work.
+    pub drain_timeout: Duration,
+    /// Idle safety-net poll interval.
+    pub idle_poll: Duration,
+    /// Who the leases are for.
+    pub consumer_id: ConsumerId,
+}
+
+impl HandlerSettings {
+    /// Settings with the SPEC defaults: concurrency 1, max_demand 10,
+    /// 30 s leases, all partitions.
+    pub fn new(stream: StreamName, group: GroupName, consumer_id: ConsumerId) -> Self {
+        Self {
+            stream,
+            group,
+            partitions: Partitions::All,
+            concurrency: 1,
+            max_demand: 10,
+            lease_ms: crate::model::DEFAULT_LEASE_MS,
+            max_retry_delay_ms: DEFAULT_MAX_RETRY_DELAY_MS,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            idle_poll: DEFAULT_IDLE_POLL,
+            consumer_id,
+        }
+    }
+
+    /// Leases to hold at once: never more than can run.
+    pub(crate) fn window(&self) -> usize {
+        self.max_demand.max(1).min(self.concurrency.max(1))
+    }
+
+    /// Interval between renewals: half a lease, at least 50 ms.
+    pub(crate) fn renew_every(&self) -> Duration {
+        Duration::from_millis((self.lease_ms / 2).max(50))
+    }
+}

@@ -1,0 +1,457 @@
+//! Runtime tests with in-process handlers over the memory backend and a
+//! frozen clock. (The WebAssembly handlers are tested end to end with real
+//! guests in `wasm::tests` and the `tests/` crate.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
+
+use super::{Handler, HandlerSettings, Runtime, Version};
+use crate::backend::memory::MemoryBackend;
+use crate::backend::{Backend, CreateStream, DeadLettersRequest, Partitions, Replay};
+use crate::clock::FrozenClock;
+use crate::model::{
+    ConsumerId, EventInput, GroupName, GroupSpec, HandlerName, Lease, StreamName, Timestamp,
+};
+use crate::settle::{HandlerFailure, HandlerOutcome};
+
+/// A handler made of a closure.
+struct FnHandler<F>(F);
+
+impl<F> std::fmt::Debug for FnHandler<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FnHandler")
+    }
+}
+
+#[async_trait]
+impl<F> Handler for FnHandler<F>
+where
+    F: Fn(&Lease) -> HandlerOutcome + Send + Sync + 'static,
+{
+    async fn handle(&self, lease: &Lease) -> HandlerOutcome {
+        (self.0)(lease)
+    }
+}
+
+/// A handler that waits for a permit per delivery, then acks.
+#[derive(Debug)]
+struct Gated {
+    gate: Arc<Semaphore>,
+    started: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Handler for Gated {
+    async fn handle(&self, _: &Lease) -> HandlerOutcome {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.expect("gate open").forget();
+        HandlerOutcome::Ack
+    }
+}
+
+struct Env {
+    backend: Arc<MemoryBackend>,
+    clock: Arc<FrozenClock>,
+    runtime: Runtime,
+    stream: StreamName,
+    group: GroupName,
+}
+
+async fn env() -> Env {
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let backend = Arc::new(MemoryBackend::new(clock.clone()));
+    let stream = StreamName::parse("orders").unwrap();
+    backend
+        .create_stream(CreateStream {
+            name: stream.clone(),
+            partition_count: 2,
+        })
+        .await
+        .unwrap();
+    Env {
+        runtime: Runtime::new(backend.clone()),
+        backend,
+        clock,
+        stream,
+        group: GroupName::parse("workers").unwrap(),
+    }
+}
+
+impl Env {
+    fn settings(&self) -> HandlerSettings {
+        let mut s = HandlerSettings::new(
+            self.stream.clone(),
+            self.group.clone(),
+            ConsumerId::parse("test-worker").unwrap(),
+        );
+        s.concurrency = 4;
+        s
+    }
+
+    async fn append(&self, n: usize) {
+        self.backend
+            .append(&self.stream, vec![EventInput::default(); n])
+            .await
+            .unwrap();
+    }
+
+    async fn lag(&self) -> u64 {
+        self.backend
+            .lag(&self.stream, &self.group, &Partitions::All)
+            .await
+            .unwrap()
+            .lag
+    }
+}
+
+fn version(number: u64, handler: impl Handler) -> Version {
+    Version {
+        number,
+        digest: format!("digest-{number}"),
+        deployed_at: Timestamp::EPOCH,
+        handler: Arc::new(handler),
+    }
+}
+
+fn name(s: &str) -> HandlerName {
+    HandlerName::parse(s).unwrap()
+}
+
+/// Waits (in real time, bounded) for a condition the runtime makes true.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..2000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_every_event_and_counts_them() {
+    let e = env().await;
+    e.append(100).await;
+    let h = name("echo");
+    e.runtime
+        .deploy(
+            h.clone(),
+            e.settings(),
+            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+        )
+        .await
+        .unwrap();
+    eventually("all acked", async || e.lag().await == 0).await;
+    eventually("counted", async || {
+        e.runtime.get(&h).unwrap().counters.acked == 100
+    })
+    .await;
+    let status = e.runtime.get(&h).unwrap();
+    assert_eq!(status.counters.processed, 100);
+    assert_eq!(status.counters.inflight, 0);
+    assert_eq!((status.version, status.status), (1, "running"));
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_a_delay_waits_for_the_clock() {
+    let e = env().await;
+    e.append(1).await;
+    let h = name("flaky");
+    let handler = FnHandler(|l: &Lease| {
+        if l.attempt < 2 {
+            HandlerOutcome::Retry {
+                reason: "not yet".into(),
+                delay_ms: Some(5_000),
+            }
+        } else {
+            HandlerOutcome::Ack
+        }
+    });
+    e.runtime
+        .deploy(h.clone(), e.settings(), version(1, handler))
+        .await
+        .unwrap();
+    eventually("retried", async || {
+        e.runtime.get(&h).unwrap().counters.retried == 1
+    })
+    .await;
+    let lag = e
+        .backend
+        .lag(&e.stream, &e.group, &Partitions::All)
+        .await
+        .unwrap();
+    assert_eq!(lag.waiting_retry, 1, "waiting on the frozen clock");
+    e.clock.advance(5_000);
+    eventually("acked on attempt 2", async || e.lag().await == 0).await;
+    let c = e.runtime.get(&h).unwrap().counters;
+    assert_eq!((c.retried, c.acked, c.processed), (1, 1, 2));
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_and_failures_reach_the_dead_letters() {
+    let e = env().await;
+    e.backend
+        .create_group(
+            &e.stream,
+            GroupSpec {
+                max_attempts: 2,
+                ..GroupSpec::new(e.group.clone())
+            },
+        )
+        .await
+        .unwrap();
+    e.backend
+        .append(
+            &e.stream,
+            vec![
+                EventInput {
+                    event_type: Some("poison".into()),
+                    ..EventInput::default()
+                },
+                EventInput {
+                    event_type: Some("crash".into()),
+                    ..EventInput::default()
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    let h = name("picky");
+    let handler = FnHandler(|l: &Lease| match l.event.event_type.as_deref() {
+        Some("poison") => HandlerOutcome::Reject {
+            reason: "poison event".into(),
+        },
+        _ => HandlerOutcome::Failed(HandlerFailure::Trap("boom".into())),
+    });
+    e.runtime
+        .deploy(h.clone(), e.settings(), version(1, handler))
+        .await
+        .unwrap();
+    eventually("both dead", async || e.lag().await == 0).await;
+    let page = e
+        .backend
+        .dead_letters(DeadLettersRequest {
+            stream: e.stream.clone(),
+            group: e.group.clone(),
+            limit: 10,
+            after: None,
+        })
+        .await
+        .unwrap();
+    let mut reasons: Vec<_> = page.dead_letters.iter().map(|d| d.reason.clone()).collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        ["max_attempts: handler_error: trap: boom", "poison event"]
+    );
+    eventually("counted", async || {
+        e.runtime.get(&h).unwrap().counters.processed == 3
+    })
+    .await;
+    let c = e.runtime.get(&h).unwrap().counters;
+    assert_eq!((c.rejected, c.trapped, c.retried), (1, 2, 2));
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_mid_flight_is_not_settled() {
+    let e = env().await;
+    e.append(1).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let h = name("slow");
+    let handler = Gated {
+        gate: gate.clone(),
+        started: started.clone(),
+    };
+    e.runtime
+        .deploy(h.clone(), e.settings(), version(1, handler))
+        .await
+        .unwrap();
+    eventually("started", async || started.load(Ordering::SeqCst) == 1).await;
+    // An operator replays the group: the worker's lease is superseded.
+    let n = e
+        .backend
+        .replay(
+            &e.stream,
+            &e.group,
+            Replay::FromSequence {
+                after: 0,
+                partitions: Partitions::All,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    gate.add_permits(1);
+    eventually("lost", async || {
+        e.runtime.get(&h).unwrap().counters.lost == 1
+    })
+    .await;
+    let c = e.runtime.get(&h).unwrap().counters;
+    assert_eq!(c.acked, 0, "the stale result was dropped, not acked");
+    assert_eq!(e.lag().await, 1, "the delivery is still open");
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_swap_lets_in_flight_work_finish_on_the_old_version() {
+    let e = env().await;
+    e.append(1).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let h = name("swappy");
+    let mut settings = e.settings();
+    settings.concurrency = 1;
+    let v1 = Gated {
+        gate: gate.clone(),
+        started: started.clone(),
+    };
+    e.runtime
+        .deploy(h.clone(), settings.clone(), version(1, v1))
+        .await
+        .unwrap();
+    eventually("v1 started", async || started.load(Ordering::SeqCst) == 1).await;
+    let status = e
+        .runtime
+        .deploy(
+            h.clone(),
+            settings,
+            version(2, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+        )
+        .await
+        .unwrap();
+    assert_eq!((status.version, status.previous_version), (2, Some(1)));
+    e.append(3).await;
+    gate.add_permits(1);
+    eventually("all acked", async || e.lag().await == 0).await;
+    eventually("counted", async || {
+        e.runtime.get(&h).unwrap().counters.acked == 4
+    })
+    .await;
+    let by_version = e.runtime.get(&h).unwrap().counters_by_version;
+    assert_eq!(
+        by_version[&1].acked, 1,
+        "the in-flight delivery finished on v1"
+    );
+    assert_eq!(by_version[&2].acked, 3);
+    let rolled = e.runtime.rollback(&h).unwrap();
+    assert_eq!((rolled.version, rolled.previous_version), (1, Some(2)));
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_handler_drains_in_flight_work_first() {
+    let e = env().await;
+    e.append(2).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let h = name("drainer");
+    let handler = Gated {
+        gate: gate.clone(),
+        started: started.clone(),
+    };
+    e.runtime
+        .deploy(h.clone(), e.settings(), version(1, handler))
+        .await
+        .unwrap();
+    eventually("both started", async || started.load(Ordering::SeqCst) == 2).await;
+    let runtime = Arc::new(e.runtime);
+    let removing = tokio::spawn({
+        let runtime = runtime.clone();
+        let h = h.clone();
+        async move { runtime.remove(&h).await }
+    });
+    gate.add_permits(2);
+    let status = removing.await.unwrap().unwrap();
+    assert_eq!(status.name, h);
+    let lag = e
+        .backend
+        .lag(&e.stream, &e.group, &Partitions::All)
+        .await
+        .unwrap();
+    assert_eq!((lag.lag, lag.inflight), (0, 0), "drained work was settled");
+    assert!(runtime.get(&h).is_err(), "gone after removal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_times_out_abandons_its_leases() {
+    let e = env().await;
+    e.append(1).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let h = name("stuck");
+    let mut settings = e.settings();
+    settings.drain_timeout = Duration::from_millis(50);
+    let handler = Gated {
+        gate,
+        started: started.clone(),
+    };
+    e.runtime
+        .deploy(h.clone(), settings, version(1, handler))
+        .await
+        .unwrap();
+    eventually("started", async || started.load(Ordering::SeqCst) == 1).await;
+    e.runtime.remove(&h).await.unwrap();
+    let lag = e
+        .backend
+        .lag(&e.stream, &e.group, &Partitions::All)
+        .await
+        .unwrap();
+    assert_eq!(lag.inflight, 1, "the lease is left to expire");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploying_on_a_missing_stream_is_refused() {
+    let e = env().await;
+    let mut settings = e.settings();
+    settings.stream = StreamName::parse("nope").unwrap();
+    let err = e
+        .runtime
+        .deploy(
+            name("x"),
+            settings,
+            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("stream \"nope\" not found"),
+        "{err}"
+    );
+    assert!(e.runtime.list().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_handler_fetches_nothing_until_resumed() {
+    let e = env().await;
+    let h = name("pausable");
+    e.runtime
+        .deploy(
+            h.clone(),
+            e.settings(),
+            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(e.runtime.pause(&h).unwrap().status, "paused");
+    e.append(5).await;
+    // A paused worker's wait has no timeout to miss: give it real time to
+    // (wrongly) act, then check nothing was claimed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lag = e
+        .backend
+        .lag(&e.stream, &e.group, &Partitions::All)
+        .await
+        .unwrap();
+    assert_eq!((lag.pending, lag.inflight), (5, 0));
+    e.runtime.resume(&h).unwrap();
+    eventually("resumed and acked", async || e.lag().await == 0).await;
+    e.runtime.shutdown().await;
+}
