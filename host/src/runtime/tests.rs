@@ -275,6 +275,8 @@ async fn a_lease_lost_mid_flight_is_not_settled() {
         .await
         .unwrap();
     eventually("started", async || started.load(Ordering::SeqCst) == 1).await;
+    // Paused first, so the worker does not claim the replayed delivery again.
+    e.runtime.pause(&h).unwrap();
     // An operator replays the group: the worker's lease is superseded.
     let n = e
         .backend
