@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{
     SqliteBackend, StreamMeta, bind_all, event_at, int, read_err, ts_col, ts_text, u32_col,
-    u64_col, values, with_rows, write_err,
+    u64_col, write_err,
 };
 use crate::backend::sql::{Dialect, events_query, is_unique_violation, plan_append};
 use crate::backend::{CreateStream, Error, ReadRequest, Result};
@@ -180,26 +180,30 @@ pub(super) async fn append(
             duplicate: false,
         }));
     }
-    // One multi-row INSERT per chunk (8 parameters a row, well under
-    // SQLite's limit of 32766).
-    for chunk in new_events.chunks(1000) {
-        let statement = with_rows(
-            include_str!("sql/append_insert.sql"),
-            values("?1, ", 2, chunk.len(), 8),
-        );
-        let mut q = sqlx::query(statement).bind(stream.as_str());
-        for e in chunk {
-            q = q
-                .bind(i64::from(e.partition))
-                .bind(int(e.sequence))
-                .bind(e.id.as_str().to_owned())
-                .bind(e.key.clone())
-                .bind(e.event_type.clone())
-                .bind(ts_text(e.timestamp))
-                .bind(json_text(&e.payload)?)
-                .bind(json_text(&e.metadata)?);
-        }
-        q.execute(&mut *tx).await.map_err(write_err)?;
+    // One statement for the whole batch: the rows travel as one JSON
+    // array (see sql/append_insert.sql).
+    if !new_events.is_empty() {
+        let rows: Vec<serde_json::Value> = new_events
+            .iter()
+            .map(|e| {
+                serde_json::json!([
+                    e.partition,
+                    e.sequence,
+                    e.id.as_str(),
+                    e.key,
+                    e.event_type,
+                    ts_text(e.timestamp),
+                    e.payload,
+                    e.metadata
+                ])
+            })
+            .collect();
+        sqlx::query(include_str!("sql/append_insert.sql"))
+            .bind(stream.as_str())
+            .bind(serde_json::Value::Array(rows).to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(write_err)?;
     }
     tx.commit().await.map_err(write_err)?;
     Ok(out
@@ -212,11 +216,6 @@ pub(super) async fn append(
             })
         })
         .collect())
-}
-
-/// JSON text for storage.
-pub(super) fn json_text(value: &crate::model::JsonObject) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| Error::Failed(format!("cannot encode JSON: {e}")))
 }
 
 pub(super) async fn read(b: &SqliteBackend, req: ReadRequest) -> Result<Vec<Event>> {

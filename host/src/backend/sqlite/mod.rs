@@ -249,34 +249,11 @@ pub(super) fn bind_all(
     q
 }
 
-/// `(?a, ?b, …), (…)`: `rows` tuples of `cols` numbered placeholders from
-/// `?first`, each tuple opened with `prefix` (fixed SQL or shared
-/// placeholders). Only placeholders and fixed text: never input.
-pub(super) fn values(prefix: &str, first: usize, rows: usize, cols: usize) -> String {
-    let mut out = String::with_capacity(rows * (cols * 6 + prefix.len() + 4));
-    let mut n = first;
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        out.push_str(prefix);
-        for c in 0..cols {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            out.push('?');
-            out.push_str(&n.to_string());
-            n += 1;
-        }
-        out.push(')');
-    }
-    out
-}
-
-/// A statement from `sql/` with its `{rows}` marker filled in.
-pub(super) fn with_rows(template: &'static str, rows: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(template.replace("{rows}", &rows))
+/// Rows for a statement that reads them with `json_each(?)`: one JSON
+/// array of arrays. One parameter whatever the batch size, so statements
+/// stay static and cached.
+pub(super) fn json_rows<T: serde::Serialize>(rows: &[T]) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// A position as SQLite stores it.

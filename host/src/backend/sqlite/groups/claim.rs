@@ -7,8 +7,7 @@ use sqlx::{Row, SqliteConnection};
 use super::{events_at, positions, set_cursor};
 use crate::backend::sql::round_robin;
 use crate::backend::sqlite::{
-    SqliteBackend, int, opt_ts_col, read_err, ts_text, u32_col, u64_col, values, with_rows,
-    write_err,
+    SqliteBackend, int, json_rows, opt_ts_col, read_err, ts_text, u32_col, u64_col, write_err,
 };
 use crate::backend::{Error, FetchRequest, RenewRequest, Result};
 use crate::model::{
@@ -101,22 +100,17 @@ pub(in crate::backend::sqlite) async fn fetch(
     let mut leases = Vec::with_capacity(req.limit as usize);
 
     if !reclaim.is_empty() {
-        let statement = with_rows(
-            include_str!("../sql/fetch_claim.sql"),
-            values("", 6, reclaim.len(), 3),
-        );
-        let mut q = sqlx::query(statement)
+        let claims: Vec<(u32, u64, String)> = reclaim
+            .iter()
+            .map(|(p, seq)| (*p, *seq, LeaseId::generate().as_str().to_owned()))
+            .collect();
+        let q = sqlx::query(include_str!("../sql/fetch_claim.sql"))
             .bind(s.as_str())
             .bind(g.as_str())
             .bind(req.consumer_id.as_str())
             .bind(ts_text(now))
-            .bind(ts_text(expires_at));
-        for (p, seq) in &reclaim {
-            q = q
-                .bind(i64::from(*p))
-                .bind(int(*seq))
-                .bind(LeaseId::generate().as_str().to_owned());
-        }
+            .bind(ts_text(expires_at))
+            .bind(json_rows(&claims));
         let rows = q.fetch_all(&mut *tx).await.map_err(write_err)?;
         let mut events = events_at(&mut tx, s, &reclaim).await?;
         for row in &rows {
@@ -146,23 +140,18 @@ pub(in crate::backend::sqlite) async fn fetch(
             .map(|r| crate::backend::sqlite::event_at(s, r, 0))
             .collect::<Result<Vec<_>>>()?;
         let lease_ids: Vec<LeaseId> = events.iter().map(|_| LeaseId::generate()).collect();
-        let statement = with_rows(
-            include_str!("../sql/fetch_materialize.sql"),
-            values("?1, ?2, ?3, ?4, ?5, 'leased', 1, ", 6, events.len(), 4),
-        );
-        let mut q = sqlx::query(statement)
+        let rows: Vec<(u32, u64, &str, &str)> = events
+            .iter()
+            .zip(&lease_ids)
+            .map(|(e, id)| (e.partition, e.sequence, e.id.as_str(), id.as_str()))
+            .collect();
+        let q = sqlx::query(include_str!("../sql/fetch_materialize.sql"))
             .bind(s.as_str())
             .bind(g.as_str())
             .bind(req.consumer_id.as_str())
             .bind(ts_text(now))
-            .bind(ts_text(expires_at));
-        for (e, id) in events.iter().zip(&lease_ids) {
-            q = q
-                .bind(i64::from(e.partition))
-                .bind(int(e.sequence))
-                .bind(e.id.as_str().to_owned())
-                .bind(id.as_str().to_owned());
-        }
+            .bind(ts_text(expires_at))
+            .bind(json_rows(&rows));
         q.execute(&mut *tx).await.map_err(write_err)?;
         set_cursor(&mut tx, s, g, p, cursor + events.len() as u64).await?;
         for (event, id) in events.into_iter().zip(lease_ids) {

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use sqlx::{Row, SqliteConnection};
 
 use super::{
-    SqliteBackend, StreamMeta, event_at, int, read_err, ts_col, ts_text, u32_col, u64_col, values,
-    with_rows, write_err,
+    SqliteBackend, StreamMeta, event_at, int, json_rows, read_err, ts_col, ts_text, u32_col,
+    u64_col, write_err,
 };
 use crate::backend::sql::{GroupConfig, is_unique_violation};
 use crate::backend::{Error, Result};
@@ -235,19 +235,18 @@ async fn events_at(
     positions: &[(u32, u64)],
 ) -> Result<HashMap<(u32, u64), Event>> {
     let mut out = HashMap::with_capacity(positions.len());
-    for chunk in positions.chunks(1000) {
-        let statement = with_rows(
-            include_str!("../sql/events_at.sql"),
-            values("", 2, chunk.len(), 2),
-        );
-        let mut q = sqlx::query(statement).bind(s.as_str());
-        for (p, seq) in chunk {
-            q = q.bind(i64::from(*p)).bind(int(*seq));
-        }
-        for row in q.fetch_all(&mut *conn).await.map_err(read_err)? {
-            let e = event_at(s, &row, 0)?;
-            out.insert((e.partition, e.sequence), e);
-        }
+    if positions.is_empty() {
+        return Ok(out);
+    }
+    let rows = sqlx::query(include_str!("../sql/events_at.sql"))
+        .bind(s.as_str())
+        .bind(json_rows(positions))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(read_err)?;
+    for row in rows {
+        let e = event_at(s, &row, 0)?;
+        out.insert((e.partition, e.sequence), e);
     }
     Ok(out)
 }

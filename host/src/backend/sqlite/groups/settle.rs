@@ -7,7 +7,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::claim::fence;
 use crate::backend::sql::{Write, plain_acks, settle_write};
-use crate::backend::sqlite::{SqliteBackend, read_err, ts_text, values, with_rows, write_err};
+use crate::backend::sqlite::{SqliteBackend, json_rows, read_err, ts_text, write_err};
 use crate::backend::{Error, Result, validate_settlements};
 use crate::model::{GroupName, SettleTarget, Settlement, StreamName, clip_reason};
 
@@ -111,21 +111,20 @@ async fn ack_many(
     g: &GroupName,
     targets: &[&SettleTarget],
 ) -> Result<HashSet<String>> {
-    let mut acked = HashSet::with_capacity(targets.len());
-    for chunk in targets.chunks(1000) {
-        let statement = with_rows(
-            include_str!("../sql/settle_acks.sql"),
-            values("", 3, chunk.len(), 2),
-        );
-        let mut q = sqlx::query(statement).bind(s.as_str()).bind(g.as_str());
-        for t in chunk {
-            q = q
-                .bind(t.event_id.as_str().to_owned())
-                .bind(t.lease_id.as_str().to_owned());
-        }
-        for row in q.fetch_all(&mut *conn).await.map_err(write_err)? {
-            acked.insert(row.try_get::<String, _>(0).map_err(read_err)?);
-        }
+    let pairs: Vec<(&str, &str)> = targets
+        .iter()
+        .map(|t| (t.event_id.as_str(), t.lease_id.as_str()))
+        .collect();
+    let rows = sqlx::query(include_str!("../sql/settle_acks.sql"))
+        .bind(s.as_str())
+        .bind(g.as_str())
+        .bind(json_rows(&pairs))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(write_err)?;
+    let mut acked = HashSet::with_capacity(rows.len());
+    for row in rows {
+        acked.insert(row.try_get::<String, _>(0).map_err(read_err)?);
     }
     Ok(acked)
 }
