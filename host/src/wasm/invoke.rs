@@ -134,8 +134,12 @@ impl HandlerRunner {
     }
 
     /// Runs the guest's `handle` for `lease` and says what happened. Never
-    /// panics and never returns an error: a guest that misbehaves is a
+    /// returns an error: a guest that misbehaves is a
     /// [`HandlerOutcome::Failed`].
+    ///
+    /// Must run inside a tokio runtime with the time driver enabled (as
+    /// `#[tokio::main]` and `#[tokio::test]` set up): the deadline of time
+    /// spent in host calls is a tokio timer.
     pub async fn invoke(&self, lease: &Lease) -> HandlerOutcome {
         self.invoke_delivery(&delivery_of(lease)).await
     }
@@ -165,7 +169,15 @@ impl HandlerRunner {
         let call = self.call(delivery, deadline);
         let failure = match tokio::time::timeout_at(deadline.into(), call).await {
             Ok(Ok(outcome)) => return outcome_of(outcome),
-            Ok(Err(error)) => self.classify(&error),
+            Ok(Err(error)) => {
+                tracing::debug!(
+                    target: super::LOG_TARGET,
+                    handler = %self.env.name(),
+                    error = ?error,
+                    "handler call failed"
+                );
+                self.classify(&error)
+            }
             // The call future, and the instance inside it, are dropped.
             Err(_elapsed) => {
                 bump(&self.counters.discarded);
@@ -246,9 +258,17 @@ impl HandlerRunner {
     }
 }
 
-/// The error's chain on one line, cut to what a nack reason keeps.
+/// The error's chain on one line, cut to what a nack reason keeps. The
+/// wasm backtrace wasmtime attaches is left out: it is many lines of
+/// function indices, useful in the log (where it goes) but noise in a
+/// dead letter's reason.
 fn describe(error: &wasmtime::Error) -> String {
-    let text: Vec<String> = error.chain().map(ToString::to_string).collect();
+    let text: Vec<String> = error
+        .chain()
+        .map(ToString::to_string)
+        .filter(|part| !part.starts_with("error while executing at wasm backtrace"))
+        .map(|part| part.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
     clip_reason(&text.join(": "))
 }
 

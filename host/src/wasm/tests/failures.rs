@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
 
+use tracing::Level;
+
+use super::capture::Captured;
 use super::{backend, frozen, guest, lease, runner, small_pool};
 use crate::model::HandlerName;
 use crate::settle::{HandlerFailure, HandlerOutcome};
@@ -106,10 +109,13 @@ async fn hog_is_stopped_at_its_memory_cap_and_the_runner_recovers() {
 
 #[tokio::test]
 async fn a_panic_is_a_trap_with_the_engines_message() {
+    let captured = Captured::start();
     let crash = runner("crash", &[], Limits::default()).await;
     match crash.invoke(&lease("e-1", json!({"panic": true}), 1)).await {
         HandlerOutcome::Failed(HandlerFailure::Trap(message)) => {
             assert!(message.contains("unreachable"), "{message}");
+            // The wasm backtrace goes to the log, not into the nack reason.
+            assert!(!message.contains('\n'), "{message}");
         }
         other => panic!("expected a trap, got {other:?}"),
     }
@@ -119,6 +125,20 @@ async fn a_panic_is_a_trap_with_the_engines_message() {
     );
     let stats = crash.stats();
     assert_eq!((stats.traps, stats.discarded, stats.warm), (1, 1, 1));
+
+    // The panic message went to stderr, which is the log.
+    let stderr: Vec<String> = captured
+        .of_handler("crash")
+        .into_iter()
+        .filter(|l| l.field("source") == "stderr" && l.level == Level::WARN)
+        .map(|l| l.field("message").to_owned())
+        .collect();
+    assert!(
+        stderr
+            .iter()
+            .any(|m| m.contains("crash: asked to panic by event e-1")),
+        "{stderr:?}"
+    );
 }
 
 /// An engine with fuel metering, shared by the fuel tests.
