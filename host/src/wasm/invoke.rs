@@ -272,14 +272,19 @@ fn describe(error: &wasmtime::Error) -> String {
     clip_reason(&text.join(": "))
 }
 
+/// The guest's answer as a value. Reasons are cut to what a nack or dead
+/// letter keeps: a guest can return a string as large as its memory cap.
+/// Delays are passed on as asked; the settle policy clamps them.
 fn outcome_of(outcome: Outcome) -> HandlerOutcome {
     match outcome {
         Outcome::Ack => HandlerOutcome::Ack,
         Outcome::Retry(retry) => HandlerOutcome::Retry {
-            reason: retry.reason,
+            reason: clip_reason(&retry.reason),
             delay_ms: retry.delay_ms,
         },
-        Outcome::Reject(reason) => HandlerOutcome::Reject { reason },
+        Outcome::Reject(reason) => HandlerOutcome::Reject {
+            reason: clip_reason(&reason),
+        },
     }
 }
 
