@@ -10,6 +10,7 @@
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
 //! - [`telemetry`] — log setup.
+//! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
 
 pub mod backend;
 pub mod bench;
@@ -19,3 +20,5 @@ pub mod model;
 pub mod runtime;
 pub mod settle;
 pub mod telemetry;
+#[cfg(feature = "wasm")]
+pub mod wasm;

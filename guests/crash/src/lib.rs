@@ -1,0 +1,15 @@
+//! Panics when the payload says `"panic": true` (else acks): with
+//! `panic = "abort"` a Rust panic is a trap, which the host must turn into
+//! a failed call, not a crash of its own.
+
+use rheo_guest::serde_json::Value;
+use rheo_guest::{Delivery, Outcome};
+
+fn handle(delivery: Delivery) -> Outcome {
+    if delivery.event.payload_json().get("panic") == Some(&Value::Bool(true)) {
+        panic!("crash: asked to panic by event {}", delivery.event.id);
+    }
+    Outcome::Ack
+}
+
+rheo_guest::handler!(handle);

@@ -1,0 +1,147 @@
+//! Compiled modules cached on disk by content digest.
+//!
+//! Compiling a Python or JavaScript component takes seconds; loading the
+//! precompiled code back takes about a millisecond (it is mapped, not
+//! parsed). So the first load of some bytes compiles them and writes
+//! `<sha256>-<engine>.cwasm`; every later load of the same bytes on a
+//! compatible engine maps that file instead. `<engine>` is a hash of
+//! wasmtime's own compatibility key (version, configuration, CPU
+//! features), so an upgrade or a config change simply misses the cache.
+//!
+//! Loading precompiled code is `unsafe` in wasmtime: the file is trusted to
+//! be machine code that wasmtime wrote, and it is not verified. The cache
+//! therefore only ever loads files it wrote itself, into a directory that
+//! must be private to the server (created `0700` on Unix). Files are
+//! written to a temporary name and renamed into place, so a crash never
+//! leaves a half-written file under a real name, and a file is never
+//! changed in place: loaded code is *mapped*, and truncating a mapped file
+//! kills the process with `SIGBUS` the next time that code runs. A file
+//! that fails to load (corrupt, or from another engine) is deleted (which
+//! leaves existing mappings intact) and recompiled.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::WasmError;
+use super::engine::WasmEngine;
+use super::module::Digest;
+
+/// A directory of precompiled modules.
+#[derive(Debug, Clone)]
+pub struct ModuleCache {
+    dir: Arc<PathBuf>,
+}
+
+impl ModuleCache {
+    /// Uses (creating it if needed) `dir`, which only this server may write.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, WasmError> {
+        let dir = dir.into();
+        let io = |e: std::io::Error| WasmError::Cache(format!("{}: {e}", dir.display()));
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir).map_err(io)?;
+        Ok(Self { dir: Arc::new(dir) })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the compiled form of `digest` for `engine` lives.
+    pub fn path_for(&self, engine: &WasmEngine, digest: &Digest) -> PathBuf {
+        self.file_for(engine.engine(), digest)
+    }
+
+    fn file_for(&self, engine: &Engine, digest: &Digest) -> PathBuf {
+        self.dir
+            .join(format!("{digest}-{}.cwasm", engine_key(engine)))
+    }
+
+    /// The cached component for `digest`, or `bytes` compiled and cached.
+    /// The flag says whether it came from the cache.
+    pub(crate) fn get_or_compile(
+        &self,
+        engine: &Engine,
+        digest: &Digest,
+        bytes: &[u8],
+    ) -> Result<(Component, bool), WasmError> {
+        let path = self.file_for(engine, digest);
+        if path.is_file() {
+            match load_precompiled(engine, &path) {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %format!("{e:#}"),
+                        "discarding an unloadable precompiled module");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        let component =
+            Component::new(engine, bytes).map_err(|e| WasmError::Compile(format!("{e:#}")))?;
+        match component.serialize() {
+            Ok(compiled) => {
+                if let Err(e) = self.write_atomically(&path, &compiled) {
+                    // A cache that cannot be written costs a recompile next
+                    // time, nothing else.
+                    tracing::warn!(path = %path.display(), error = %e,
+                        "could not cache a compiled module");
+                }
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not serialize a module"),
+        }
+        Ok((component, false))
+    }
+
+    fn write_atomically(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// Maps a precompiled component from `path`.
+///
+/// Only ever called on files in the cache directory that
+/// [`ModuleCache::get_or_compile`] wrote from `Component::serialize` on an
+/// engine with the same compatibility key (which is part of the file name).
+#[allow(unsafe_code)]
+fn load_precompiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: wasmtime requires that the file holds code it produced itself,
+    // unmodified: it maps and runs it without verification. The cache
+    // directory is private to this server (mode 0700), files enter it only
+    // through `write_atomically` with bytes from `Component::serialize`, and
+    // wasmtime still checks the header, version and engine configuration
+    // and refuses a mismatch.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// A short stable hash of what makes compiled code loadable by `engine`.
+fn engine_key(engine: &Engine) -> String {
+    /// Feeds `Hash` output into SHA-256: stable across Rust releases,
+    /// unlike `DefaultHasher`.
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+    let mut hasher = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let digest = hasher.0.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}

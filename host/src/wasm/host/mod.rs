@@ -1,0 +1,133 @@
+//! What a guest can reach: the `rheo:handler/host` imports (one file per
+//! capability) and a WASI that is linked but denied.
+//!
+//! Each store holds a [`HostState`]: the per-handler [`HandlerEnv`] (shared
+//! by all of the handler's instances), the store's WASI context and resource
+//! table, the memory limiter and the deadline of the running call.
+
+mod append;
+mod clock;
+mod config;
+mod log;
+mod wasi;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+pub use self::log::{LOG_TARGET, MAX_LINE_BYTES};
+use super::bindings::{AppendError, EventInput, EventRef, Host, Level};
+use super::limits::GuestLimiter;
+use crate::backend::Backend;
+use crate::clock::SharedClock;
+use crate::model::{HandlerName, StreamName};
+
+/// What a handler's guest code may use on the host: its name (for logs),
+/// its configuration, the backend it appends to, the clock and which
+/// streams it may append to. Built once per handler version and shared by
+/// all of its instances.
+#[derive(Debug, Clone)]
+pub struct HandlerEnv {
+    name: HandlerName,
+    config: BTreeMap<String, String>,
+    backend: Arc<dyn Backend>,
+    clock: SharedClock,
+    append_streams: Option<BTreeSet<StreamName>>,
+}
+
+impl HandlerEnv {
+    /// A handler named `name` that appends to `backend` and reads the
+    /// backend's clock; no configuration; may append to any stream.
+    pub fn new(name: HandlerName, backend: Arc<dyn Backend>) -> Self {
+        let clock = Arc::clone(backend.clock());
+        Self {
+            name,
+            config: BTreeMap::new(),
+            backend,
+            clock,
+            append_streams: None,
+        }
+    }
+
+    /// Sets the configuration `config-get` answers from.
+    pub fn with_config(mut self, config: BTreeMap<String, String>) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the clock `now-ms` reads (by default the backend's).
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Restricts `append` to these streams (by default any stream).
+    pub fn with_append_streams(mut self, streams: impl IntoIterator<Item = StreamName>) -> Self {
+        self.append_streams = Some(streams.into_iter().collect());
+        self
+    }
+
+    /// The handler's name.
+    pub fn name(&self) -> &HandlerName {
+        &self.name
+    }
+
+    /// The handler's configuration.
+    pub fn config(&self) -> &BTreeMap<String, String> {
+        &self.config
+    }
+}
+
+/// The data of one store: everything host functions may touch.
+pub(crate) struct HostState {
+    env: Arc<HandlerEnv>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: GuestLimiter,
+    /// When the running call must stop; read by the epoch callback.
+    pub(crate) deadline: Instant,
+}
+
+impl HostState {
+    /// Fresh state for one store of `env`'s handler, with a memory cap.
+    pub(crate) fn new(env: Arc<HandlerEnv>, memory_cap_bytes: usize) -> Self {
+        let wasi = wasi::denied_context(&env.name);
+        Self {
+            env,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: GuestLimiter::new(memory_cap_bytes),
+            deadline: Instant::now(),
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        log::write(&self.env.name, level, &message);
+    }
+
+    fn config_get(&mut self, key: String) -> Option<String> {
+        config::get(&self.env.config, &key)
+    }
+
+    async fn append(&mut self, stream: String, event: EventInput) -> Result<EventRef, AppendError> {
+        append::append(&self.env, &stream, event).await
+    }
+
+    fn now_ms(&mut self) -> u64 {
+        clock::now_ms(&self.env.clock)
+    }
+}

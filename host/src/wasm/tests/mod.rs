@@ -1,0 +1,167 @@
+//! Tests of the handler host with real guests from `guests/`, built once per
+//! test process by `guests/build.sh`. Nothing here is mocked: every test
+//! compiles a real component and runs it on a real engine; appends go to
+//! the memory backend.
+
+mod capture;
+mod failures;
+mod modules;
+mod outcomes;
+mod sandbox;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+use super::{
+    EngineOptions, HandlerEnv, HandlerModule, HandlerRunner, Limits, PoolingOptions, WasmEngine,
+};
+use crate::backend::Backend;
+use crate::backend::memory::MemoryBackend;
+use crate::clock::{FrozenClock, SharedClock};
+use crate::model::{
+    ConsumerId, Event, EventId, GroupName, HandlerName, JsonObject, Lease, LeaseId, StreamName,
+    Timestamp,
+};
+
+/// The hint printed when the guests cannot be built for lack of the target.
+const RUSTUP_HINT: &str = "rustup target add wasm32-wasip2";
+
+/// The .wasm file of each example guest, by name. Builds them on first use;
+/// a failed build fails every test that needs a guest (never a skip).
+fn guest_paths() -> &'static BTreeMap<String, PathBuf> {
+    static GUESTS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
+    let built = GUESTS.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
+        let output = Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} failed ({}):\n{}\nIf the wasm32-wasip2 target is missing: {RUSTUP_HINT}",
+                script.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let paths = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p.clone())))
+            .collect();
+        Ok(paths)
+    });
+    match built {
+        Ok(paths) => paths,
+        Err(message) => panic!("building the example guests failed: {message}"),
+    }
+}
+
+/// The bytes of guest `name`.
+fn guest(name: &str) -> Vec<u8> {
+    let path = guest_paths()
+        .get(name)
+        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"));
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Pooling sizes small enough that many test processes and engines fit in
+/// the address space side by side.
+fn small_pool() -> PoolingOptions {
+    PoolingOptions {
+        total_component_instances: 64,
+        total_core_instances: 256,
+        total_memories: 128,
+        total_tables: 128,
+        max_memory_mb: 256,
+        ..PoolingOptions::default()
+    }
+}
+
+/// The engine shared by the tests of this process.
+fn engine() -> WasmEngine {
+    static ENGINE: OnceLock<WasmEngine> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            WasmEngine::new(EngineOptions {
+                pooling: Some(small_pool()),
+                ..EngineOptions::default()
+            })
+            .expect("the test engine builds")
+        })
+        .clone()
+}
+
+/// Compiles guest `name` on the shared engine.
+async fn module(name: &str) -> HandlerModule {
+    engine()
+        .load(guest(name), None)
+        .await
+        .unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+/// A frozen clock at a fixed, recognisable instant.
+fn frozen() -> Arc<FrozenClock> {
+    FrozenClock::new(Timestamp::from_millis(1_750_000_000_123))
+}
+
+/// A memory backend on `clock`.
+fn backend(clock: SharedClock) -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::new(clock))
+}
+
+/// A runner of guest `name` with `config`, on a fresh memory backend.
+async fn runner(name: &str, config: &[(&str, &str)], limits: Limits) -> HandlerRunner {
+    let env = HandlerEnv::new(HandlerName::parse(name).unwrap(), backend(frozen())).with_config(
+        config
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    HandlerRunner::new(module(name).await, env, limits).expect("valid limits")
+}
+
+/// A JSON object from a `json!` literal.
+fn obj(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// A lease on event `id` of stream `in` with `payload`, at `attempt`.
+fn lease(id: &str, payload: Value, attempt: u32) -> Lease {
+    lease_with(id, payload, obj(serde_json::json!({})), attempt)
+}
+
+/// Like [`lease`], with metadata and a type.
+fn lease_with(id: &str, payload: Value, metadata: JsonObject, attempt: u32) -> Lease {
+    let stream = StreamName::parse("in").unwrap();
+    let event = Event {
+        id: EventId::parse(id).unwrap(),
+        stream: stream.clone(),
+        partition: 0,
+        sequence: 1,
+        key: None,
+        event_type: Some("order.created".into()),
+        timestamp: Timestamp::from_millis(1_700_000_000_000),
+        payload: obj(payload),
+        metadata,
+    };
+    Lease {
+        lease_id: LeaseId::generate(),
+        receipt: None,
+        stream,
+        group: GroupName::parse("g").unwrap(),
+        event_id: event.id.clone(),
+        consumer_id: ConsumerId::generate(),
+        attempt,
+        leased_at: Timestamp::from_millis(1_700_000_000_000),
+        expires_at: Timestamp::from_millis(1_700_000_030_000),
+        event: Arc::new(event),
+    }
+}
