@@ -160,6 +160,7 @@ impl IntoResponse for ApiError {
             from_backend: matches!(self, ApiError::Backend(_)),
             detail: match &self {
                 ApiError::Backend(e) | ApiError::Refused(e) => e.to_string(),
+                ApiError::Internal(detail) => detail.clone(),
                 other => other.public_message(),
             },
         };
@@ -246,4 +247,77 @@ pub(crate) fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
         .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
         .unwrap_or_else(|| "a handler panicked".into());
     ApiError::Internal(format!("panic: {detail}")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GroupName, StreamName};
+
+    #[test]
+    fn every_backend_error_gets_the_status_of_spec_section_6() {
+        let stream = StreamName::parse("s").unwrap();
+        let cases = [
+            (Error::StreamNotFound(stream.clone()), 404),
+            (
+                Error::GroupNotFound {
+                    stream,
+                    group: GroupName::parse("g").unwrap(),
+                },
+                404,
+            ),
+            (Error::AlreadyExists("stream s".into()), 409),
+            (Error::StaleLease, 409),
+            (Error::ReceiptMismatch, 409),
+            (Error::CursorNotFound("x".into()), 400),
+            (Error::ConfirmRequired, 400),
+            (
+                Error::InvalidPartition {
+                    partition: 2,
+                    partition_count: 1,
+                },
+                400,
+            ),
+            (Error::InvalidPartitionCount { got: 0, max: 1024 }, 400),
+            (Error::InvalidReplayOpts("x".into()), 400),
+            (Error::invalid("limit", "too big"), 400),
+            (Error::BackendUnavailable("x".into()), 503),
+            (Error::Ambiguous("x".into()), 503),
+            (Error::Failed("x".into()), 500),
+        ];
+        for (error, status) in cases {
+            let code = error.code();
+            let api = ApiError::Backend(error);
+            assert_eq!(api.status().as_u16(), status, "{code}");
+            assert_eq!(api.code(), code);
+        }
+    }
+
+    #[test]
+    fn server_side_detail_stays_out_of_the_message() {
+        for error in [
+            Error::BackendUnavailable("db.internal:5432 refused".into()),
+            Error::Ambiguous("db.internal:5432 reset".into()),
+            Error::Failed("db.internal:5432 constraint".into()),
+        ] {
+            let message = ErrorDetail::of(&ApiError::Backend(error)).message;
+            assert!(!message.contains("db.internal"), "{message}");
+        }
+        let internal = ErrorDetail::of(&ApiError::Internal("secret path /etc".into()));
+        assert!(!internal.message.contains("/etc"));
+        let client = ErrorDetail::of(&ApiError::Backend(Error::StaleLease));
+        assert!(
+            client.message.contains("stale lease"),
+            "client errors explain themselves"
+        );
+    }
+
+    #[test]
+    fn panics_become_500_json() {
+        let response = panic_response(Box::new("boom"));
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let report = response.extensions().get::<ErrorReport>().unwrap();
+        assert_eq!(report.code, "internal");
+        assert!(report.detail.contains("boom"));
+    }
 }

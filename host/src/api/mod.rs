@@ -3,12 +3,12 @@
 //! document generated from the handlers.
 //!
 //! Module map:
-//! - [`streams`] — streams and events (create, list, get, append, read, query).
-//! - [`groups`] — consumer groups, leases (fetch with long polls, settle), recovery.
-//! - [`health`] — `/healthz`, `/readyz`, `/metrics`.
-//! - [`clock`] — `/v1/test/clock`, live only with the test clock.
-//! - [`dto`] — the wire format; [`extract`] — extractors that refuse bad input as JSON errors.
-//! - [`auth`], [`metrics`] — middleware; [`openapi`] — the document.
+//! - `streams` — streams and events (create, list, get, append, read, query).
+//! - `groups` — consumer groups, leases (fetch with long polls, settle), recovery.
+//! - `health` — `/healthz`, `/readyz`, `/metrics`.
+//! - `clock` — `/v1/test/clock`, live only with the test clock.
+//! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
+//! - `auth`, `metrics` — middleware; `openapi` — the document.
 //!
 //! [`router`] builds the whole app without a socket (tests drive it with
 //! `tower::ServiceExt::oneshot`); [`serve`] runs it on a listener until a
@@ -67,13 +67,14 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        // Layers run outside-in from the last one added: tracing, then
-        // panics caught, then metrics (so 401s and 413s are counted), auth,
-        // and the body limit the JSON extractors enforce.
+        // The last layer added runs first: tracing, metrics (so every
+        // answer is counted, 401s and 413s included, and 5xx detail is
+        // logged), auth, a panic turned into a 500 JSON answer, and the body
+        // limit the JSON extractors enforce.
         .layer(DefaultBodyLimit::max(state.settings.body_limit))
+        .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(from_fn_with_state(state.clone(), auth::require_token))
         .layer(from_fn_with_state(state.clone(), metrics::track))
-        .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

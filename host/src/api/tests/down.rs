@@ -1,6 +1,7 @@
-//! A backend whose every call fails with one error, to see how the API
-//! answers an unavailable or broken store: 503 (with `Retry-After`) or 500,
-//! with a generic message, counted in the metrics, `/readyz` not ready.
+//! A backend whose every call fails with one error (or panics), to see how
+//! the API answers an unavailable or broken store: 503 (with `Retry-After`)
+//! or 500, with a generic message, counted in the metrics, `/readyz` not
+//! ready.
 
 use std::sync::Arc;
 
@@ -22,14 +23,18 @@ use crate::model::{
 
 #[derive(Debug)]
 struct DownBackend {
-    error: Error,
+    /// `None`: panic instead of answering.
+    error: Option<Error>,
     clock: SharedClock,
     notifier: Notifier,
 }
 
 impl DownBackend {
     fn fail<T>(&self) -> Result<T> {
-        Err(self.error.clone())
+        match &self.error {
+            Some(error) => Err(error.clone()),
+            None => panic!("the backend exploded"),
+        }
     }
 }
 
@@ -120,10 +125,10 @@ impl Backend for DownBackend {
     }
 }
 
-fn app_failing_with(error: Error) -> TestApp {
+fn app_failing_with(error: impl Into<Option<Error>>) -> TestApp {
     let clock = FrozenClock::new(START);
     let backend = Arc::new(DownBackend {
-        error,
+        error: error.into(),
         clock: clock.clone(),
         notifier: Notifier::default(),
     });
@@ -194,5 +199,33 @@ async fn backend_errors_are_counted_by_route_and_code() {
             "rheo_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"backend_unavailable\"} 2"
         ),
         "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_panic_is_a_counted_500_json_answer_and_the_server_carries_on() {
+    let app = app_failing_with(None);
+    let a = app.get("/v1/streams").await;
+    assert_eq!(
+        (a.status, code(&a)),
+        (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+    );
+    assert!(
+        !a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exploded")
+    );
+    let metrics = app.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap();
+    assert!(
+        text.contains(
+            "rheo_http_requests_total{method=\"GET\",route=\"/v1/streams\",status=\"500\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("rheo_http_requests_in_flight 1"),
+        "only the metrics request"
     );
 }
