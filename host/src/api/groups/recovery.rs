@@ -43,8 +43,13 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 async fn group_replay(
     State(state): State<AppState>,
     GroupPath(stream, group): GroupPath,
-    AppJson(body): AppJson<ReplayBody>,
+    AppJson(raw): AppJson<Value>,
 ) -> Result<Json<ReopenedBody>, ApiError> {
+    // Any replay body that is JSON but not a valid set of options (unknown
+    // keys, wrong types) is `invalid_replay_opts`, like a wrong number of
+    // selectors.
+    let body: ReplayBody = serde_json::from_value(raw)
+        .map_err(|e| ApiError::Refused(Error::InvalidReplayOpts(e.to_string())))?;
     let how = body.into_replay()?;
     let reopened = state.backend.replay(&stream, &group, how).await?;
     Ok(Json(ReopenedBody { reopened }))

@@ -84,6 +84,9 @@ async fn replay_needs_exactly_one_selector() {
         json!({"from": "2026-01-01T00:00:00Z", "query": {}}),
         json!({"event_ids": ["e1"], "partitions": [0]}),
         json!({"partitions": [0]}),
+        json!({"from_seq": 3}),
+        json!({"from_sequence": "three"}),
+        json!([1]),
     ];
     for body in cases {
         let a = app
