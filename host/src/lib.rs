@@ -2,6 +2,7 @@
 //! already run, with handlers as sandboxed WebAssembly components.
 //!
 //! Crate map:
+//! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
@@ -9,13 +10,16 @@
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
+//! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
 //! - [`telemetry`] — log setup.
 //! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
 
+pub mod api;
 pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod model;
 pub mod runtime;
 pub mod settle;

@@ -1,6 +1,8 @@
 //! Logging setup: human-readable lines on stderr, filtered by `RUST_LOG`
 //! when it is set, else by the command's verbosity.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. `default` is used when `RUST_LOG` is unset
@@ -10,6 +12,8 @@ pub fn init(default: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }

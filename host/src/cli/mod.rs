@@ -4,6 +4,7 @@
 
 mod bench;
 mod migrate;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -44,6 +45,8 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the HTTP API (and, later, the handler runtime).
+    Serve(serve::ServeArgs),
     /// Create or update the database schema of a backend.
     Migrate(migrate::MigrateArgs),
     /// Measure append and fetch+ack throughput and latency on a backend.
@@ -64,6 +67,7 @@ pub fn main(cli: Cli) -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Serve(args) => args.run().await,
             Command::Migrate(args) => args.run().await,
             Command::Bench(args) => args.run().await,
         }

@@ -1,0 +1,381 @@
+//! Groups, lag, replay, reset and dead letters on the wire.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::events::{EventBody, QueryBody};
+use crate::api::error::ApiError;
+use crate::backend::{Partitions, Redrive, Replay};
+use crate::model::{
+    DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, Lag, PartitionLag,
+    StreamName, Timestamp,
+};
+
+/// Create a consumer group.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateGroupBody {
+    /// 1–128 characters of `[A-Za-z0-9._-]`.
+    #[schema(value_type = String, example = "billing")]
+    pub(crate) name: GroupName,
+    /// Claims per delivery before a failure dead-letters it (default 5).
+    pub(crate) max_attempts: Option<u32>,
+    /// Start after this sequence: an integer for every partition, or `{"0": 41}`.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) start_after: Option<Value>,
+    /// Start at the first event at or after this time, per partition.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) start_at: Option<Timestamp>,
+    /// Retry delays for nacks without one, by attempt; the last repeats (default none).
+    pub(crate) retry_backoff_ms: Option<Vec<u64>>,
+}
+
+/// A consumer group.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupBody {
+    /// The stream it consumes.
+    #[schema(value_type = String)]
+    stream: StreamName,
+    /// Its name.
+    #[schema(value_type = String)]
+    name: GroupName,
+    /// Claims allowed per delivery.
+    max_attempts: u32,
+    /// Retry schedule.
+    retry_backoff_ms: Vec<u64>,
+    /// When it was created.
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Timestamp,
+}
+
+impl From<Group> for GroupBody {
+    fn from(g: Group) -> Self {
+        Self {
+            stream: g.stream,
+            name: g.name,
+            max_attempts: g.max_attempts,
+            retry_backoff_ms: g.retry_backoff_ms,
+            created_at: g.created_at,
+        }
+    }
+}
+
+/// A stream's groups, sorted by name.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupListBody {
+    /// The groups.
+    pub(crate) groups: Vec<GroupBody>,
+}
+
+/// Which partitions to report.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LagParams {
+    /// Comma-separated partition numbers, e.g. `0,1` (default all; empty selects none).
+    partitions: Option<String>,
+}
+
+impl LagParams {
+    /// The selected partitions.
+    pub(crate) fn partitions(&self) -> Result<Partitions, ApiError> {
+        let Some(list) = self.partitions.as_deref() else {
+            return Ok(Partitions::All);
+        };
+        list.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.parse::<u32>().map_err(|_| {
+                    ApiError::invalid("partitions", format!("{p:?} is not a partition number"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Partitions::Only)
+    }
+}
+
+/// Lag of one partition.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PartitionLagBody {
+    /// Everything up to here (from the group's start) is settled.
+    frontier: u64,
+    /// Last sequence appended.
+    high_watermark: u64,
+    /// `high_watermark − frontier`.
+    lag: u64,
+}
+
+impl From<PartitionLag> for PartitionLagBody {
+    fn from(p: PartitionLag) -> Self {
+        Self {
+            frontier: p.frontier,
+            high_watermark: p.high_watermark,
+            lag: p.lag,
+        }
+    }
+}
+
+/// How far a group is behind.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LagBody {
+    /// The stream.
+    #[schema(value_type = String)]
+    stream: StreamName,
+    /// The group.
+    #[schema(value_type = String)]
+    group: GroupName,
+    /// Sum over the partitions.
+    lag: u64,
+    /// Per partition (keys are partition numbers as strings).
+    #[schema(value_type = std::collections::HashMap<String, PartitionLagBody>)]
+    partitions: BTreeMap<u32, PartitionLagBody>,
+    /// Events never handed out.
+    pending: u64,
+    /// Deliveries leased now.
+    inflight: u64,
+    /// Nacked deliveries not yet due.
+    waiting_retry: u64,
+    /// Age of the oldest unsettled event.
+    oldest_unacked_age_ms: Option<u64>,
+}
+
+impl From<Lag> for LagBody {
+    fn from(l: Lag) -> Self {
+        Self {
+            stream: l.stream,
+            group: l.group,
+            lag: l.lag,
+            partitions: l
+                .partitions
+                .into_iter()
+                .map(|(p, lag)| (p, lag.into()))
+                .collect(),
+            pending: l.pending,
+            inflight: l.inflight,
+            waiting_retry: l.waiting_retry,
+            oldest_unacked_age_ms: l.oldest_unacked_age_ms,
+        }
+    }
+}
+
+/// Everything about a group.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupInfoBody {
+    /// The stream.
+    #[schema(value_type = String)]
+    stream: StreamName,
+    /// The group.
+    #[schema(value_type = String)]
+    group: GroupName,
+    /// Claims allowed per delivery.
+    max_attempts: u32,
+    /// Retry schedule.
+    retry_backoff_ms: Vec<u64>,
+    /// Lag over all partitions.
+    lag: LagBody,
+    /// Deliveries leased now.
+    inflight: u64,
+    /// Deliveries dead-lettered.
+    dead_letters: u64,
+    /// Per partition, the next sequence the group will hand out.
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    cursors: BTreeMap<u32, u64>,
+}
+
+impl From<GroupInfo> for GroupInfoBody {
+    fn from(i: GroupInfo) -> Self {
+        Self {
+            stream: i.stream,
+            group: i.group,
+            max_attempts: i.max_attempts,
+            retry_backoff_ms: i.retry_backoff_ms,
+            lag: i.lag.into(),
+            inflight: i.inflight,
+            dead_letters: i.dead_letters,
+            cursors: i.cursors,
+        }
+    }
+}
+
+/// What to replay: exactly one of `from_sequence` (with optional
+/// `partitions`), `from` (with optional `partitions`), `query`, `event_ids`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayBody {
+    /// Re-open everything after this sequence (exclusive).
+    from_sequence: Option<u64>,
+    /// Re-open everything from the first event at or after this time.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    from: Option<Timestamp>,
+    /// Re-open what this query matches (its limit, cursor and order are ignored).
+    query: Option<QueryBody>,
+    /// Re-open these events.
+    #[schema(value_type = Option<Vec<String>>)]
+    event_ids: Option<Vec<EventId>>,
+    /// With `from_sequence` or `from`: the partitions to rewind (default all).
+    partitions: Option<Vec<u32>>,
+}
+
+impl ReplayBody {
+    /// The backend's replay selector.
+    pub(crate) fn into_replay(self) -> Result<Replay, ApiError> {
+        let chosen = [
+            self.from_sequence.is_some(),
+            self.from.is_some(),
+            self.query.is_some(),
+            self.event_ids.is_some(),
+        ]
+        .into_iter()
+        .filter(|given| *given)
+        .count();
+        if chosen != 1 {
+            return Err(refuse(
+                "give exactly one of from_sequence, from, query or event_ids",
+            ));
+        }
+        let partitions = super::partitions(self.partitions);
+        if partitions != Partitions::All && (self.query.is_some() || self.event_ids.is_some()) {
+            return Err(refuse(
+                "partitions only go with from_sequence or from (a query can filter on partition)",
+            ));
+        }
+        if let Some(after) = self.from_sequence {
+            Ok(Replay::FromSequence { after, partitions })
+        } else if let Some(from) = self.from {
+            Ok(Replay::FromTime { from, partitions })
+        } else if let Some(query) = self.query {
+            Ok(Replay::Query(query.into_selection()?))
+        } else {
+            Ok(Replay::EventIds(self.event_ids.unwrap_or_default()))
+        }
+    }
+}
+
+fn refuse(message: &str) -> ApiError {
+    ApiError::Refused(crate::backend::Error::InvalidReplayOpts(message.to_owned()))
+}
+
+/// How many deliveries a replay re-opened.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReopenedBody {
+    /// Deliveries made available again.
+    pub(crate) reopened: u64,
+}
+
+/// Reset a group (after `confirm: true`, checked first).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResetBody {
+    /// Must be exactly `true`.
+    pub(crate) confirm: bool,
+    /// Start again after this sequence (integer or per-partition map).
+    #[schema(value_type = Option<Object>)]
+    pub(crate) start_after: Option<Value>,
+    /// Start again at the first event at or after this time.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) start_at: Option<Timestamp>,
+    /// Partitions to reset (default all).
+    pub(crate) partitions: Option<Vec<u32>>,
+}
+
+/// A page of dead letters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeadLetterParams {
+    /// Page size (default 100, max 1000).
+    pub(crate) limit: Option<u32>,
+    /// The previous page's `next` (an event id).
+    #[param(value_type = Option<String>)]
+    pub(crate) after: Option<EventId>,
+}
+
+/// A dead-lettered delivery.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeadLetterBody {
+    /// The event's id.
+    #[schema(value_type = String)]
+    event_id: EventId,
+    /// Its partition.
+    partition: u32,
+    /// Its sequence.
+    sequence: u64,
+    /// Attempts made.
+    attempt: u32,
+    /// Why it was dead-lettered.
+    reason: String,
+    /// When.
+    #[schema(value_type = String, format = DateTime)]
+    dead_lettered_at: Timestamp,
+    /// The event.
+    event: EventBody,
+}
+
+impl From<DeadLetter> for DeadLetterBody {
+    fn from(d: DeadLetter) -> Self {
+        Self {
+            event: EventBody::from(&d.event),
+            event_id: d.event_id,
+            partition: d.partition,
+            sequence: d.sequence,
+            attempt: d.attempt,
+            reason: d.reason,
+            dead_lettered_at: d.dead_lettered_at,
+        }
+    }
+}
+
+/// A page of dead letters in sequence order.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeadLetterPageBody {
+    /// The dead letters.
+    dead_letters: Vec<DeadLetterBody>,
+    /// Pass as `after` for the next page; null when this page was the last.
+    #[schema(value_type = Option<String>)]
+    next: Option<EventId>,
+}
+
+impl From<DeadLetterPage> for DeadLetterPageBody {
+    fn from(page: DeadLetterPage) -> Self {
+        Self {
+            dead_letters: page.dead_letters.into_iter().map(Into::into).collect(),
+            next: page.next,
+        }
+    }
+}
+
+/// Which dead letters to redrive: `{"event_ids": [...]}` or `{"all": true}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedriveBody {
+    /// These events.
+    #[schema(value_type = Option<Vec<String>>)]
+    event_ids: Option<Vec<EventId>>,
+    /// Every dead letter of the group.
+    all: Option<bool>,
+}
+
+impl RedriveBody {
+    /// The backend's selector.
+    pub(crate) fn into_redrive(self) -> Result<Redrive, ApiError> {
+        match (self.event_ids, self.all) {
+            (Some(ids), None) => Ok(Redrive::Events(ids)),
+            (None, Some(true)) => Ok(Redrive::All),
+            _ => Err(ApiError::invalid(
+                "redrive",
+                "give either {\"event_ids\": [...]} or {\"all\": true}",
+            )),
+        }
+    }
+}
+
+/// How many dead letters were made available again.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RedrivenBody {
+    /// The count.
+    pub(crate) redriven: u64,
+}

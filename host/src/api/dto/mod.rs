@@ -1,0 +1,142 @@
+//! The request and response bodies of the HTTP API (SPEC §6).
+//!
+//! These are the wire format, kept apart from the model so that a change to
+//! a domain type cannot silently change what clients see. Requests refuse
+//! unknown fields (a misspelt option is an error, not a silent default);
+//! conversions into model requests validate what serde cannot.
+//! Partition-keyed maps are `BTreeMap<u32, _>`, which serde_json writes with
+//! string keys (`"0"`) in numeric order. Timestamps are the model's
+//! [`Timestamp`](crate::model::Timestamp): RFC 3339 UTC with milliseconds.
+
+mod events;
+mod groups;
+mod leases;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+pub(crate) use events::{
+    AppendBatchBody, AppendedBatchBody, AppendedBody, CreateStreamBody, EventBody, EventInputBody,
+    EventListBody, QueryBody, QueryPageBody, ReadParams, StreamBody, StreamListBody,
+};
+pub(crate) use groups::{
+    CreateGroupBody, DeadLetterPageBody, DeadLetterParams, GroupBody, GroupInfoBody, GroupListBody,
+    LagBody, LagParams, RedriveBody, RedrivenBody, ReopenedBody, ReplayBody, ResetBody,
+};
+pub(crate) use leases::{
+    AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,
+    SettleResultsBody,
+};
+
+use super::error::ApiError;
+use crate::backend::Partitions;
+use crate::model::{StartAfter, StartPosition, Timestamp};
+
+/// `{"ok": true}`: the answer of operations with nothing else to say.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct OkBody {
+    /// Always true.
+    ok: bool,
+}
+
+impl OkBody {
+    /// The one value.
+    pub(crate) const YES: OkBody = OkBody { ok: true };
+}
+
+/// A partition list from a body: absent means all partitions, `[]` none.
+pub(crate) fn partitions(list: Option<Vec<u32>>) -> Partitions {
+    list.map_or(Partitions::All, Partitions::Only)
+}
+
+/// A start point from `start_after` (an integer, or a map of partition to
+/// sequence) and `start_at` (a timestamp); at most one may be given.
+pub(crate) fn start_position(
+    start_after: Option<Value>,
+    start_at: Option<Timestamp>,
+) -> Result<StartPosition, ApiError> {
+    match (start_after, start_at) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "start_after",
+            "give start_after or start_at, not both",
+        )),
+        (None, Some(at)) => Ok(StartPosition::At(at)),
+        (None, None) => Ok(StartPosition::Beginning),
+        (Some(Value::Number(n)), None) => n.as_u64().map_or_else(
+            || {
+                Err(ApiError::invalid(
+                    "start_after",
+                    "must be a non-negative integer",
+                ))
+            },
+            |seq| Ok(StartPosition::After(StartAfter::All(seq))),
+        ),
+        (Some(Value::Object(map)), None) => {
+            let mut per_partition = BTreeMap::new();
+            for (key, value) in map {
+                let partition = key.parse::<u32>().map_err(|_| {
+                    ApiError::invalid(
+                        "start_after",
+                        format!("map keys are partition numbers (got {key:?})"),
+                    )
+                })?;
+                let seq = value.as_u64().ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("start_after.{key}"),
+                        "must be a non-negative integer",
+                    )
+                })?;
+                per_partition.insert(partition, seq);
+            }
+            Ok(StartPosition::After(StartAfter::PerPartition(
+                per_partition,
+            )))
+        }
+        (Some(_), None) => Err(ApiError::invalid(
+            "start_after",
+            "must be a sequence number or a map of partition to sequence, e.g. {\"0\": 41}",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn start_points_accept_both_forms_of_start_after_or_a_time() {
+        assert_eq!(
+            start_position(Some(json!(7)), None).unwrap(),
+            StartPosition::After(StartAfter::All(7))
+        );
+        assert_eq!(
+            start_position(Some(json!({"0": 3, "2": 9})), None).unwrap(),
+            StartPosition::After(StartAfter::PerPartition(BTreeMap::from([(0, 3), (2, 9)])))
+        );
+        let t = Timestamp::from_millis(1_000);
+        assert_eq!(start_position(None, Some(t)).unwrap(), StartPosition::At(t));
+        assert_eq!(
+            start_position(None, None).unwrap(),
+            StartPosition::Beginning
+        );
+    }
+
+    #[test]
+    fn bad_start_points_name_the_field() {
+        let code = |r: Result<StartPosition, ApiError>| r.unwrap_err().code();
+        let t = Timestamp::from_millis(0);
+        assert_eq!(code(start_position(Some(json!(1)), Some(t))), "invalid");
+        assert_eq!(code(start_position(Some(json!(-1)), None)), "invalid");
+        assert_eq!(code(start_position(Some(json!({"x": 1})), None)), "invalid");
+        assert_eq!(
+            code(start_position(Some(json!({"0": "1"})), None)),
+            "invalid"
+        );
+        assert_eq!(code(start_position(Some(json!("1")), None)), "invalid");
+    }
+}

@@ -1,0 +1,145 @@
+//! Sending work back through a group: replay, reset, and the dead letters
+//! with their redrive. None of these copies or changes an event, and none
+//! touches another group.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::api::dto::{
+    self, DeadLetterPageBody, DeadLetterParams, OkBody, RedriveBody, RedrivenBody, ReopenedBody,
+    ReplayBody, ResetBody,
+};
+use crate::api::error::{ApiError, ErrorBody};
+use crate::api::extract::{AppJson, AppQuery, GroupPath};
+use crate::api::state::AppState;
+use crate::backend::{DeadLettersRequest, Error, ResetRequest};
+use crate::model::DEFAULT_QUERY_LIMIT;
+
+/// The replay, reset and dead-letter routes.
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(group_replay))
+        .routes(routes!(group_reset))
+        .routes(routes!(dead_letter_list))
+        .routes(routes!(dead_letter_redrive))
+}
+
+/// Re-open deliveries (attempts kept; current holders become stale) and
+/// rewind the frontier.
+#[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/replay", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+    ),
+    request_body = ReplayBody,
+    responses(
+        (status = 200, description = "How many deliveries were re-opened", body = ReopenedBody),
+        (status = 400, description = "invalid_replay_opts (not exactly one selector), or a bad selector", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn group_replay(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AppJson(raw): AppJson<Value>,
+) -> Result<Json<ReopenedBody>, ApiError> {
+    // Any replay body that is JSON but not a valid set of options (unknown
+    // keys, wrong types) is `invalid_replay_opts`, like a wrong number of
+    // selectors.
+    let body: ReplayBody = serde_json::from_value(raw)
+        .map_err(|e| ApiError::Refused(Error::InvalidReplayOpts(e.to_string())))?;
+    let how = body.into_replay()?;
+    let reopened = state.backend.replay(&stream, &group, how).await?;
+    Ok(Json(ReopenedBody { reopened }))
+}
+
+/// Forget the group's delivery state in the selected partitions and start
+/// them again. Needs `confirm: true`, checked before anything else.
+#[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/reset", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+    ),
+    request_body = ResetBody,
+    responses(
+        (status = 200, body = OkBody),
+        (status = 400, description = "confirm_required, or a bad start point or partition", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn group_reset(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AppJson(raw): AppJson<Value>,
+) -> Result<Json<OkBody>, ApiError> {
+    // Read loosely first: whatever else is wrong with the body, a missing
+    // or non-`true` confirm is the answer (`"true"` or `1` do not count).
+    if raw.get("confirm") != Some(&Value::Bool(true)) {
+        return Err(ApiError::Refused(Error::ConfirmRequired));
+    }
+    let body: ResetBody = serde_json::from_value(raw)
+        .map_err(|e| ApiError::invalid("body", format!("bad reset request: {e}")))?;
+    state
+        .backend
+        .reset(ResetRequest {
+            stream,
+            group,
+            confirm: body.confirm,
+            start: dto::start_position(body.start_after, body.start_at)?,
+            partitions: dto::partitions(body.partitions),
+        })
+        .await?;
+    Ok(Json(OkBody::YES))
+}
+
+/// A page of dead letters in sequence order.
+#[utoipa::path(get, path = "/v1/streams/{stream}/groups/{group}/dead-letters", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+        DeadLetterParams,
+    ),
+    responses(
+        (status = 200, body = DeadLetterPageBody),
+        (status = 400, description = "Bad limit, or cursor_not_found for an unknown `after`", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn dead_letter_list(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AppQuery(params): AppQuery<DeadLetterParams>,
+) -> Result<Json<DeadLetterPageBody>, ApiError> {
+    let page = state
+        .backend
+        .dead_letters(DeadLettersRequest {
+            stream,
+            group,
+            limit: params.limit.unwrap_or(DEFAULT_QUERY_LIMIT),
+            after: params.after,
+        })
+        .await?;
+    Ok(Json(page.into()))
+}
+
+/// Make dead letters available again, attempts reset to 0.
+#[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/dead-letters/redrive", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+    ),
+    request_body = RedriveBody,
+    responses(
+        (status = 200, description = "How many were redriven", body = RedrivenBody),
+        (status = 400, description = "Neither or both of event_ids and all, or an unknown event id", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn dead_letter_redrive(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AppJson(body): AppJson<RedriveBody>,
+) -> Result<Json<RedrivenBody>, ApiError> {
+    let which = body.into_redrive()?;
+    let redriven = state.backend.redrive(&stream, &group, which).await?;
+    Ok(Json(RedrivenBody { redriven }))
+}

@@ -1,0 +1,99 @@
+//! The HTTP API (SPEC §6): axum routers per resource over one
+//! [`AppState`], one [`ApiError`] for every failure, and the OpenAPI
+//! document generated from the handlers.
+//!
+//! Module map:
+//! - `streams` — streams and events (create, list, get, append, read, query).
+//! - `groups` — consumer groups, leases (fetch with long polls, settle), recovery.
+//! - `health` — `/healthz`, `/readyz`, `/metrics`.
+//! - `clock` — `/v1/test/clock`, live only with the test clock.
+//! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
+//! - `auth`, `metrics` — middleware; `openapi` — the document.
+//!
+//! [`router`] builds the whole app without a socket (tests drive it with
+//! `tower::ServiceExt::oneshot`); [`serve`] runs it on a listener until a
+//! shutdown future completes, then drains.
+
+mod auth;
+mod clock;
+mod dto;
+mod error;
+mod extract;
+mod groups;
+mod health;
+mod metrics;
+mod openapi;
+mod state;
+mod streams;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+pub use error::ApiError;
+pub use state::{ApiSettings, AppState, DEFAULT_BODY_LIMIT};
+
+/// The whole application: every route, the fallbacks, and the middleware.
+pub fn router(state: AppState) -> Router {
+    let (routes, mut doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(streams::router())
+        .merge(groups::router())
+        .merge(clock::router())
+        .merge(health::router())
+        .split_for_parts();
+    openapi::add_common_responses(&mut doc);
+    let document = openapi::Document::new(&doc);
+
+    let routes = routes.route("/v1/openapi.json", get(move || async move { document }));
+
+    // ── Handler routes (`/v1/handlers…`) ─────────────────────────────────
+    // The WebAssembly handler runtime owns these routes and merges its
+    // router here, e.g. `let routes = routes.merge(handlers_router);`.
+    // Everything below (auth, body limit, metrics, JSON errors) then
+    // applies to them as well.
+    // ─────────────────────────────────────────────────────────────────────
+
+    routes
+        .fallback(error::route_not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        // The last layer added runs first: tracing, metrics (so every
+        // answer is counted, 401s and 413s included, and 5xx detail is
+        // logged), auth, a panic turned into a 500 JSON answer, and the body
+        // limit the JSON extractors enforce.
+        .layer(DefaultBodyLimit::max(state.settings.body_limit))
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(from_fn_with_state(state.clone(), auth::require_token))
+        .layer(from_fn_with_state(state.clone(), metrics::track))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` completes; then stops
+/// accepting, wakes long polls so they answer at once, and waits for
+/// in-flight requests to finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state.clone());
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        state.start_draining();
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(signal)
+        .await
+}

@@ -1,0 +1,105 @@
+//! What every handler shares: the backend, the optional test clock, the
+//! settings the server was started with, the metrics registry, and the
+//! drain signal long polls listen to.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::metrics::Metrics;
+use crate::backend::Backend;
+use crate::clock::FrozenClock;
+use crate::model::{DEFAULT_LEASE_MS, DEFAULT_MAX_ATTEMPTS};
+
+/// Largest request body accepted when nothing else is configured: 1 MiB,
+/// roomy for a batch of ordinary events and small enough that one request
+/// cannot make the server buffer much.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// How the HTTP API behaves, fixed when the server starts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiSettings {
+    /// When set, every `/v1` route needs `Authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+    /// Largest request body in bytes; larger ones are refused with 413.
+    pub body_limit: usize,
+    /// Lease duration for fetch and renew requests that give none.
+    pub default_lease_ms: u64,
+    /// `max_attempts` of groups created without one.
+    pub default_max_attempts: u32,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            auth_token: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            default_lease_ms: DEFAULT_LEASE_MS,
+            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+// Hand-written so the token never reaches a log line.
+impl std::fmt::Debug for ApiSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSettings")
+            .field("auth_token", &self.auth_token.as_ref().map(|_| "***"))
+            .field("body_limit", &self.body_limit)
+            .field("default_lease_ms", &self.default_lease_ms)
+            .field("default_max_attempts", &self.default_max_attempts)
+            .finish()
+    }
+}
+
+/// The state behind every route. Cheap to clone (reference counts).
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) test_clock: Option<Arc<FrozenClock>>,
+    pub(crate) settings: Arc<ApiSettings>,
+    pub(crate) metrics: Arc<Metrics>,
+    // Flipped to true once shutdown starts: long polls stop waiting and
+    // answer with what they have, so draining is not held up by them.
+    draining: Arc<watch::Sender<bool>>,
+}
+
+impl AppState {
+    /// State over `backend` with `settings` and no test clock.
+    pub fn new(backend: Arc<dyn Backend>, settings: ApiSettings) -> Self {
+        Self {
+            backend,
+            test_clock: None,
+            settings: Arc::new(settings),
+            metrics: Arc::new(Metrics::default()),
+            draining: Arc::new(watch::Sender::new(false)),
+        }
+    }
+
+    /// Enables the `/v1/test/clock` routes over `clock`, which must be the
+    /// clock the backend was opened with (or moving it changes nothing).
+    pub fn with_test_clock(mut self, clock: Arc<FrozenClock>) -> Self {
+        self.test_clock = Some(clock);
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ApiSettings {
+        &self.settings
+    }
+
+    /// Tells waiting long polls to answer now: the server is shutting down.
+    pub fn start_draining(&self) {
+        self.draining.send_replace(true);
+    }
+
+    /// A receiver that sees [`AppState::start_draining`].
+    pub(crate) fn draining(&self) -> watch::Receiver<bool> {
+        self.draining.subscribe()
+    }
+}

@@ -1,0 +1,198 @@
+//! Groups: create, list, info, lag.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use super::{TestApp, code};
+use crate::api::ApiSettings;
+
+#[tokio::test]
+async fn create_answers_201_with_the_group() {
+    let app = TestApp::new();
+    app.stream("s", 1).await;
+    let a = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "g", "max_attempts": 3, "retry_backoff_ms": [100, 1000]}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED);
+    assert_eq!(
+        a.body,
+        json!({
+            "stream": "s", "name": "g", "max_attempts": 3,
+            "retry_backoff_ms": [100, 1000],
+            "created_at": "2026-01-01T00:00:00.000Z",
+        })
+    );
+}
+
+#[tokio::test]
+async fn create_refuses_duplicates_unknown_streams_and_bad_options() {
+    let app = TestApp::new();
+    app.stream("s", 2).await;
+    app.group("s", "g").await;
+    let dup = app.post("/v1/streams/s/groups", json!({"name": "g"})).await;
+    assert_eq!(
+        (dup.status, code(&dup)),
+        (StatusCode::CONFLICT, "already_exists")
+    );
+    let missing = app
+        .post("/v1/streams/nope/groups", json!({"name": "g"}))
+        .await;
+    assert_eq!(
+        (missing.status, code(&missing)),
+        (StatusCode::NOT_FOUND, "stream_not_found")
+    );
+    let cases = [
+        (json!({"name": "h", "max_attempts": 0}), "invalid"),
+        (
+            json!({"name": "h", "start_after": 1, "start_at": "2026-01-01T00:00:00Z"}),
+            "invalid",
+        ),
+        (json!({"name": "h", "start_after": "1"}), "invalid"),
+        (
+            json!({"name": "h", "start_after": {"5": 1}}),
+            "invalid_partition",
+        ),
+        (
+            json!({"name": "h", "retry_backoff_ms": [86_400_001]}),
+            "invalid",
+        ),
+        (json!({"name": "bad name"}), "invalid"),
+        (json!({"nam": "h"}), "invalid"),
+    ];
+    for (body, expected) in cases {
+        let a = app.post("/v1/streams/s/groups", body.clone()).await;
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::BAD_REQUEST, expected),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn start_points_set_the_frontier_so_lag_is_right_at_once() {
+    let app = TestApp::new();
+    app.stream("s", 2).await;
+    for p in [0, 0, 0, 1, 1] {
+        app.append("s", json!({"partition": p})).await;
+    }
+    let after_map = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "m", "start_after": {"0": 2}}),
+        )
+        .await;
+    assert_eq!(after_map.status, StatusCode::CREATED, "{}", after_map.body);
+    let lag = app.get("/v1/streams/s/groups/m/lag").await;
+    assert_eq!(lag.body["partitions"]["0"]["frontier"], 2);
+    assert_eq!(lag.body["partitions"]["1"]["frontier"], 0);
+    assert_eq!(lag.body["lag"], 3);
+
+    app.clock.advance(1_000);
+    app.post(
+        "/v1/streams/s/groups",
+        json!({"name": "new", "start_at": "2026-01-01T00:00:01Z"}),
+    )
+    .await;
+    let lag = app.get("/v1/streams/s/groups/new/lag").await;
+    assert_eq!(lag.body["lag"], 0, "only events from now on");
+}
+
+#[tokio::test]
+async fn list_is_sorted_and_info_has_lag_cursors_and_counts() {
+    let app = TestApp::new();
+    app.stream("s", 2).await;
+    app.group("s", "b").await;
+    app.group("s", "a").await;
+    app.append("s", json!({"partition": 1})).await;
+    let list = app.get("/v1/streams/s/groups").await;
+    let names: Vec<&str> = list.body["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+
+    let leases = app.fetch("s", "a", json!({})).await;
+    assert_eq!(leases.len(), 1);
+    let info = app.get("/v1/streams/s/groups/a").await;
+    assert_eq!(info.status, StatusCode::OK);
+    assert_eq!(info.body["group"], "a");
+    assert_eq!(info.body["max_attempts"], 5);
+    assert_eq!(info.body["inflight"], 1);
+    assert_eq!(info.body["dead_letters"], 0);
+    assert_eq!(info.body["cursors"], json!({"0": 1, "1": 2}));
+    assert_eq!(info.body["lag"]["lag"], 1);
+    assert_eq!(info.body["lag"]["inflight"], 1);
+}
+
+#[tokio::test]
+async fn lag_reports_selected_partitions_and_refuses_bad_lists() {
+    let app = TestApp::new();
+    app.stream("s", 3).await;
+    app.group("s", "g").await;
+    for p in [0, 1, 1, 2] {
+        app.append("s", json!({"partition": p})).await;
+    }
+    let lag = app.get("/v1/streams/s/groups/g/lag?partitions=1,2").await;
+    assert_eq!(lag.status, StatusCode::OK);
+    assert_eq!(
+        lag.body["partitions"],
+        json!({
+            "1": {"frontier": 0, "high_watermark": 2, "lag": 2},
+            "2": {"frontier": 0, "high_watermark": 1, "lag": 1},
+        })
+    );
+    assert_eq!(lag.body["lag"], 3);
+    assert_eq!(lag.body["pending"], 3);
+    assert_eq!(lag.body["oldest_unacked_age_ms"], 0);
+    let none = app.get("/v1/streams/s/groups/g/lag?partitions=").await;
+    assert_eq!(none.body["lag"], 0);
+    assert_eq!(none.body["partitions"], json!({}));
+
+    let bad = app.get("/v1/streams/s/groups/g/lag?partitions=one").await;
+    assert_eq!(
+        (bad.status, code(&bad)),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let out_of_range = app.get("/v1/streams/s/groups/g/lag?partitions=3").await;
+    assert_eq!(code(&out_of_range), "invalid_partition");
+}
+
+#[tokio::test]
+async fn unknown_groups_and_streams_are_404_with_the_stream_checked_first() {
+    let app = TestApp::new();
+    app.stream("s", 1).await;
+    for uri in [
+        "/v1/streams/s/groups/nope",
+        "/v1/streams/s/groups/nope/lag",
+        "/v1/streams/s/groups/nope/dead-letters",
+    ] {
+        let a = app.get(uri).await;
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::NOT_FOUND, "group_not_found"),
+            "{uri}"
+        );
+    }
+    let a = app.get("/v1/streams/nope/groups/nope").await;
+    assert_eq!(code(&a), "stream_not_found");
+    let listed = app.get("/v1/streams/nope/groups").await;
+    assert_eq!(code(&listed), "stream_not_found");
+}
+
+#[tokio::test]
+async fn the_configured_default_max_attempts_applies_to_new_groups() {
+    let app = TestApp::with_settings(ApiSettings {
+        default_max_attempts: 2,
+        ..ApiSettings::default()
+    });
+    app.stream("s", 1).await;
+    app.group("s", "g").await;
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(info.body["max_attempts"], 2);
+}

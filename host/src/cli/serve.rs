@@ -1,0 +1,214 @@
+//! `rheo serve`: open the backend, serve the HTTP API, and shut down
+//! gracefully on SIGINT or SIGTERM (stop accepting, finish in-flight
+//! requests, exit 0).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use clap::builder::BoolishValueParser;
+use tokio::net::TcpListener;
+
+use super::migrate::redact;
+use crate::api::{self, AppState};
+use crate::backend;
+use crate::clock::{Clock, FrozenClock, SharedClock, SystemClock};
+use crate::config::{ServeConfig, ServeOptions};
+
+/// How long in-flight requests get to finish after a shutdown signal.
+/// Long polls answer at once when draining starts, so only slow backend
+/// calls can use this up.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Arguments of `rheo serve`. Each flag can also come from its `RHEO_*`
+/// variable or the config file; flags win over variables, variables over
+/// the file.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// TOML config file (keys are the long flag names with underscores;
+    /// `migrate = false` for --no-migrate).
+    #[arg(long, env = "RHEO_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name], memory://
+    /// [default: sqlite://rheo.db]
+    #[arg(long, env = "RHEO_BACKEND", value_name = "URL")]
+    backend: Option<String>,
+
+    /// Address to listen on, host:port (:0 picks a free port; the bound
+    /// address is printed) [default: 127.0.0.1:7070]
+    #[arg(long, env = "RHEO_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+
+    /// Require `Authorization: Bearer <TOKEN>` on every /v1 route.
+    #[arg(
+        long,
+        env = "RHEO_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    auth_token: Option<String>,
+
+    /// Run on a frozen clock (starting at the current time) that only moves
+    /// through POST /v1/test/clock. For tests, never production.
+    #[arg(long, env = "RHEO_TEST_CLOCK", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    test_clock: Option<bool>,
+
+    /// Do not apply pending schema migrations at startup.
+    #[arg(long, env = "RHEO_NO_MIGRATE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    no_migrate: Option<bool>,
+
+    /// Largest request body in bytes [default: 1048576]
+    #[arg(long, env = "RHEO_BODY_LIMIT", value_name = "BYTES")]
+    body_limit: Option<usize>,
+
+    /// Lease duration for fetch and renew requests that give none [default: 30000]
+    #[arg(long, env = "RHEO_DEFAULT_LEASE_MS", value_name = "MS")]
+    default_lease_ms: Option<u64>,
+
+    /// max_attempts of groups created without one [default: 5]
+    #[arg(long, env = "RHEO_DEFAULT_MAX_ATTEMPTS", value_name = "N")]
+    default_max_attempts: Option<u32>,
+}
+
+impl ServeArgs {
+    fn options(&self) -> ServeOptions {
+        ServeOptions {
+            backend: self.backend.clone(),
+            listen: self.listen.clone(),
+            auth_token: self.auth_token.clone(),
+            test_clock: self.test_clock,
+            migrate: self.no_migrate.map(|no| !no),
+            body_limit: self.body_limit,
+            default_lease_ms: self.default_lease_ms,
+            default_max_attempts: self.default_max_attempts,
+        }
+    }
+
+    pub(crate) async fn run(self) -> anyhow::Result<()> {
+        let signal = shutdown_signal()?;
+        let file = match &self.config {
+            Some(path) => ServeOptions::from_file(path)?,
+            None => ServeOptions::default(),
+        };
+        let config = ServeConfig::resolve(self.options().or(file))?;
+
+        let test_clock = config.test_clock.then(FrozenClock::at_system_time);
+        let clock: SharedClock = match &test_clock {
+            Some(frozen) => frozen.clone(),
+            None => SystemClock::shared(),
+        };
+        let url = redact(&config.backend);
+        let store = backend::connect(&config.backend, clock, false)
+            .await
+            .with_context(|| format!("cannot open backend {url}"))?;
+        if config.migrate {
+            let applied = store
+                .migrate()
+                .await
+                .with_context(|| format!("migrating {url}"))?;
+            if !applied.is_empty() {
+                tracing::info!(
+                    "applied {} migration(s): {}",
+                    applied.len(),
+                    applied.join(", ")
+                );
+            }
+        }
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+
+        tracing::info!("backend: {} at {url}", store.kind());
+        let mut state = AppState::new(store, config.api.clone());
+        if let Some(frozen) = test_clock {
+            tracing::warn!(
+                "test clock: time is frozen at {} and moves only through POST /v1/test/clock",
+                frozen.now()
+            );
+            state = state.with_test_clock(Arc::clone(&frozen));
+        }
+        if config.api.auth_token.is_some() {
+            tracing::info!("auth: /v1 routes need a bearer token");
+        } else if !addr.ip().is_loopback() {
+            tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
+        }
+
+        // ── Handler runtime: start ───────────────────────────────────────
+        // The WebAssembly handler runtime starts here, once the backend is
+        // open and before requests are served (it shares `state.backend()`).
+        // ─────────────────────────────────────────────────────────────────
+
+        tracing::info!(
+            "rheo {} listening on http://{addr}",
+            env!("CARGO_PKG_VERSION")
+        );
+        // Also on stdout, for scripts and tests that started us on port 0.
+        println!("rheo listening on http://{addr}");
+
+        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async move {
+            signal.await;
+            let _ = signalled_tx.send(());
+        };
+        let server = api::serve(listener, state, shutdown);
+        let drain_deadline = async move {
+            // Only a received signal starts the clock; a dropped sender
+            // (the server stopped on its own) never fires.
+            if signalled_rx.await.is_ok() {
+                tokio::time::sleep(DRAIN_TIMEOUT).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            served = server => served.context("serving HTTP")?,
+            () = drain_deadline => anyhow::bail!(
+                "requests still in flight {}s after the shutdown signal; exiting anyway",
+                DRAIN_TIMEOUT.as_secs()
+            ),
+        }
+
+        // ── Handler runtime: drain ───────────────────────────────────────
+        // Stop the handler runtime here: stop fetching, finish and settle
+        // in-flight deliveries, then return (bounded by its own timeout).
+        // ─────────────────────────────────────────────────────────────────
+
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Listens for SIGINT (Ctrl-C) and, on Unix, SIGTERM from the moment it
+/// is called, so a signal during startup is not lost (or fatal); the
+/// returned future completes on the first one.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+        let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        Ok(async move {
+            tokio::select! {
+                _ = interrupt.recv() => tracing::info!("received SIGINT"),
+                _ = terminate.recv() => tracing::info!("received SIGTERM"),
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::info!("received Ctrl-C");
+            } else {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}

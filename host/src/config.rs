@@ -1,0 +1,286 @@
+//! Configuration of `rheo serve`, from three sources merged field by field:
+//! command-line flags, then `RHEO_*` environment variables (clap reads
+//! both, flags first), then an optional TOML file, then the defaults.
+//!
+//! The file uses the long flag names with underscores:
+//!
+//! ```toml
+//! backend = "postgres://rheo@db/rheo"
+//! listen = "0.0.0.0:7070"
+//! auth_token = "…"
+//! test_clock = false
+//! migrate = true            # the file's spelling of --no-migrate
+//! body_limit = 1048576      # bytes
+//! default_lease_ms = 30000
+//! default_max_attempts = 5
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::api::ApiSettings;
+use crate::cli::DEFAULT_BACKEND;
+use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
+
+/// Where the server listens when nothing else is configured.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+
+/// Smallest body limit accepted: below this even a small batch fails.
+const MIN_BODY_LIMIT: usize = 1024;
+
+/// The settings one source gives; `None` means "not set here".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeOptions {
+    /// Backend URL.
+    pub backend: Option<String>,
+    /// Listen address, `host:port` (`:port` means 127.0.0.1; port 0 picks a free one).
+    pub listen: Option<String>,
+    /// Bearer token required on `/v1` routes.
+    pub auth_token: Option<String>,
+    /// Start with a frozen clock and the `/v1/test/clock` routes.
+    pub test_clock: Option<bool>,
+    /// Apply pending schema migrations at startup.
+    pub migrate: Option<bool>,
+    /// Largest request body, in bytes.
+    pub body_limit: Option<usize>,
+    /// Lease duration for fetch and renew requests that give none.
+    pub default_lease_ms: Option<u64>,
+    /// `max_attempts` of groups created without one.
+    pub default_max_attempts: Option<u32>,
+}
+
+impl ServeOptions {
+    /// Reads a TOML config file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// These settings, with the gaps filled from `fallback`.
+    pub fn or(self, fallback: ServeOptions) -> ServeOptions {
+        ServeOptions {
+            backend: self.backend.or(fallback.backend),
+            listen: self.listen.or(fallback.listen),
+            auth_token: self.auth_token.or(fallback.auth_token),
+            test_clock: self.test_clock.or(fallback.test_clock),
+            migrate: self.migrate.or(fallback.migrate),
+            body_limit: self.body_limit.or(fallback.body_limit),
+            default_lease_ms: self.default_lease_ms.or(fallback.default_lease_ms),
+            default_max_attempts: self.default_max_attempts.or(fallback.default_max_attempts),
+        }
+    }
+}
+
+/// The resolved, checked configuration of a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Backend URL.
+    pub backend: String,
+    /// Address to bind, `host:port`.
+    pub listen: String,
+    /// Run on a frozen clock with the test clock routes.
+    pub test_clock: bool,
+    /// Apply pending migrations at startup.
+    pub migrate: bool,
+    /// How the HTTP API behaves.
+    pub api: ApiSettings,
+}
+
+impl ServeConfig {
+    /// Fills unset options with the defaults and checks every value.
+    pub fn resolve(options: ServeOptions) -> Result<Self, ConfigError> {
+        let defaults = ApiSettings::default();
+        let backend = options
+            .backend
+            .unwrap_or_else(|| DEFAULT_BACKEND.to_owned());
+        if backend.trim().is_empty() {
+            return Err(invalid("backend", "must not be empty"));
+        }
+        let listen = normalize_listen(options.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
+        if options.auth_token.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid(
+                "auth_token",
+                "must not be empty (leave it unset to run without auth)",
+            ));
+        }
+        let body_limit = options.body_limit.unwrap_or(defaults.body_limit);
+        if body_limit < MIN_BODY_LIMIT {
+            return Err(invalid(
+                "body_limit",
+                format!("must be at least {MIN_BODY_LIMIT} bytes (got {body_limit})"),
+            ));
+        }
+        let default_lease_ms = options
+            .default_lease_ms
+            .unwrap_or(defaults.default_lease_ms);
+        validate_lease_ms(default_lease_ms).map_err(|e| invalid("default_lease_ms", e.message))?;
+        let default_max_attempts = options
+            .default_max_attempts
+            .unwrap_or(defaults.default_max_attempts);
+        if !(1..=MAX_MAX_ATTEMPTS).contains(&default_max_attempts) {
+            return Err(invalid(
+                "default_max_attempts",
+                format!("must be between 1 and {MAX_MAX_ATTEMPTS}"),
+            ));
+        }
+        Ok(Self {
+            backend,
+            listen,
+            test_clock: options.test_clock.unwrap_or(false),
+            migrate: options.migrate.unwrap_or(true),
+            api: ApiSettings {
+                auth_token: options.auth_token,
+                body_limit,
+                default_lease_ms,
+                default_max_attempts,
+            },
+        })
+    }
+}
+
+/// `host:port` as given, or `127.0.0.1:port` for `:port`; the port must be a number.
+fn normalize_listen(listen: &str) -> Result<String, ConfigError> {
+    let listen = listen.trim();
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return Err(invalid(
+            "listen",
+            format!("{listen:?} is not host:port (e.g. 127.0.0.1:7070, or :0 for any free port)"),
+        ));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(invalid("listen", format!("{port:?} is not a port number")));
+    }
+    Ok(if host.is_empty() {
+        format!("127.0.0.1:{port}")
+    } else {
+        listen.to_owned()
+    })
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for these settings.
+    #[error("bad config file {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's explanation.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid {key}: {message}")]
+    Invalid {
+        /// The setting, by its file key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn given(f: impl FnOnce(&mut ServeOptions)) -> ServeOptions {
+        let mut o = ServeOptions::default();
+        f(&mut o);
+        o
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = ServeConfig::resolve(ServeOptions::default()).unwrap();
+        assert_eq!(c.backend, "sqlite://rheo.db");
+        assert_eq!(c.listen, "127.0.0.1:7070");
+        assert!(!c.test_clock);
+        assert!(c.migrate);
+        assert_eq!(c.api, ApiSettings::default());
+    }
+
+    #[test]
+    fn earlier_sources_win_field_by_field() {
+        let flags = given(|o| o.listen = Some("127.0.0.1:0".into()));
+        let file = given(|o| {
+            o.listen = Some("0.0.0.0:80".into());
+            o.backend = Some("memory://".into());
+        });
+        let c = ServeConfig::resolve(flags.or(file)).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:0");
+        assert_eq!(c.backend, "memory://");
+    }
+
+    #[test]
+    fn files_are_toml_with_the_flag_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rheo.toml");
+        std::fs::write(
+            &path,
+            "backend = \"memory://\"\nmigrate = false\nbody_limit = 4096\ndefault_lease_ms = 500\n",
+        )
+        .unwrap();
+        let c = ServeConfig::resolve(ServeOptions::from_file(&path).unwrap()).unwrap();
+        assert_eq!(c.backend, "memory://");
+        assert!(!c.migrate);
+        assert_eq!(c.api.body_limit, 4096);
+        assert_eq!(c.api.default_lease_ms, 500);
+
+        std::fs::write(&path, "listne = \"x\"\n").unwrap();
+        let err = ServeOptions::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("listne"), "{err}");
+        assert!(ServeOptions::from_file(&dir.path().join("missing.toml")).is_err());
+    }
+
+    #[test]
+    fn listen_addresses_need_a_port_and_default_the_host() {
+        assert_eq!(normalize_listen(":0").unwrap(), "127.0.0.1:0");
+        assert_eq!(normalize_listen("[::1]:7070").unwrap(), "[::1]:7070");
+        assert!(normalize_listen("localhost").is_err());
+        assert!(normalize_listen("localhost:http").is_err());
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_key() {
+        let key = |o: ServeOptions| match ServeConfig::resolve(o) {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid setting, got {other:?}"),
+        };
+        assert_eq!(key(given(|o| o.body_limit = Some(10))), "body_limit");
+        assert_eq!(
+            key(given(|o| o.default_lease_ms = Some(0))),
+            "default_lease_ms"
+        );
+        assert_eq!(
+            key(given(|o| o.default_max_attempts = Some(0))),
+            "default_max_attempts"
+        );
+        assert_eq!(
+            key(given(|o| o.auth_token = Some(String::new()))),
+            "auth_token"
+        );
+        assert_eq!(key(given(|o| o.backend = Some(" ".into()))), "backend");
+    }
+}
