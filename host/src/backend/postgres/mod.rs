@@ -172,7 +172,13 @@ impl PostgresBackend {
         let mut connect = PgConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("backend", format!("not a PostgreSQL URL: {e}")))?
             .application_name(&options.application_name)
-            .options([("statement_timeout", timeout.as_str())]);
+            .options([
+                ("statement_timeout", timeout.as_str()),
+                // Plan each prepared statement once per connection: every
+                // statement here is an index walk keyed by (stream, group),
+                // and re-planning on each call costs more than it runs.
+                ("plan_cache_mode", "force_generic_plan"),
+            ]);
         if let Some(schema) = &options.schema {
             connect = connect.options([("search_path", schema.as_str())]);
         }
