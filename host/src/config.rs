@@ -13,6 +13,8 @@
 //! body_limit = 1048576      # bytes
 //! default_lease_ms = 30000
 //! default_max_attempts = 5
+//! handlers_dir = "rheo-handlers"
+//! wasm_fuel = false         # fuel metering, needed by manifests with `fuel`
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,6 +27,10 @@ use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
 
 /// Where the server listens when nothing else is configured.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+
+/// Where handlers live when nothing else is configured (relative to the
+/// working directory, like the default SQLite file).
+pub const DEFAULT_HANDLERS_DIR: &str = "rheo-handlers";
 
 /// Smallest body limit accepted: below this even a small batch fails.
 const MIN_BODY_LIMIT: usize = 1024;
@@ -49,6 +55,10 @@ pub struct ServeOptions {
     pub default_lease_ms: Option<u64>,
     /// `max_attempts` of groups created without one.
     pub default_max_attempts: Option<u32>,
+    /// Directory of handler manifests and modules (watched for changes).
+    pub handlers_dir: Option<PathBuf>,
+    /// Meter guests with fuel (needed by manifests that set `fuel`; ~20% per call).
+    pub wasm_fuel: Option<bool>,
 }
 
 impl ServeOptions {
@@ -75,6 +85,8 @@ impl ServeOptions {
             body_limit: self.body_limit.or(fallback.body_limit),
             default_lease_ms: self.default_lease_ms.or(fallback.default_lease_ms),
             default_max_attempts: self.default_max_attempts.or(fallback.default_max_attempts),
+            handlers_dir: self.handlers_dir.or(fallback.handlers_dir),
+            wasm_fuel: self.wasm_fuel.or(fallback.wasm_fuel),
         }
     }
 }
@@ -92,6 +104,10 @@ pub struct ServeConfig {
     pub migrate: bool,
     /// How the HTTP API behaves.
     pub api: ApiSettings,
+    /// Where handler manifests and modules live.
+    pub handlers_dir: PathBuf,
+    /// Fuel metering for guests.
+    pub wasm_fuel: bool,
 }
 
 impl ServeConfig {
@@ -136,6 +152,10 @@ impl ServeConfig {
             listen,
             test_clock: options.test_clock.unwrap_or(false),
             migrate: options.migrate.unwrap_or(true),
+            handlers_dir: options
+                .handlers_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_HANDLERS_DIR)),
+            wasm_fuel: options.wasm_fuel.unwrap_or(false),
             api: ApiSettings {
                 auth_token: options.auth_token,
                 body_limit,

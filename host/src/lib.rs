@@ -3,6 +3,7 @@
 //!
 //! Crate map:
 //! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
+//! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, the handlers directory and its watcher.
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
@@ -20,6 +21,8 @@ pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "wasm")]
+pub mod handlers;
 pub mod model;
 pub mod runtime;
 pub mod settle;

@@ -66,3 +66,161 @@ pub fn run_rheo(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// How to start a server: `rheo serve` on 127.0.0.1 port 0 plus these options.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Backend URL; `None` uses a SQLite file `rheo.db` in the server's folder.
+    pub backend: Option<String>,
+    /// Starts the clock frozen and enables `/v1/test/clock`.
+    pub test_clock: bool,
+    /// Requires `Authorization: Bearer <token>` on `/v1`.
+    pub auth_token: Option<String>,
+    /// Handlers directory; `None` uses `handlers/` in the server's folder.
+    pub handlers_dir: Option<PathBuf>,
+    /// Further `rheo serve` arguments.
+    pub args: Vec<String>,
+}
+
+/// A running `rheo serve` child process. Killed when dropped.
+#[derive(Debug)]
+pub struct Server {
+    child: std::process::Child,
+    base: String,
+    /// The folder holding the default database, handlers and the log.
+    pub dir: PathBuf,
+    /// Where the server's stderr (its log) goes.
+    pub log: PathBuf,
+    // Kept open so the server never writes to a closed pipe.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    /// Starts `rheo serve` in `dir` with `options` and waits for its
+    /// "rheo listening on" line.
+    pub fn start(dir: &std::path::Path, options: &ServerOptions) -> Server {
+        use std::io::BufRead;
+        let backend = options
+            .backend
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", dir.join("rheo.db").display()));
+        let handlers = options
+            .handlers_dir
+            .clone()
+            .unwrap_or_else(|| dir.join("handlers"));
+        let log = dir.join(format!("serve-{}.log", unique()));
+        let log_file = std::fs::File::create(&log).expect("create the log file");
+        let mut command = Command::new(rheo_binary());
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--backend", &backend])
+            .arg("--handlers-dir")
+            .arg(&handlers)
+            .args(&options.args)
+            .current_dir(dir)
+            .env_remove("RUST_LOG")
+            .env_remove("RHEO_AUTH_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(log_file);
+        if options.test_clock {
+            command.arg("--test-clock");
+        }
+        if let Some(token) = &options.auth_token {
+            command.args(["--auth-token", token]);
+        }
+        let mut child = command.spawn().expect("spawn rheo serve");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the address line");
+        let Some(base) = line.trim().strip_prefix("rheo listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("unexpected first line {line:?}; stderr:\n{text}")
+        };
+        Server {
+            base: base.to_owned(),
+            child,
+            dir: dir.to_path_buf(),
+            log,
+            _stdout: stdout,
+        }
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The full URL of `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The server's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for rheo") {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("rheo serve did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An HTTP agent that returns error statuses as responses (not errors).
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// Status and JSON body (`Null` when the body is not JSON) of a response.
+pub fn answer(
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> (u16, serde_json::Value) {
+    let mut response = response.expect("an HTTP response");
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .read_json()
+        .unwrap_or(serde_json::Value::Null);
+    (status, body)
+}
+
+/// The repository root (holds `guests/`, `wit/`, `Cargo.toml`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}

@@ -1,102 +1,11 @@
 //! `rheo serve`, started as a user would: on port 0 with a SQLite file,
 //! driven over real HTTP, stopped with SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use rheo_e2e::rheo_binary;
-use serde_json::{Value, json};
+use rheo_e2e::{Server, ServerOptions, agent, answer};
+use serde_json::json;
 use ureq::Agent;
-
-/// A running server and what the test needs to talk to it.
-struct Server {
-    child: Child,
-    base: String,
-    // Kept open so the server never writes to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Server {
-    /// Starts `rheo serve` on a free port and waits for its address line.
-    fn start(db: &Path, stderr_log: &Path) -> Self {
-        let backend = format!("sqlite://{}", db.display());
-        let log = std::fs::File::create(stderr_log).expect("create the log file");
-        let mut child = Command::new(rheo_binary())
-            .args(["serve", "--listen", "127.0.0.1:0", "--backend", &backend])
-            .arg("--test-clock")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn rheo serve");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the address line");
-        let base = line
-            .trim()
-            .strip_prefix("rheo listening on ")
-            .unwrap_or_else(|| {
-                let _ = child.kill();
-                let log = std::fs::read_to_string(stderr_log).unwrap_or_default();
-                panic!("unexpected first line {line:?}; stderr:\n{log}")
-            })
-            .to_owned();
-        Server {
-            child,
-            base,
-            _stdout: stdout,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Sends SIGTERM and waits (bounded) for the exit status.
-    fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for rheo") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("rheo serve did not exit within 20 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn agent() -> Agent {
-    Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(40)))
-        .build()
-        .into()
-}
-
-/// Status and JSON body of a response.
-fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
-    let mut response = response.expect("an HTTP response");
-    let status = response.status().as_u16();
-    let body = response.body_mut().read_json().unwrap_or(Value::Null);
-    (status, body)
-}
 
 /// Waits until `n` requests are in flight (the metrics request itself is
 /// one of them), so a signal is known to arrive while the others run.
@@ -117,9 +26,11 @@ fn wait_for_in_flight(http: &Agent, server: &Server, n: u32) {
 #[test]
 fn serve_answers_http_on_sqlite_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("x.db");
-    let log = dir.path().join("stderr.log");
-    let mut server = Server::start(&db, &log);
+    let options = ServerOptions {
+        test_clock: true,
+        ..ServerOptions::default()
+    };
+    let mut server = Server::start(dir.path(), &options);
     let http = agent();
 
     let (status, body) = answer(http.get(server.url("/healthz")).call());
@@ -188,12 +99,12 @@ fn serve_answers_http_on_sqlite_and_stops_cleanly_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
     let (status, body) = waiting.join().expect("the long poll thread");
     assert_eq!((status, body), (200, json!({"leases": []})));
-    let stderr = std::fs::read_to_string(&log).unwrap();
+    let stderr = server.log_text();
     assert!(stderr.contains("received SIGTERM"), "{stderr}");
     assert!(stderr.contains("backend: sqlite"), "{stderr}");
 
     // The data survives a restart on the same file.
-    let mut again = Server::start(&db, &log);
+    let mut again = Server::start(dir.path(), &options);
     let (_, stream) = answer(http.get(again.url("/v1/streams/orders")).call());
     assert_eq!(stream["partitions"]["1"]["high_watermark"], 1);
     assert!(again.terminate().success());

@@ -41,6 +41,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// Something broke inside the server; the text is logged, never shown.
     Internal(String),
+    /// A handler operation was refused.
+    #[cfg(feature = "wasm")]
+    Handler(crate::handlers::RegistryError),
 }
 
 impl ApiError {
@@ -59,6 +62,17 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            #[cfg(feature = "wasm")]
+            ApiError::Handler(e) => {
+                use crate::handlers::RegistryError as R;
+                match e {
+                    R::NotFound(_) => StatusCode::NOT_FOUND,
+                    R::Manifest(_) | R::Module(_) => StatusCode::BAD_REQUEST,
+                    R::NoPrevious(_) => StatusCode::CONFLICT,
+                    R::Backend(b) => backend_status(b),
+                    R::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                }
+            }
         }
     }
 
@@ -72,6 +86,18 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Internal(_) => "internal",
+            #[cfg(feature = "wasm")]
+            ApiError::Handler(e) => {
+                use crate::handlers::RegistryError as R;
+                match e {
+                    R::NotFound(_) => "handler_not_found",
+                    R::Manifest(_) => "invalid_manifest",
+                    R::Module(_) => "invalid_module",
+                    R::NoPrevious(_) => "no_previous_version",
+                    R::Backend(b) => b.code(),
+                    R::Storage(_) => "internal",
+                }
+            }
         }
     }
 
@@ -93,6 +119,12 @@ impl ApiError {
             ApiError::NotFound(what) => what.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),
             ApiError::PayloadTooLarge(why) | ApiError::UnsupportedMediaType(why) => why.clone(),
+            #[cfg(feature = "wasm")]
+            ApiError::Handler(crate::handlers::RegistryError::Storage(_)) => {
+                "internal error; see the server log".into()
+            }
+            #[cfg(feature = "wasm")]
+            ApiError::Handler(e) => e.to_string(),
         }
     }
 }
@@ -186,6 +218,13 @@ impl IntoResponse for ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         ApiError::Backend(e)
+    }
+}
+
+#[cfg(feature = "wasm")]
+impl From<crate::handlers::RegistryError> for ApiError {
+    fn from(e: crate::handlers::RegistryError) -> Self {
+        ApiError::Handler(e)
     }
 }
 

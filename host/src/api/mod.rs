@@ -5,6 +5,7 @@
 //! Module map:
 //! - `streams` — streams and events (create, list, get, append, read, query).
 //! - `groups` — consumer groups, leases (fetch with long polls, settle), recovery.
+//! - `handlers` — WebAssembly handlers: deploy, hot swap, rollback, pause, remove.
 //! - `health` — `/healthz`, `/readyz`, `/metrics`.
 //! - `clock` — `/v1/test/clock`, live only with the test clock.
 //! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
@@ -20,6 +21,8 @@ mod dto;
 mod error;
 mod extract;
 mod groups;
+#[cfg(feature = "wasm")]
+mod handlers;
 mod health;
 mod metrics;
 mod openapi;
@@ -46,23 +49,18 @@ pub use state::{ApiSettings, AppState, DEFAULT_BODY_LIMIT};
 
 /// The whole application: every route, the fallbacks, and the middleware.
 pub fn router(state: AppState) -> Router {
-    let (routes, mut doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+    let app = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(streams::router())
         .merge(groups::router())
         .merge(clock::router())
-        .merge(health::router())
-        .split_for_parts();
+        .merge(health::router());
+    #[cfg(feature = "wasm")]
+    let app = app.merge(handlers::router());
+    let (routes, mut doc) = app.split_for_parts();
     openapi::add_common_responses(&mut doc);
     let document = openapi::Document::new(&doc);
 
     let routes = routes.route("/v1/openapi.json", get(move || async move { document }));
-
-    // ── Handler routes (`/v1/handlers…`) ─────────────────────────────────
-    // The WebAssembly handler runtime owns these routes and merges its
-    // router here, e.g. `let routes = routes.merge(handlers_router);`.
-    // Everything below (auth, body limit, metrics, JSON errors) then
-    // applies to them as well.
-    // ─────────────────────────────────────────────────────────────────────
 
     routes
         .fallback(error::route_not_found)

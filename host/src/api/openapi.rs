@@ -30,6 +30,7 @@ use utoipa::{Modify, OpenApi};
         (name = "groups", description = "Consumer groups: create, inspect, lag"),
         (name = "leases", description = "Claiming and settling deliveries"),
         (name = "recovery", description = "Replay, reset, dead letters and redrive"),
+        (name = "handlers", description = "WebAssembly handlers: deploy, hot swap, rollback"),
         (name = "health", description = "Probes and metrics (no auth)"),
         (name = "test clock", description = "Only with rheo serve --test-clock"),
     )

@@ -59,6 +59,9 @@ pub struct AppState {
     pub(crate) test_clock: Option<Arc<FrozenClock>>,
     pub(crate) settings: Arc<ApiSettings>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Deployed handlers (`None`: the handler routes answer 404).
+    #[cfg(feature = "wasm")]
+    pub(crate) handlers: Option<Arc<crate::handlers::HandlerRegistry>>,
     // Flipped to true once shutdown starts: long polls stop waiting and
     // answer with what they have, so draining is not held up by them.
     draining: Arc<watch::Sender<bool>>,
@@ -72,6 +75,8 @@ impl AppState {
             test_clock: None,
             settings: Arc::new(settings),
             metrics: Arc::new(Metrics::default()),
+            #[cfg(feature = "wasm")]
+            handlers: None,
             draining: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -80,6 +85,13 @@ impl AppState {
     /// clock the backend was opened with (or moving it changes nothing).
     pub fn with_test_clock(mut self, clock: Arc<FrozenClock>) -> Self {
         self.test_clock = Some(clock);
+        self
+    }
+
+    /// Serves the handler routes from `registry`.
+    #[cfg(feature = "wasm")]
+    pub fn with_handlers(mut self, registry: Arc<crate::handlers::HandlerRegistry>) -> Self {
+        self.handlers = Some(registry);
         self
     }
 

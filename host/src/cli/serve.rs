@@ -74,6 +74,17 @@ pub(crate) struct ServeArgs {
     /// max_attempts of groups created without one [default: 5]
     #[arg(long, env = "RHEO_DEFAULT_MAX_ATTEMPTS", value_name = "N")]
     default_max_attempts: Option<u32>,
+
+    /// Directory of handler manifests (*.toml) and modules (*.wasm), loaded
+    /// at start and watched; handlers deployed through the API are kept
+    /// there too [default: rheo-handlers]
+    #[arg(long, env = "RHEO_HANDLERS_DIR", value_name = "DIR")]
+    handlers_dir: Option<PathBuf>,
+
+    /// Meter guests with fuel, so manifests may set `fuel` (~20% slower calls).
+    #[arg(long, env = "RHEO_WASM_FUEL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    wasm_fuel: Option<bool>,
 }
 
 impl ServeArgs {
@@ -87,6 +98,8 @@ impl ServeArgs {
             body_limit: self.body_limit,
             default_lease_ms: self.default_lease_ms,
             default_max_attempts: self.default_max_attempts,
+            handlers_dir: self.handlers_dir.clone(),
+            wasm_fuel: self.wasm_fuel,
         }
     }
 
@@ -140,10 +153,12 @@ impl ServeArgs {
             tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
         }
 
-        // ── Handler runtime: start ───────────────────────────────────────
-        // The WebAssembly handler runtime starts here, once the backend is
-        // open and before requests are served (it shares `state.backend()`).
-        // ─────────────────────────────────────────────────────────────────
+        #[cfg(feature = "wasm")]
+        let handlers = {
+            let handlers = start_handlers(&config, state.backend().clone()).await?;
+            state = state.with_handlers(Arc::clone(&handlers.registry));
+            handlers
+        };
 
         tracing::info!(
             "rheo {} listening on http://{addr}",
@@ -175,14 +190,76 @@ impl ServeArgs {
             ),
         }
 
-        // ── Handler runtime: drain ───────────────────────────────────────
-        // Stop the handler runtime here: stop fetching, finish and settle
-        // in-flight deliveries, then return (bounded by its own timeout).
-        // ─────────────────────────────────────────────────────────────────
+        #[cfg(feature = "wasm")]
+        handlers.stop().await;
 
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The handler registry, its directory watcher, and how to stop both.
+#[cfg(feature = "wasm")]
+struct Handlers {
+    registry: Arc<crate::handlers::HandlerRegistry>,
+    stop_watching: tokio_util::sync::CancellationToken,
+}
+
+#[cfg(feature = "wasm")]
+impl Handlers {
+    /// Stops watching, then drains every handler: no more fetches,
+    /// in-flight deliveries finish and are settled (bounded per handler).
+    async fn stop(self) {
+        self.stop_watching.cancel();
+        tracing::info!("draining handlers");
+        self.registry.shutdown().await;
+    }
+}
+
+/// Builds the WebAssembly engine and the registry, deploys what the
+/// handlers directory holds and starts watching it.
+#[cfg(feature = "wasm")]
+async fn start_handlers(
+    config: &ServeConfig,
+    store: Arc<dyn backend::Backend>,
+) -> anyhow::Result<Handlers> {
+    use crate::handlers::{HandlerRegistry, watch_directory};
+    use crate::wasm::{EngineOptions, WasmEngine};
+
+    let engine = WasmEngine::new(EngineOptions {
+        fuel: config.wasm_fuel,
+        ..EngineOptions::default()
+    })
+    .context("starting the WebAssembly engine")?;
+    let dir = &config.handlers_dir;
+    let registry = Arc::new(
+        HandlerRegistry::new(engine, store, Some(dir))
+            .with_context(|| format!("handlers directory {}", dir.display()))?,
+    );
+    registry.sync_directory().await;
+    let loaded = registry.list().await;
+    if loaded.is_empty() {
+        tracing::info!("handlers: none yet in {}", dir.display());
+    }
+    for h in &loaded {
+        match (&h.version, &h.last_error) {
+            (Some(v), _) => tracing::info!(
+                "handler {} v{v} ({}/{}) {}",
+                h.name,
+                h.manifest.stream,
+                h.manifest.group,
+                h.status
+            ),
+            (None, Some(e)) => tracing::error!("handler {} not started: {e}", h.name),
+            (None, None) => {}
+        }
+    }
+    let stop_watching = tokio_util::sync::CancellationToken::new();
+    watch_directory(Arc::clone(&registry), stop_watching.clone());
+    Ok(Handlers {
+        registry,
+        stop_watching,
+    })
 }
 
 /// Listens for SIGINT (Ctrl-C) and, on Unix, SIGTERM from the moment it

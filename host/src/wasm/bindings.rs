@@ -24,7 +24,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub(crate) use rheo::handler::host::{Host, add_to_linker as add_host_to_linker};
+pub(crate) use self::rheo::handler::host::{Host, add_to_linker as add_host_to_linker};
 // `Delivery` and `Outcome` are generated at the top level too (the world
 // `use`s them); the rest come from the `types` interface.
-pub(crate) use rheo::handler::types::{AppendError, Event, EventInput, EventRef, Level};
+pub(crate) use self::rheo::handler::types::{AppendError, Event, EventInput, EventRef, Level};

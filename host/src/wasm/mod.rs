@@ -67,7 +67,7 @@ mod limits;
 mod module;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use cache::ModuleCache;
 pub use engine::{EngineOptions, PoolingOptions, WasmEngine};

@@ -10,6 +10,8 @@
 
 mod events;
 mod groups;
+#[cfg(feature = "wasm")]
+mod handlers;
 mod leases;
 
 use std::collections::BTreeMap;
@@ -26,6 +28,8 @@ pub(crate) use groups::{
     CreateGroupBody, DeadLetterPageBody, DeadLetterParams, GroupBody, GroupInfoBody, GroupListBody,
     LagBody, LagParams, RedriveBody, RedrivenBody, ReopenedBody, ReplayBody, ResetBody,
 };
+#[cfg(feature = "wasm")]
+pub(crate) use handlers::{HandlerBody, HandlerListBody};
 pub(crate) use leases::{
     AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,
     SettleResultsBody,

@@ -62,7 +62,7 @@ fn guest_paths() -> &'static BTreeMap<String, PathBuf> {
 }
 
 /// The bytes of guest `name`.
-fn guest(name: &str) -> Vec<u8> {
+pub(crate) fn guest(name: &str) -> Vec<u8> {
     let path = guest_paths()
         .get(name)
         .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"));
@@ -71,7 +71,7 @@ fn guest(name: &str) -> Vec<u8> {
 
 /// Pooling sizes small enough that many test processes and engines fit in
 /// the address space side by side.
-fn small_pool() -> PoolingOptions {
+pub(crate) fn small_pool() -> PoolingOptions {
     PoolingOptions {
         total_component_instances: 64,
         total_core_instances: 256,
@@ -83,7 +83,7 @@ fn small_pool() -> PoolingOptions {
 }
 
 /// The engine shared by the tests of this process.
-fn engine() -> WasmEngine {
+pub(crate) fn engine() -> WasmEngine {
     static ENGINE: OnceLock<WasmEngine> = OnceLock::new();
     ENGINE
         .get_or_init(|| {

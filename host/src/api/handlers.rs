@@ -1,0 +1,233 @@
+//! `/v1/handlers…`: deploy, hot-swap, roll back, pause, resume and remove
+//! WebAssembly handlers.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Multipart, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::dto::{HandlerBody, HandlerListBody};
+use super::error::{ApiError, ErrorBody};
+use super::state::AppState;
+use crate::handlers::{HandlerRegistry, Manifest};
+use crate::model::HandlerName;
+use crate::wasm::MAX_COMPONENT_BYTES;
+
+/// The handler routes. Their bodies carry modules, so they accept up to the
+/// largest component (64 MiB) plus room for the manifest.
+pub(crate) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(handler_list))
+        .routes(routes!(handler_get, handler_deploy, handler_delete))
+        .routes(routes!(handler_swap_module))
+        .routes(routes!(handler_rollback))
+        .routes(routes!(handler_pause))
+        .routes(routes!(handler_resume))
+        .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES + (1 << 20)))
+}
+
+/// The `{handler}` path parameter, validated.
+#[derive(Debug)]
+pub(crate) struct HandlerPath(HandlerName);
+
+impl<S: Send + Sync> FromRequestParts<S> for HandlerPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|r| ApiError::invalid("path", r.body_text()))?;
+        let raw = params
+            .iter()
+            .find(|(k, _)| *k == "handler")
+            .map(|(_, v)| v)
+            .ok_or_else(|| ApiError::invalid("handler", "missing"))?;
+        Ok(Self(HandlerName::parse(raw)?))
+    }
+}
+
+fn registry(state: &AppState) -> Result<&Arc<HandlerRegistry>, ApiError> {
+    state
+        .handlers
+        .as_ref()
+        .ok_or_else(|| ApiError::NotFound("handlers are not enabled on this server".into()))
+}
+
+/// Every deployed handler.
+#[utoipa::path(get, path = "/v1/handlers", tag = "handlers",
+    responses((status = 200, body = HandlerListBody)))]
+async fn handler_list(State(state): State<AppState>) -> Result<Json<HandlerListBody>, ApiError> {
+    let handlers = registry(&state)?.list().await;
+    Ok(Json(HandlerListBody {
+        handlers: handlers.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// One handler: version, digest, status, counters.
+#[utoipa::path(get, path = "/v1/handlers/{handler}", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses(
+        (status = 200, body = HandlerBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+    ))]
+async fn handler_get(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HandlerBody>, ApiError> {
+    Ok(Json(registry(&state)?.get(&name).await?.into()))
+}
+
+/// Deploy or replace a handler: multipart with a `manifest` part (JSON, or
+/// TOML with content type `application/toml`) and a `module` part (the
+/// `.wasm` component). The module is compiled and validated before it
+/// replaces anything; a refused module leaves the running version alone.
+#[utoipa::path(put, path = "/v1/handlers/{handler}", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    request_body(content_type = "multipart/form-data", description = "`manifest` and `module` parts"),
+    responses(
+        (status = 201, description = "Deployed", body = HandlerBody),
+        (status = 200, description = "Replaced (new version)", body = HandlerBody),
+        (status = 400, description = "Bad manifest or module", body = ErrorBody),
+        (status = 404, description = "The manifest's stream does not exist", body = ErrorBody),
+    ))]
+async fn handler_deploy(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+    mut multipart: Multipart,
+) -> Result<(StatusCode, Json<HandlerBody>), ApiError> {
+    let registry = registry(&state)?;
+    let mut manifest = None;
+    let mut module = None;
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::invalid("body", e.body_text()))?
+    {
+        let part = field.name().unwrap_or_default().to_owned();
+        let toml = field.content_type().is_some_and(|c| c.contains("toml"));
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| ApiError::invalid(&part, e.body_text()))?;
+        match part.as_str() {
+            "manifest" => {
+                manifest = Some(
+                    if toml {
+                        let text = std::str::from_utf8(&bytes)
+                            .map_err(|_| ApiError::invalid("manifest", "not UTF-8"))?;
+                        Manifest::from_toml(text)
+                    } else {
+                        Manifest::from_json(&bytes)
+                    }
+                    .map_err(|e| ApiError::invalid("manifest", e.0))?,
+                );
+            }
+            "module" => module = Some(bytes.to_vec()),
+            other => {
+                return Err(ApiError::invalid(
+                    "body",
+                    format!("unexpected part {other:?}; send `manifest` and `module`"),
+                ));
+            }
+        }
+    }
+    let manifest =
+        manifest.ok_or_else(|| ApiError::invalid("manifest", "the `manifest` part is missing"))?;
+    let module =
+        module.ok_or_else(|| ApiError::invalid("module", "the `module` part is missing"))?;
+    let (view, created) = registry.deploy(name, manifest, module).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view.into())))
+}
+
+/// Hot-swap a handler's module (`application/wasm` body), keeping its
+/// manifest. Deliveries in flight finish on the old version.
+#[utoipa::path(put, path = "/v1/handlers/{handler}/module", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    request_body(content_type = "application/wasm", description = "The component"),
+    responses(
+        (status = 200, body = HandlerBody),
+        (status = 400, description = "The module was refused; the old version keeps running", body = ErrorBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+        (status = 415, description = "Not application/wasm", body = ErrorBody),
+    ))]
+async fn handler_swap_module(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<HandlerBody>, ApiError> {
+    let wasm = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/wasm"));
+    if !wasm {
+        return Err(ApiError::UnsupportedMediaType(
+            "send the module with Content-Type: application/wasm".into(),
+        ));
+    }
+    Ok(Json(
+        registry(&state)?
+            .swap_module(&name, body.to_vec())
+            .await?
+            .into(),
+    ))
+}
+
+/// Bring back the previous version.
+#[utoipa::path(post, path = "/v1/handlers/{handler}/rollback", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses(
+        (status = 200, body = HandlerBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+        (status = 409, description = "No previous version", body = ErrorBody),
+    ))]
+async fn handler_rollback(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HandlerBody>, ApiError> {
+    Ok(Json(registry(&state)?.rollback(&name).await?.into()))
+}
+
+/// Stop fetching (deliveries in flight finish).
+#[utoipa::path(post, path = "/v1/handlers/{handler}/pause", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses((status = 200, body = HandlerBody), (status = 404, body = ErrorBody)))]
+async fn handler_pause(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HandlerBody>, ApiError> {
+    Ok(Json(registry(&state)?.pause(&name).await?.into()))
+}
+
+/// Fetch again.
+#[utoipa::path(post, path = "/v1/handlers/{handler}/resume", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses((status = 200, body = HandlerBody), (status = 404, body = ErrorBody)))]
+async fn handler_resume(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HandlerBody>, ApiError> {
+    Ok(Json(registry(&state)?.resume(&name).await?.into()))
+}
+
+/// Remove a handler: drains it first (in-flight deliveries finish and are
+/// settled), then deletes it.
+#[utoipa::path(delete, path = "/v1/handlers/{handler}", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses((status = 200, description = "Removed; its last state", body = HandlerBody), (status = 404, body = ErrorBody)))]
+async fn handler_delete(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HandlerBody>, ApiError> {
+    Ok(Json(registry(&state)?.remove(&name).await?.into()))
+}
