@@ -4,15 +4,22 @@
 //! reports events per second and per-call latency percentiles. Benchmarks
 //! measure; nothing in the test suite depends on these numbers.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
+use crate::clock::{Clock, SystemClock};
 use crate::model::{
-    ConsumerId, EventInput, GroupName, GroupSpec, SettleOp, Settlement, StreamName,
+    ConsumerId, EventInput, GroupName, GroupSpec, HandlerName, Lease, SettleOp, Settlement,
+    StreamName,
 };
+use crate::runtime::{CountersSnapshot, Handler, HandlerSettings, Runtime, Version};
+use crate::settle::HandlerOutcome;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -182,4 +189,110 @@ pub async fn fetch_ack(
         progress(done);
     }
     Ok(samples.result(&format!("fetch+ack (batch {batch})"), done, start.elapsed()))
+}
+
+/// How to run the end-to-end handler workload.
+#[derive(Debug, Clone)]
+pub struct HandlerWorkload {
+    /// Label, e.g. `echo (reuse)`.
+    pub name: String,
+    /// Events appended first, then consumed through the handler.
+    pub events: usize,
+    /// Deliveries handled at once.
+    pub concurrency: usize,
+    /// Leases held at most.
+    pub max_demand: usize,
+    /// Partitions of the stream.
+    pub partitions: u32,
+}
+
+/// Times every call of the handler it wraps.
+#[derive(Debug)]
+struct Timed {
+    inner: Arc<dyn Handler>,
+    samples: Mutex<Vec<Duration>>,
+}
+
+#[async_trait]
+impl Handler for Timed {
+    async fn handle(&self, lease: &Lease) -> HandlerOutcome {
+        let t = Instant::now();
+        let outcome = self.inner.handle(lease).await;
+        let took = t.elapsed();
+        self.samples.lock().push(took);
+        outcome
+    }
+}
+
+/// End to end through a handler: appends `events` events (not timed), then
+/// starts the real runtime loop on them — fetch, dispatch, settle, exactly
+/// as `rheo serve` runs a deployed handler — and times until every event is
+/// processed. Latency percentiles are per handler call. Fails if a
+/// delivery was not acked.
+pub async fn through_handler(
+    backend: Arc<dyn Backend>,
+    handler: Arc<dyn Handler>,
+    digest: &str,
+    workload: &HandlerWorkload,
+    mut progress: impl FnMut(usize),
+) -> Result<WorkloadResult> {
+    let (stream, _) = bench_stream(&*backend, workload.partitions).await?;
+    let mut done = 0;
+    while done < workload.events {
+        let n = 1000.min(workload.events - done);
+        backend
+            .append(&stream, (done..done + n).map(input).collect())
+            .await?;
+        done += n;
+    }
+    let timed = Arc::new(Timed {
+        inner: handler,
+        samples: Mutex::new(Vec::with_capacity(workload.events)),
+    });
+    let mut settings = HandlerSettings::new(
+        stream,
+        GroupName::parse("handler")?,
+        ConsumerId::parse("bench")?,
+    );
+    settings.concurrency = workload.concurrency;
+    settings.max_demand = workload.max_demand;
+    let name = HandlerName::parse("bench")?;
+    let runtime = Runtime::new(Arc::clone(&backend));
+    let version = Version {
+        number: 1,
+        digest: digest.to_owned(),
+        deployed_at: SystemClock.now(),
+        handler: timed.clone(),
+    };
+    let start = Instant::now();
+    let deployed = runtime.deploy(name.clone(), settings, version).await;
+    let mut counters = CountersSnapshot::default();
+    let outcome = match deployed {
+        Err(e) => Err(crate::backend::Error::Failed(format!(
+            "cannot start the handler: {e}"
+        ))),
+        Ok(_) => loop {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            match runtime.get(&name) {
+                Ok(status) => counters = status.counters,
+                Err(e) => {
+                    break Err(crate::backend::Error::Failed(e.to_string()));
+                }
+            }
+            progress(counters.processed as usize);
+            if counters.processed as usize >= workload.events {
+                break Ok(start.elapsed());
+            }
+        },
+    };
+    runtime.shutdown().await;
+    let elapsed = outcome?;
+    if counters.acked as usize != workload.events {
+        return Err(crate::backend::Error::Failed(format!(
+            "the handler acked {} of {} events ({counters:?})",
+            counters.acked, workload.events
+        )));
+    }
+    let samples = Samples(std::mem::take(&mut *timed.samples.lock()));
+    Ok(samples.result(&workload.name, workload.events, elapsed))
 }

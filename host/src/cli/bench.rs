@@ -40,6 +40,49 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+
+    /// WebAssembly handler to measure end to end (default: the example
+    /// `echo` guest, built if missing).
+    #[cfg(feature = "wasm")]
+    #[arg(long, value_name = "FILE.wasm")]
+    handler: Option<std::path::PathBuf>,
+
+    /// Skip the end-to-end handler workload.
+    #[cfg(feature = "wasm")]
+    #[arg(long, conflicts_with = "handler")]
+    no_handler: bool,
+
+    /// Events sent through the handler, per instance mode.
+    #[cfg(feature = "wasm")]
+    #[arg(long, default_value_t = 100_000)]
+    handler_events: usize,
+
+    /// Instance modes to measure the handler in.
+    #[cfg(feature = "wasm")]
+    #[arg(long, value_enum, default_value_t = InstanceChoice::Both)]
+    instance: InstanceChoice,
+
+    /// Deliveries the handler runs at once.
+    #[cfg(feature = "wasm")]
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+
+    /// Leases the handler holds at most.
+    #[cfg(feature = "wasm")]
+    #[arg(long, default_value_t = 256)]
+    max_demand: usize,
+}
+
+/// Which instance modes `rheo bench` measures a handler in.
+#[cfg(feature = "wasm")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum InstanceChoice {
+    /// Warm instances reused across calls.
+    Reuse,
+    /// A fresh instance per delivery.
+    Fresh,
+    /// Both, one after the other.
+    Both,
 }
 
 impl BenchArgs {
@@ -56,7 +99,8 @@ impl BenchArgs {
         let store = backend::open(&url, SystemClock::shared())
             .await
             .with_context(|| format!("cannot open backend {}", redact(&url)))?;
-        let store = &*store;
+        let store_arc = store;
+        let store = &*store_arc;
         let (stream, group) = bench::bench_stream(store, self.partitions).await?;
         eprintln!(
             "benchmarking {} ({}) on stream {stream}",
@@ -122,6 +166,11 @@ impl BenchArgs {
             results.push(consume);
         }
 
+        #[cfg(feature = "wasm")]
+        if !self.no_handler {
+            results.extend(self.handler_workloads(&store_arc).await?);
+        }
+
         if self.json {
             let doc = serde_json::json!({
                 "backend": store.kind(),
@@ -133,6 +182,92 @@ impl BenchArgs {
             print_table(store.kind(), &results);
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "wasm")]
+impl BenchArgs {
+    /// End to end through a WebAssembly handler in each chosen instance mode.
+    async fn handler_workloads(
+        &self,
+        store: &std::sync::Arc<dyn backend::Backend>,
+    ) -> anyhow::Result<Vec<WorkloadResult>> {
+        use crate::model::HandlerName;
+        use crate::wasm::{
+            EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine,
+        };
+
+        anyhow::ensure!(
+            (1..=crate::handlers::MAX_CONCURRENCY).contains(&self.concurrency),
+            "--concurrency must be between 1 and {}",
+            crate::handlers::MAX_CONCURRENCY
+        );
+        anyhow::ensure!(
+            (1..=crate::model::MAX_FETCH_LIMIT as usize).contains(&self.max_demand),
+            "--max-demand must be between 1 and {}",
+            crate::model::MAX_FETCH_LIMIT
+        );
+        let path = match &self.handler {
+            Some(path) => path.clone(),
+            None => super::guests::example_guests()?
+                .remove("echo")
+                .context("the example guests have no echo")?,
+        };
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let label = path.file_stem().map_or_else(
+            || "handler".to_owned(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        let engine = WasmEngine::new(EngineOptions::default())?;
+        let module = engine
+            .load(bytes, None)
+            .await
+            .with_context(|| format!("{} is not a usable handler", path.display()))?;
+        let digest = module.digest().to_hex();
+        let modes: &[InstanceMode] = match self.instance {
+            InstanceChoice::Reuse => &[InstanceMode::Reuse],
+            InstanceChoice::Fresh => &[InstanceMode::Fresh],
+            InstanceChoice::Both => &[InstanceMode::Reuse, InstanceMode::Fresh],
+        };
+        let mut results = Vec::new();
+        for &mode in modes {
+            let name = format!("{label} e2e ({})", mode_name(mode));
+            let env = HandlerEnv::new(HandlerName::parse("bench")?, std::sync::Arc::clone(store));
+            let limits = Limits {
+                instance: mode,
+                max_warm: self.concurrency,
+                ..Limits::default()
+            };
+            let runner = HandlerRunner::new(module.clone(), env, limits)?;
+            let workload = bench::HandlerWorkload {
+                name: name.clone(),
+                events: self.handler_events,
+                concurrency: self.concurrency,
+                max_demand: self.max_demand,
+                partitions: self.partitions,
+            };
+            let bar = progress(self.handler_events, &name, self.json);
+            let result = bench::through_handler(
+                std::sync::Arc::clone(store),
+                std::sync::Arc::new(runner),
+                &digest,
+                &workload,
+                |n| bar.set_position(n as u64),
+            )
+            .await?;
+            bar.finish_and_clear();
+            results.push(result);
+        }
+        Ok(results)
+    }
+}
+
+#[cfg(feature = "wasm")]
+fn mode_name(mode: crate::wasm::InstanceMode) -> &'static str {
+    match mode {
+        crate::wasm::InstanceMode::Reuse => "reuse",
+        crate::wasm::InstanceMode::Fresh => "fresh",
     }
 }
 

@@ -3,6 +3,10 @@
 //! here and nowhere else.
 
 mod bench;
+#[cfg(all(feature = "sqlite", feature = "wasm"))]
+mod demo;
+#[cfg(feature = "wasm")]
+mod guests;
 mod migrate;
 mod serve;
 
@@ -33,6 +37,12 @@ pub struct Cli {
 impl Cli {
     /// The default log filter for the chosen verbosity.
     pub fn verbosity(&self) -> &'static str {
+        // The demo narrates on stdout; only warnings (a guest's own warnings
+        // among them) interleave with it.
+        #[cfg(all(feature = "sqlite", feature = "wasm"))]
+        if matches!(self.command, Command::Demo(_)) && !self.quiet && self.verbose == 0 {
+            return "warn";
+        }
         match (self.quiet, self.verbose) {
             (true, _) => "error",
             // sqlx reports PostgreSQL notices ("already exists, skipping") at info.
@@ -45,12 +55,17 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the HTTP API (and, later, the handler runtime).
+    /// Serve the HTTP API and run the deployed WebAssembly handlers.
     Serve(serve::ServeArgs),
     /// Create or update the database schema of a backend.
     Migrate(migrate::MigrateArgs),
     /// Measure append and fetch+ack throughput and latency on a backend.
     Bench(bench::BenchArgs),
+    /// The whole story in one command, on SQLite in a temporary folder:
+    /// streams, appends, WebAssembly handlers acking, retrying and
+    /// dead-lettering, lag, queries, replay, hot swap and redrive.
+    #[cfg(all(feature = "sqlite", feature = "wasm"))]
+    Demo(demo::DemoArgs),
 }
 
 /// Runs the parsed command line and turns the outcome into an exit code.
@@ -70,6 +85,8 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Serve(args) => args.run().await,
             Command::Migrate(args) => args.run().await,
             Command::Bench(args) => args.run().await,
+            #[cfg(all(feature = "sqlite", feature = "wasm"))]
+            Command::Demo(args) => args.run().await,
         }
     });
     match result {
