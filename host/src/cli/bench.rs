@@ -285,6 +285,15 @@ fn progress(len: usize, what: &str, quiet: bool) -> ProgressBar {
     bar
 }
 
+/// A latency in ms, in µs below a millisecond.
+fn duration(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.1}µs", ms * 1000.0)
+    } else {
+        format!("{ms:.2}ms")
+    }
+}
+
 fn print_table(kind: &str, results: &[WorkloadResult]) {
     let width = results
         .iter()
@@ -302,8 +311,12 @@ fn print_table(kind: &str, results: &[WorkloadResult]) {
     );
     for r in results {
         println!(
-            "{:<width$}  {:>9}  {:>12.0}  {:>7.2}ms  {:>7.2}ms",
-            r.name, r.events, r.events_per_sec, r.p50_ms, r.p99_ms
+            "{:<width$}  {:>9}  {:>12.0}  {:>9}  {:>9}",
+            r.name,
+            r.events,
+            r.events_per_sec,
+            duration(r.p50_ms),
+            duration(r.p99_ms)
         );
     }
 }

@@ -43,6 +43,10 @@ impl Cli {
         if matches!(self.command, Command::Demo(_)) && !self.quiet && self.verbose == 0 {
             return "warn";
         }
+        // Likewise the bench table.
+        if matches!(self.command, Command::Bench(_)) && !self.quiet && self.verbose == 0 {
+            return "warn,sqlx=error";
+        }
         match (self.quiet, self.verbose) {
             (true, _) => "error",
             // sqlx reports PostgreSQL notices ("already exists, skipping") at info.
@@ -59,7 +63,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Create or update the database schema of a backend.
     Migrate(migrate::MigrateArgs),
-    /// Measure append and fetch+ack throughput and latency on a backend.
+    /// Measure append, fetch+ack and end-to-end handler throughput and
+    /// latency on a backend.
     Bench(bench::BenchArgs),
     /// The whole story in one command, on SQLite in a temporary folder:
     /// streams, appends, WebAssembly handlers acking, retrying and

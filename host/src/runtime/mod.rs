@@ -11,7 +11,8 @@
 //! ```
 //!
 //! * **Claiming.** A worker fetches only as many leases as it can start
-//!   right away, so every lease it holds is being worked on. When a fetch
+//!   right away, so every lease it holds is being worked on, and refills
+//!   once half its window is free (so one fetch claims many). When a fetch
 //!   comes back empty it asks the backend when something next becomes due
 //!   (a lease expiring, a retry delay ending) and sleeps until then, or
 //!   until the backend's wake-up hook fires, or at most an idle interval —

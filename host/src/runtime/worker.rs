@@ -103,6 +103,7 @@ async fn run(shared: Arc<Shared>, control: WorkerControl) {
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut failures = 0u32;
     let window = s.window();
+    let refill = (window / 2).max(1);
     tracing::info!(stream = %s.stream, group = %s.group, consumer = %s.consumer_id, "handler worker started");
 
     loop {
@@ -117,8 +118,11 @@ async fn run(shared: Arc<Shared>, control: WorkerControl) {
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             }
         }
+        // Refill in batches: once half the window is free (or all of it is
+        // idle), not after every finished delivery — one fetch then claims
+        // many leases instead of one each.
         let free = window.saturating_sub(tasks.len());
-        if free == 0 {
+        if free < refill && !tasks.is_empty() {
             tokio::select! {
                 _ = control.stop.cancelled() => break,
                 Some(_) = tasks.join_next() => continue,
