@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::multipart::MultipartRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Multipart, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -94,12 +95,19 @@ async fn handler_get(
         (status = 200, description = "Replaced (new version)", body = HandlerBody),
         (status = 400, description = "Bad manifest or module", body = ErrorBody),
         (status = 404, description = "The manifest's stream does not exist", body = ErrorBody),
+        (status = 415, description = "Not multipart/form-data", body = ErrorBody),
     ))]
 async fn handler_deploy(
     State(state): State<AppState>,
     HandlerPath(name): HandlerPath,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<HandlerBody>), ApiError> {
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::UnsupportedMediaType(format!(
+            "a deploy is multipart/form-data with parts `manifest` and `module`: {}",
+            e.body_text()
+        ))
+    })?;
     let registry = registry(&state)?;
     let mut manifest = None;
     let mut module = None;

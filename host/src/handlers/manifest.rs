@@ -130,6 +130,18 @@ mod defaults {
 }
 
 impl Manifest {
+    /// Whether both say the same about how the handler runs: `name` and
+    /// `module` only locate files (an API deploy has neither; its copy in the
+    /// handlers directory has both), so they are not compared.
+    pub fn same_settings(&self, other: &Manifest) -> bool {
+        let strip = |m: &Manifest| Manifest {
+            name: None,
+            module: None,
+            ..m.clone()
+        };
+        strip(self) == strip(other)
+    }
+
     /// A manifest with every default, for `stream` and `group`.
     pub fn new(stream: StreamName, group: GroupName) -> Self {
         Self {

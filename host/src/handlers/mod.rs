@@ -428,7 +428,8 @@ impl HandlerRegistry {
             };
             let digest = Digest::of(&bytes);
             let unchanged = entries.get(name).is_some_and(|e| {
-                e.manifest == manifest && e.current.as_ref().is_some_and(|c| c.digest == digest)
+                e.manifest.same_settings(&manifest)
+                    && e.current.as_ref().is_some_and(|c| c.digest == digest)
             });
             if unchanged {
                 continue;

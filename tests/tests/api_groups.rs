@@ -1,0 +1,1013 @@
+//! The consumer-group routes of SPEC §6 against the real `rheo serve` on
+//! SQLite with `--test-clock`: groups, lag, fetch (with long polls), ack,
+//! nack, reject, renew, batch settle, the fencing story, the poison guard,
+//! replay, reset, dead letters and redrive. Expiry is reached by moving the
+//! server's clock over `POST /v1/test/clock`, never by sleeping.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use rheo_e2e::{Server, ServerOptions, agent};
+use serde_json::{Value, json};
+use support::{assert_error, get, lease_ref, post, post_empty, strings, wait_for_in_flight};
+use ureq::Agent;
+
+/// Where every test sets the server's clock first.
+const T0: &str = "2026-01-01T00:00:00.000Z";
+
+/// A server on a frozen clock set to [`T0`].
+fn start(dir: &std::path::Path) -> Server {
+    let server = Server::start(
+        dir,
+        &ServerOptions {
+            test_clock: true,
+            ..ServerOptions::default()
+        },
+    );
+    let (status, now) = post(&agent(), &server, "/v1/test/clock", &json!({"set": T0}));
+    assert_eq!((status, now), (200, json!({"now": T0})));
+    server
+}
+
+/// Moves the server's clock forward.
+fn advance(http: &Agent, server: &Server, ms: u64) -> Value {
+    let (status, now) = post(http, server, "/v1/test/clock", &json!({"advance_ms": ms}));
+    assert_eq!(status, 200, "{now}");
+    now
+}
+
+/// Creates stream `name` with `partitions`.
+fn stream(http: &Agent, server: &Server, name: &str, partitions: u32) {
+    let (status, body) = post(
+        http,
+        server,
+        "/v1/streams",
+        &json!({"name": name, "partition_count": partitions}),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+/// Appends one event; returns it.
+fn append(http: &Agent, server: &Server, stream: &str, event: Value) -> Value {
+    let (status, body) = post(
+        http,
+        server,
+        &format!("/v1/streams/{stream}/events"),
+        &event,
+    );
+    assert_eq!(status, 201, "{body}");
+    body
+}
+
+/// Creates a group with `options` (merged with its name).
+fn group(http: &Agent, server: &Server, stream: &str, name: &str, options: Value) -> Value {
+    let mut body = json!({ "name": name });
+    for (k, v) in options.as_object().cloned().unwrap_or_default() {
+        body[k] = v;
+    }
+    let (status, created) = post(http, server, &format!("/v1/streams/{stream}/groups"), &body);
+    assert_eq!(status, 201, "{created}");
+    created
+}
+
+/// `POST …/fetch`; asserts 200 and returns the leases.
+fn fetch(http: &Agent, server: &Server, path: &str, body: Value) -> Vec<Value> {
+    let (status, answer) = post(http, server, &format!("{path}/fetch"), &body);
+    assert_eq!(status, 200, "{answer}");
+    answer["leases"].as_array().cloned().unwrap_or_default()
+}
+
+/// The `event_id`s of leases.
+fn ids(leases: &[Value]) -> Vec<&str> {
+    leases
+        .iter()
+        .map(|l| l["event_id"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// Acks every lease; asserts each ack is accepted.
+fn ack_all(http: &Agent, server: &Server, path: &str, leases: &[Value]) {
+    for lease in leases {
+        let (status, body) = post(
+            http,
+            server,
+            &format!("{path}/ack"),
+            &lease_ref(lease, &json!({})),
+        );
+        assert_eq!((status, body), (200, json!({"ok": true})));
+    }
+}
+
+/// Fetches everything claimable and acks it; returns the ids.
+fn consume_all(http: &Agent, server: &Server, path: &str) -> Vec<String> {
+    let leases = fetch(http, server, path, json!({"limit": 1000}));
+    ack_all(http, server, path, &leases);
+    ids(&leases).into_iter().map(str::to_owned).collect()
+}
+
+#[test]
+fn groups_are_created_listed_inspected_and_report_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    stream(&http, &server, "s", 2);
+    for p in [0, 0, 0, 1, 1] {
+        append(&http, &server, "s", json!({"partition": p}));
+    }
+
+    let b = group(&http, &server, "s", "b", json!({}));
+    assert_eq!(
+        b,
+        json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "created_at": T0})
+    );
+    let a = group(
+        &http,
+        &server,
+        "s",
+        "a",
+        json!({"max_attempts": 3, "retry_backoff_ms": [100, 1000], "start_after": {"0": 2}}),
+    );
+    assert_eq!(
+        (a["max_attempts"].clone(), a["retry_backoff_ms"].clone()),
+        (json!(3), json!([100, 1000]))
+    );
+
+    // Errors: duplicate, unknown stream, bad options.
+    let dup = post(
+        &http,
+        &server,
+        "/v1/streams/s/groups",
+        &json!({"name": "a"}),
+    );
+    assert_error(&dup, 409, "already_exists");
+    let nope = post(
+        &http,
+        &server,
+        "/v1/streams/nope/groups",
+        &json!({"name": "a"}),
+    );
+    assert_error(&nope, 404, "stream_not_found");
+    for (body, expected) in [
+        (json!({"name": "h", "max_attempts": 0}), "invalid"),
+        (
+            json!({"name": "h", "start_after": {"5": 1}}),
+            "invalid_partition",
+        ),
+        (json!({"name": "h", "start_after": "1"}), "invalid"),
+        (
+            json!({"name": "h", "start_after": 1, "start_at": T0}),
+            "invalid",
+        ),
+        (json!({"name": "bad name"}), "invalid"),
+        (json!({"nam": "h"}), "invalid"),
+    ] {
+        let refused = post(&http, &server, "/v1/streams/s/groups", &body);
+        assert_error(&refused, 400, expected);
+    }
+
+    // The list is sorted; unknown streams are 404.
+    let (status, list) = get(&http, &server, "/v1/streams/s/groups");
+    assert_eq!(status, 200);
+    assert_eq!(strings(&list, "groups", "name"), ["a", "b"]);
+    assert_error(
+        &get(&http, &server, "/v1/streams/nope/groups"),
+        404,
+        "stream_not_found",
+    );
+
+    // Group info: the start point is the frontier and the cursor.
+    let (status, info) = get(&http, &server, "/v1/streams/s/groups/a");
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(
+        (info["stream"].clone(), info["group"].clone()),
+        (json!("s"), json!("a"))
+    );
+    assert_eq!(info["max_attempts"], 3);
+    assert_eq!(info["retry_backoff_ms"], json!([100, 1000]));
+    assert_eq!(
+        (info["inflight"].clone(), info["dead_letters"].clone()),
+        (json!(0), json!(0))
+    );
+    assert_eq!(info["cursors"], json!({"0": 3, "1": 1}));
+    assert_eq!(info["lag"]["lag"], 3);
+    assert_error(
+        &get(&http, &server, "/v1/streams/s/groups/nope"),
+        404,
+        "group_not_found",
+    );
+    assert_error(
+        &get(&http, &server, "/v1/streams/nope/groups/nope"),
+        404,
+        "stream_not_found",
+    );
+
+    // Lag, all partitions and selected ones.
+    let (status, lag) = get(&http, &server, "/v1/streams/s/groups/a/lag");
+    assert_eq!(status, 200, "{lag}");
+    assert_eq!(
+        lag["partitions"],
+        json!({
+            "0": {"frontier": 2, "high_watermark": 3, "lag": 1},
+            "1": {"frontier": 0, "high_watermark": 2, "lag": 2},
+        })
+    );
+    assert_eq!(
+        (
+            lag["lag"].clone(),
+            lag["pending"].clone(),
+            lag["inflight"].clone(),
+            lag["waiting_retry"].clone()
+        ),
+        (json!(3), json!(3), json!(0), json!(0))
+    );
+    assert_eq!(lag["oldest_unacked_age_ms"], 0, "the clock has not moved");
+    let (_, one) = get(&http, &server, "/v1/streams/s/groups/a/lag?partitions=1");
+    assert_eq!(
+        one["partitions"],
+        json!({"1": {"frontier": 0, "high_watermark": 2, "lag": 2}})
+    );
+    assert_eq!(one["lag"], 2);
+    assert_error(
+        &get(&http, &server, "/v1/streams/s/groups/a/lag?partitions=5"),
+        400,
+        "invalid_partition",
+    );
+    assert_error(
+        &get(&http, &server, "/v1/streams/s/groups/a/lag?partitions=one"),
+        400,
+        "invalid",
+    );
+    assert_error(
+        &get(&http, &server, "/v1/streams/s/groups/nope/lag"),
+        404,
+        "group_not_found",
+    );
+
+    // start_at: only events at or after that time count.
+    advance(&http, &server, 1000);
+    let late = group(
+        &http,
+        &server,
+        "s",
+        "late",
+        json!({"start_at": "2026-01-01T00:00:01Z"}),
+    );
+    assert_eq!(late["name"], "late");
+    let (_, lag) = get(&http, &server, "/v1/streams/s/groups/late/lag");
+    assert_eq!(lag["lag"], 0, "{lag}");
+    append(&http, &server, "s", json!({"id": "new", "partition": 1}));
+    let leases = fetch(&http, &server, "/v1/streams/s/groups/late", json!({}));
+    assert_eq!(ids(&leases), ["new"]);
+    let (_, lag) = get(&http, &server, "/v1/streams/s/groups/b/lag");
+    assert_eq!(
+        (lag["lag"].clone(), lag["oldest_unacked_age_ms"].clone()),
+        (json!(6), json!(1000)),
+        "{lag}"
+    );
+}
+
+#[test]
+fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    stream(&http, &server, "s", 1);
+    for i in 1..=6 {
+        append(
+            &http,
+            &server,
+            "s",
+            json!({"id": format!("e{i}"), "payload": {"i": i}}),
+        );
+    }
+    group(&http, &server, "s", "g", json!({}));
+    let g = "/v1/streams/s/groups/g";
+
+    // Fetch refusals.
+    for (body, expected) in [
+        (json!({"limit": 0}), "invalid"),
+        (json!({"limit": 1001}), "invalid"),
+        (json!({"lease_ms": 0}), "invalid"),
+        (json!({"wait_ms": 30_001}), "invalid"),
+        (json!({"partitions": [1]}), "invalid_partition"),
+        (json!({"consumer_id": ""}), "invalid"),
+        (json!({"limit": "ten"}), "invalid"),
+    ] {
+        assert_error(
+            &post(&http, &server, &format!("{g}/fetch"), &body),
+            400,
+            expected,
+        );
+    }
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/s/groups/nope/fetch",
+            &json!({}),
+        ),
+        404,
+        "group_not_found",
+    );
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/nope/groups/g/fetch",
+            &json!({}),
+        ),
+        404,
+        "stream_not_found",
+    );
+    assert!(
+        fetch(&http, &server, g, json!({"partitions": []})).is_empty(),
+        "[] selects nothing"
+    );
+
+    // A lease: its fields and the full event.
+    let e1 = fetch(
+        &http,
+        &server,
+        g,
+        json!({"limit": 1, "consumer_id": "w-1", "lease_ms": 5000}),
+    )
+    .remove(0);
+    assert_eq!(
+        (
+            e1["stream"].clone(),
+            e1["group"].clone(),
+            e1["event_id"].clone()
+        ),
+        (json!("s"), json!("g"), json!("e1"))
+    );
+    assert_eq!(
+        (e1["consumer_id"].clone(), e1["attempt"].clone()),
+        (json!("w-1"), json!(1))
+    );
+    assert_eq!(e1["leased_at"], T0);
+    assert_eq!(e1["expires_at"], "2026-01-01T00:00:05.000Z");
+    assert!(e1["lease_id"].as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(
+        (e1["event"]["id"].clone(), e1["event"]["payload"].clone()),
+        (json!("e1"), json!({"i": 1}))
+    );
+
+    // Ack: fenced; a malformed body and a wrong receipt are refused.
+    assert_error(
+        &post(
+            &http,
+            &server,
+            &format!("{g}/ack"),
+            &json!({"event_id": "e1"}),
+        ),
+        400,
+        "invalid",
+    );
+    let wrong_receipt = lease_ref(&e1, &json!({"receipt": "not-it"}));
+    assert_error(
+        &post(&http, &server, &format!("{g}/ack"), &wrong_receipt),
+        409,
+        "receipt_mismatch",
+    );
+    let (status, ok) = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&e1, &json!({})),
+    );
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    assert_error(
+        &post(
+            &http,
+            &server,
+            &format!("{g}/ack"),
+            &lease_ref(&e1, &json!({})),
+        ),
+        409,
+        "stale_lease",
+    );
+    let forged = json!({"event_id": "e2", "lease_id": "forged"});
+    assert_error(
+        &post(&http, &server, &format!("{g}/ack"), &forged),
+        409,
+        "stale_lease",
+    );
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/s/groups/nope/ack",
+            &lease_ref(&e1, &json!({})),
+        ),
+        404,
+        "group_not_found",
+    );
+
+    // Nack with a delay: not due until the clock passes it.
+    let e2 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
+    assert_eq!(e2["event_id"], "e2");
+    assert_eq!(
+        e2["expires_at"], "2026-01-01T00:00:30.000Z",
+        "default lease"
+    );
+    let too_long = lease_ref(&e2, &json!({"delay_ms": 86_400_001}));
+    assert_error(
+        &post(&http, &server, &format!("{g}/nack"), &too_long),
+        400,
+        "invalid",
+    );
+    let nack = lease_ref(&e2, &json!({"reason": "busy", "delay_ms": 1000}));
+    let (status, ok) = post(&http, &server, &format!("{g}/nack"), &nack);
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    assert_error(
+        &post(&http, &server, &format!("{g}/nack"), &nack),
+        409,
+        "stale_lease",
+    );
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(lag["waiting_retry"], 1, "{lag}");
+    let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
+    assert_eq!(e3["event_id"], "e3", "e2 is not due yet");
+
+    // Renew: moves the expiry from now, keeps the lease id; fenced.
+    advance(&http, &server, 500);
+    let renew = lease_ref(&e3, &json!({"lease_ms": 2000}));
+    let (status, renewed) = post(&http, &server, &format!("{g}/renew"), &renew);
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["expires_at"], "2026-01-01T00:00:02.500Z");
+    assert_eq!(renewed["lease_id"], e3["lease_id"]);
+    assert_eq!(renewed["event"]["id"], "e3");
+    let zero = lease_ref(&e3, &json!({"lease_ms": 0}));
+    assert_error(
+        &post(&http, &server, &format!("{g}/renew"), &zero),
+        400,
+        "invalid",
+    );
+
+    // e2's delay ends: it comes back with attempt 2.
+    advance(&http, &server, 500);
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(
+        (lag["waiting_retry"].clone(), lag["inflight"].clone()),
+        (json!(0), json!(1)),
+        "{lag}"
+    );
+    let again = fetch(&http, &server, g, json!({"limit": 1}));
+    assert_eq!(
+        (again[0]["event_id"].clone(), again[0]["attempt"].clone()),
+        (json!("e2"), json!(2))
+    );
+    ack_all(&http, &server, g, &again);
+
+    // Reject: dead-letters with the reason; then the lease is stale.
+    let with_delay = lease_ref(&e3, &json!({"delay_ms": 5}));
+    assert_error(
+        &post(&http, &server, &format!("{g}/reject"), &with_delay),
+        400,
+        "invalid",
+    );
+    let reject = lease_ref(&e3, &json!({"reason": "malformed"}));
+    let (status, ok) = post(&http, &server, &format!("{g}/reject"), &reject);
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    assert_error(
+        &post(&http, &server, &format!("{g}/reject"), &reject),
+        409,
+        "stale_lease",
+    );
+    assert_error(
+        &post(&http, &server, &format!("{g}/renew"), &renew),
+        409,
+        "stale_lease",
+    );
+    let (_, dead) = get(&http, &server, &format!("{g}/dead-letters"));
+    assert_eq!(strings(&dead, "dead_letters", "event_id"), ["e3"]);
+    assert_eq!(dead["dead_letters"][0]["reason"], "malformed");
+
+    // Batch settle: each operation gets its own result.
+    let leases = fetch(&http, &server, g, json!({"limit": 3}));
+    assert_eq!(ids(&leases), ["e4", "e5", "e6"]);
+    let op = |op: &str, lease: &Value, extra: Value| {
+        let mut item = lease_ref(lease, &extra);
+        item["op"] = json!(op);
+        item
+    };
+    let malformed = json!({"settlements": [op("ack", &leases[0], json!({"reason": "x"}))]});
+    assert_error(
+        &post(&http, &server, &format!("{g}/settle"), &malformed),
+        400,
+        "invalid",
+    );
+    let unknown_op = json!({"settlements": [op("explode", &leases[0], json!({}))]});
+    assert_error(
+        &post(&http, &server, &format!("{g}/settle"), &unknown_op),
+        400,
+        "invalid",
+    );
+    let mut forged = op("ack", &leases[1], json!({}));
+    forged["lease_id"] = json!("forged");
+    forged["receipt"] = Value::Null;
+    let body = json!({"settlements": [
+        op("ack", &leases[0], json!({})),
+        forged,
+        op("nack", &leases[2], json!({"reason": "later", "delay_ms": 10})),
+    ]});
+    let (status, settled) = post(&http, &server, &format!("{g}/settle"), &body);
+    assert_eq!(status, 200, "{settled}");
+    let results = settled["results"].as_array().unwrap();
+    assert_eq!(results[0], json!({"event_id": "e4", "ok": true}));
+    assert_eq!(results[1]["event_id"], "e5");
+    assert_eq!(results[1]["ok"], false);
+    assert_eq!(results[1]["error"]["code"], "stale_lease");
+    assert_eq!(results[2], json!({"event_id": "e6", "ok": true}));
+    // The refused item changed nothing: e5 is still leased and can be acked.
+    ack_all(&http, &server, g, &leases[1..2]);
+    advance(&http, &server, 10);
+    let e6 = fetch(&http, &server, g, json!({}));
+    assert_eq!((ids(&e6), e6[0]["attempt"].clone()), (vec!["e6"], json!(2)));
+    ack_all(&http, &server, g, &e6);
+
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(info["lag"]["lag"], 0, "{info}");
+    assert_eq!(
+        (info["dead_letters"].clone(), info["inflight"].clone()),
+        (json!(1), json!(0))
+    );
+}
+
+#[test]
+fn the_fencing_story_and_the_poison_guard_with_the_test_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    stream(&http, &server, "f", 1);
+    group(&http, &server, "f", "g", json!({"max_attempts": 2}));
+    let g = "/v1/streams/f/groups/g";
+
+    // Consumer a leases x; b finds nothing while the lease runs.
+    append(&http, &server, "f", json!({"id": "x"}));
+    let first = fetch(
+        &http,
+        &server,
+        g,
+        json!({"consumer_id": "a", "lease_ms": 1000}),
+    )
+    .remove(0);
+    assert_eq!(
+        (first["event_id"].clone(), first["attempt"].clone()),
+        (json!("x"), json!(1))
+    );
+    assert!(fetch(&http, &server, g, json!({"consumer_id": "b"})).is_empty());
+    advance(&http, &server, 999);
+    assert!(
+        fetch(&http, &server, g, json!({"consumer_id": "b"})).is_empty(),
+        "not expired yet"
+    );
+
+    // Past the expiry, b gets it again with attempt 2 and a new lease id.
+    let now = advance(&http, &server, 1);
+    assert_eq!(now["now"], "2026-01-01T00:00:01.000Z");
+    let (status, clock) = get(&http, &server, "/v1/test/clock");
+    assert_eq!((status, clock), (200, now));
+    let second = fetch(
+        &http,
+        &server,
+        g,
+        json!({"consumer_id": "b", "lease_ms": 1000}),
+    )
+    .remove(0);
+    assert_eq!(
+        (second["event_id"].clone(), second["attempt"].clone()),
+        (json!("x"), json!(2))
+    );
+    assert_eq!(second["consumer_id"], "b");
+    assert_ne!(second["lease_id"], first["lease_id"]);
+
+    // a's stale lease is refused for every operation; b's works.
+    for op in ["ack", "nack", "reject", "renew"] {
+        let refused = post(
+            &http,
+            &server,
+            &format!("{g}/{op}"),
+            &lease_ref(&first, &json!({})),
+        );
+        assert_error(&refused, 409, "stale_lease");
+    }
+    let (status, ok) = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&second, &json!({})),
+    );
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(lag["lag"], 0);
+
+    // An expired lease nobody re-claimed can still be settled.
+    append(&http, &server, "f", json!({"id": "late-ack"}));
+    let lease = fetch(&http, &server, g, json!({"lease_ms": 1000})).remove(0);
+    advance(&http, &server, 5000);
+    let (status, _) = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&lease, &json!({})),
+    );
+    assert_eq!(status, 200);
+
+    // max_attempts used up by expiries: dead-lettered instead of claimed.
+    append(&http, &server, "f", json!({"id": "poison"}));
+    let one = fetch(&http, &server, g, json!({"lease_ms": 1000}));
+    assert_eq!(one[0]["attempt"], 1);
+    advance(&http, &server, 1000);
+    let two = fetch(&http, &server, g, json!({"lease_ms": 1000}));
+    assert_eq!(
+        (ids(&two), two[0]["attempt"].clone()),
+        (vec!["poison"], json!(2))
+    );
+    advance(&http, &server, 1000);
+    assert!(
+        fetch(&http, &server, g, json!({})).is_empty(),
+        "the poison guard"
+    );
+    let stale = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&two[0], &json!({})),
+    );
+    assert_error(&stale, 409, "stale_lease");
+
+    // max_attempts used up by nacks: the last nack dead-letters.
+    append(&http, &server, "f", json!({"id": "failing"}));
+    for attempt in 1..=2 {
+        let lease = fetch(&http, &server, g, json!({})).remove(0);
+        assert_eq!(
+            (lease["event_id"].clone(), lease["attempt"].clone()),
+            (json!("failing"), json!(attempt))
+        );
+        let nack = lease_ref(&lease, &json!({"reason": "boom"}));
+        assert_eq!(post(&http, &server, &format!("{g}/nack"), &nack).0, 200);
+    }
+    assert!(fetch(&http, &server, g, json!({})).is_empty());
+
+    let (status, dead) = get(&http, &server, &format!("{g}/dead-letters"));
+    assert_eq!(status, 200);
+    let letters = dead["dead_letters"].as_array().unwrap();
+    let summary: Vec<(&str, u64, &str)> = letters
+        .iter()
+        .map(|d| {
+            (
+                d["event_id"].as_str().unwrap(),
+                d["attempt"].as_u64().unwrap(),
+                d["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("poison", 2, "max_attempts_expired"),
+            ("failing", 2, "max_attempts: boom")
+        ]
+    );
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(
+        (info["dead_letters"].clone(), info["lag"]["lag"].clone()),
+        (json!(2), json!(0))
+    );
+
+    // Bad clock moves are refused and move nothing.
+    for body in [
+        json!({"set": "noon"}),
+        json!({"advance_ms": -5}),
+        json!({"rewind_ms": 5}),
+    ] {
+        assert_error(
+            &post(&http, &server, "/v1/test/clock", &body),
+            400,
+            "invalid",
+        );
+    }
+    let (_, unchanged) = post_empty(&http, &server, "/v1/test/clock");
+    assert_eq!(unchanged["now"], "2026-01-01T00:00:08.000Z");
+}
+
+#[test]
+fn a_long_poll_returns_when_another_thread_appends_or_a_lease_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    stream(&http, &server, "lp", 2);
+    group(&http, &server, "lp", "g", json!({}));
+    let fetch_url = server.url("/v1/streams/lp/groups/g/fetch");
+
+    // Nothing to claim and no wait: an empty answer at once.
+    assert!(fetch(&http, &server, "/v1/streams/lp/groups/g", json!({})).is_empty());
+
+    // A waiting fetch is answered by an append from this thread.
+    let started = Instant::now();
+    let waiting = {
+        let (http, url) = (http.clone(), fetch_url.clone());
+        std::thread::spawn(move || {
+            rheo_e2e::answer(http.post(&url).send_json(json!({"wait_ms": 30_000})))
+        })
+    };
+    wait_for_in_flight(&http, &server, 2);
+    append(&http, &server, "lp", json!({"id": "late", "partition": 1}));
+    let (status, body) = waiting.join().expect("the long poll thread");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(strings(&body, "leases", "event_id"), ["late"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "woken by the append, not by its deadline: {:?}",
+        started.elapsed()
+    );
+
+    // A waiting fetch is answered when the clock passes a lease's expiry.
+    append(&http, &server, "lp", json!({"id": "held"}));
+    let held = fetch(
+        &http,
+        &server,
+        "/v1/streams/lp/groups/g",
+        json!({"lease_ms": 1000}),
+    );
+    assert_eq!(ids(&held), ["held"]);
+    let waiting = {
+        let (http, url) = (http.clone(), fetch_url.clone());
+        std::thread::spawn(move || {
+            rheo_e2e::answer(http.post(&url).send_json(json!({"wait_ms": 30_000})))
+        })
+    };
+    wait_for_in_flight(&http, &server, 2);
+    advance(&http, &server, 1000);
+    let (status, body) = waiting.join().expect("the long poll thread");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(strings(&body, "leases", "event_id"), ["held"]);
+    assert_eq!(body["leases"][0]["attempt"], 2);
+
+    // A short wait with nothing to claim ends empty at its deadline.
+    let started = Instant::now();
+    let empty = fetch(
+        &http,
+        &server,
+        "/v1/streams/lp/groups/g",
+        json!({"wait_ms": 200, "partitions": [0]}),
+    );
+    assert!(empty.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(200), "it waited");
+    // An empty partition selection answers at once, whatever the wait.
+    let started = Instant::now();
+    assert!(
+        fetch(
+            &http,
+            &server,
+            "/v1/streams/lp/groups/g",
+            json!({"partitions": [], "wait_ms": 30_000})
+        )
+        .is_empty()
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn replay_reset_dead_letters_and_redrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    stream(&http, &server, "r", 2);
+    // r1 p0 s1, r2 p1 s1, r3 p0 s2, r4 p1 s2 at T0; r5 p0 s3, r6 p1 s3 a second later.
+    for i in 1..=6 {
+        if i == 5 {
+            advance(&http, &server, 1000);
+        }
+        append(
+            &http,
+            &server,
+            "r",
+            json!({"id": format!("r{i}"), "partition": (i + 1) % 2, "payload": {"i": i}}),
+        );
+    }
+    group(&http, &server, "r", "g", json!({}));
+    group(&http, &server, "r", "other", json!({}));
+    let g = "/v1/streams/r/groups/g";
+    // Leases come sorted by (partition, sequence).
+    assert_eq!(
+        consume_all(&http, &server, g),
+        ["r1", "r3", "r5", "r2", "r4", "r6"]
+    );
+    let replay = |body: Value| post(&http, &server, &format!("{g}/replay"), &body);
+
+    // from_sequence (exclusive) on selected partitions; attempts are kept.
+    let (status, reopened) = replay(json!({"from_sequence": 1, "partitions": [0]}));
+    assert_eq!((status, reopened), (200, json!({"reopened": 2})));
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(lag["lag"], 2, "the frontier rewound: {lag}");
+    let leases = fetch(&http, &server, g, json!({}));
+    assert_eq!(ids(&leases), ["r3", "r5"]);
+    assert_eq!(leases[0]["attempt"], 2);
+    ack_all(&http, &server, g, &leases);
+
+    // from (a timestamp, per partition).
+    let (status, reopened) = replay(json!({"from": "2026-01-01T00:00:01Z"}));
+    assert_eq!((status, reopened), (200, json!({"reopened": 2})));
+    assert_eq!(consume_all(&http, &server, g), ["r5", "r6"]);
+
+    // query (its limit is ignored).
+    let (status, reopened) =
+        replay(json!({"query": {"where": {"i": {"$in": [2, 4]}}, "limit": 1}}));
+    assert_eq!((status, reopened), (200, json!({"reopened": 2})));
+    assert_eq!(consume_all(&http, &server, g), ["r2", "r4"]);
+
+    // event_ids; the current holder of a replayed delivery becomes stale.
+    let (_, reopened) = replay(json!({"event_ids": ["r1"]}));
+    assert_eq!(reopened, json!({"reopened": 1}));
+    let held = fetch(&http, &server, g, json!({}));
+    assert_eq!(ids(&held), ["r1"]);
+    let (_, reopened) = replay(json!({"event_ids": ["r1"]}));
+    assert_eq!(reopened, json!({"reopened": 1}));
+    let stale = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&held[0], &json!({})),
+    );
+    assert_error(&stale, 409, "stale_lease");
+    assert_eq!(consume_all(&http, &server, g), ["r1"]);
+
+    // Replay never touches another group.
+    let (_, other) = get(&http, &server, "/v1/streams/r/groups/other/lag");
+    assert_eq!(other["pending"], 6);
+
+    // Invalid replay options.
+    for body in [
+        json!({}),
+        json!({"from_sequence": 0, "event_ids": ["r1"]}),
+        json!({"from": "2026-01-01T00:00:00Z", "query": {}}),
+        json!({"event_ids": ["r1"], "partitions": [0]}),
+        json!({"partitions": [0]}),
+        json!({"from_seq": 3}),
+        json!({"from_sequence": "three"}),
+    ] {
+        assert_error(&replay(body), 400, "invalid_replay_opts");
+    }
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/r/groups/nope/replay",
+            &json!({"from_sequence": 0}),
+        ),
+        404,
+        "group_not_found",
+    );
+
+    // Reset: confirm first, then the start point; attempts start again.
+    let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
+    for body in [
+        json!({}),
+        json!({"confirm": false}),
+        json!({"confirm": "true"}),
+        json!({"confirm": 1}),
+        json!({"start_after": 1}),
+    ] {
+        assert_error(&reset(body), 400, "confirm_required");
+    }
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/nope/groups/g/reset",
+            &json!({}),
+        ),
+        400,
+        "confirm_required",
+    );
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/nope/groups/g/reset",
+            &json!({"confirm": true}),
+        ),
+        404,
+        "stream_not_found",
+    );
+    assert_error(
+        &reset(json!({"confirm": true, "partitions": [5]})),
+        400,
+        "invalid_partition",
+    );
+    let (status, ok) = reset(json!({"confirm": true, "start_after": 2}));
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(lag["lag"], 2, "{lag}");
+    let leases = fetch(&http, &server, g, json!({}));
+    assert_eq!(ids(&leases), ["r5", "r6"]);
+    assert_eq!(leases[0]["attempt"], 1);
+    ack_all(&http, &server, g, &leases);
+
+    // Back to the beginning, and every event rejected: six dead letters.
+    assert_eq!(reset(json!({"confirm": true})).0, 200);
+    let leases = fetch(&http, &server, g, json!({"limit": 100}));
+    assert_eq!(leases.len(), 6);
+    for lease in &leases {
+        let body = lease_ref(lease, &json!({"reason": "nope"}));
+        assert_eq!(post(&http, &server, &format!("{g}/reject"), &body).0, 200);
+    }
+
+    // Dead letters: sequence order, paged by event id.
+    let (status, page) = get(&http, &server, &format!("{g}/dead-letters?limit=4"));
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        strings(&page, "dead_letters", "event_id"),
+        ["r1", "r2", "r3", "r4"]
+    );
+    assert_eq!(page["next"], "r4");
+    let first = &page["dead_letters"][0];
+    assert_eq!(
+        (
+            first["partition"].clone(),
+            first["sequence"].clone(),
+            first["attempt"].clone(),
+            first["reason"].clone()
+        ),
+        (json!(0), json!(1), json!(1), json!("nope"))
+    );
+    assert_eq!(first["dead_lettered_at"], "2026-01-01T00:00:01.000Z");
+    assert_eq!(first["event"]["payload"], json!({"i": 1}));
+    let (_, rest) = get(
+        &http,
+        &server,
+        &format!("{g}/dead-letters?limit=4&after=r4"),
+    );
+    assert_eq!(strings(&rest, "dead_letters", "event_id"), ["r5", "r6"]);
+    assert_eq!(rest["next"], Value::Null);
+    assert_error(
+        &get(&http, &server, &format!("{g}/dead-letters?after=zzz")),
+        400,
+        "cursor_not_found",
+    );
+    assert_error(
+        &get(&http, &server, &format!("{g}/dead-letters?limit=0")),
+        400,
+        "invalid",
+    );
+    assert_error(
+        &get(&http, &server, "/v1/streams/r/groups/nope/dead-letters"),
+        404,
+        "group_not_found",
+    );
+    let (_, other) = get(&http, &server, "/v1/streams/r/groups/other/dead-letters");
+    assert_eq!(
+        other["dead_letters"],
+        json!([]),
+        "other groups are unaffected"
+    );
+
+    // Redrive: by ids (attempt back to 0, so the next claim is attempt 1), then all.
+    let redrive = |body: Value| post(&http, &server, &format!("{g}/dead-letters/redrive"), &body);
+    let (status, redriven) = redrive(json!({"event_ids": ["r3"]}));
+    assert_eq!((status, redriven), (200, json!({"redriven": 1})));
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(
+        (info["dead_letters"].clone(), info["lag"]["lag"].clone()),
+        (json!(5), json!(2)),
+        "{info}"
+    );
+    let leases = fetch(&http, &server, g, json!({}));
+    assert_eq!(
+        (ids(&leases), leases[0]["attempt"].clone()),
+        (vec!["r3"], json!(1))
+    );
+    ack_all(&http, &server, g, &leases);
+    for body in [
+        json!({}),
+        json!({"all": false}),
+        json!({"all": true, "event_ids": []}),
+    ] {
+        assert_error(&redrive(body), 400, "invalid");
+    }
+    let (status, redriven) = redrive(json!({"all": true}));
+    assert_eq!((status, redriven), (200, json!({"redriven": 5})));
+    assert_eq!(
+        consume_all(&http, &server, g),
+        ["r1", "r5", "r2", "r4", "r6"]
+    );
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(
+        (info["dead_letters"].clone(), info["lag"]["lag"].clone()),
+        (json!(0), json!(0)),
+        "{info}"
+    );
+    assert_error(
+        &post(
+            &http,
+            &server,
+            "/v1/streams/r/groups/nope/dead-letters/redrive",
+            &json!({"all": true}),
+        ),
+        404,
+        "group_not_found",
+    );
+}

@@ -1,0 +1,238 @@
+//! Helpers shared by the `api_*` end-to-end tests: JSON requests, error
+//! codes, the example guests, multipart handler deploys, bounded polling.
+//!
+//! Each test binary uses a different subset, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rheo_e2e::{Server, answer, repo_root};
+use serde_json::Value;
+use ureq::Agent;
+
+/// Status and JSON body of a response.
+pub(crate) type Answer = (u16, Value);
+
+/// `GET path`.
+pub(crate) fn get(http: &Agent, server: &Server, path: &str) -> Answer {
+    answer(http.get(server.url(path)).call())
+}
+
+/// `POST path` with a JSON body.
+pub(crate) fn post(http: &Agent, server: &Server, path: &str, body: &Value) -> Answer {
+    answer(http.post(server.url(path)).send_json(body))
+}
+
+/// `POST path` with no body at all.
+pub(crate) fn post_empty(http: &Agent, server: &Server, path: &str) -> Answer {
+    answer(http.post(server.url(path)).send_empty())
+}
+
+/// `POST path` with raw bytes and an optional content type.
+pub(crate) fn post_raw(
+    http: &Agent,
+    server: &Server,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Answer {
+    let mut request = http.post(server.url(path));
+    if let Some(ct) = content_type {
+        request = request.header("Content-Type", ct);
+    }
+    answer(request.send(body))
+}
+
+/// `DELETE path`.
+pub(crate) fn delete(http: &Agent, server: &Server, path: &str) -> Answer {
+    answer(http.delete(server.url(path)).call())
+}
+
+/// The `error.code` of an error body (`""` when there is none).
+pub(crate) fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_default()
+}
+
+/// Asserts an error answer: status, code, and a non-empty message.
+#[track_caller]
+pub(crate) fn assert_error(got: &Answer, status: u16, expected_code: &str) {
+    assert_eq!(
+        (got.0, code(&got.1)),
+        (status, expected_code),
+        "unexpected answer: {} {}",
+        got.0,
+        got.1
+    );
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "an error carries a message: {}",
+        got.1
+    );
+}
+
+/// The `event_id` / `lease_id` / `receipt` of a lease, plus `extra` fields.
+pub(crate) fn lease_ref(lease: &Value, extra: &Value) -> Value {
+    let mut body = serde_json::json!({
+        "event_id": lease["event_id"],
+        "lease_id": lease["lease_id"],
+        "receipt": lease["receipt"],
+    });
+    if let Some(fields) = extra.as_object() {
+        for (k, v) in fields {
+            body[k] = v.clone();
+        }
+    }
+    body
+}
+
+/// The string field `field` of each item of the array `body[list]`.
+pub(crate) fn strings(body: &Value, list: &str, field: &str) -> Vec<String> {
+    body[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {list:?} in {body}"))
+        .iter()
+        .map(|item| {
+            item[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no string {field:?} in {item}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Polls `check` (every 20 ms, for at most `limit`) until it returns `Some`.
+#[track_caller]
+pub(crate) fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `n` HTTP requests are in flight on `server` (the metrics
+/// request itself counts as one).
+pub(crate) fn wait_for_in_flight(http: &Agent, server: &Server, n: u32) {
+    let expected = format!("rheo_http_requests_in_flight {n}");
+    eventually(&expected, Duration::from_secs(20), || {
+        let mut response = http.get(server.url("/metrics")).call().expect("metrics");
+        let text = response.body_mut().read_to_string().expect("metrics text");
+        text.contains(&expected).then_some(())
+    });
+}
+
+/// The example guests, built once per test process by `guests/build.sh`.
+fn guest_paths() -> &'static BTreeMap<String, PathBuf> {
+    static PATHS: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let script = repo_root().join("guests").join("build.sh");
+        let output = Command::new("bash")
+            .arg(&script)
+            .output()
+            .expect("run guests/build.sh");
+        assert!(
+            output.status.success(),
+            "guests/build.sh failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p.clone())))
+            .collect()
+    })
+}
+
+/// The `.wasm` bytes of the example guest `name`.
+pub(crate) fn guest(name: &str) -> Vec<u8> {
+    let path = guest_paths()
+        .get(name)
+        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"));
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A `multipart/form-data` body of named parts `(name, content type, bytes)`;
+/// returns the Content-Type header and the body.
+pub(crate) fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "rheo-e2e-boundary-7MA4YWxkTrZu0gW";
+    let mut body = Vec::new();
+    for (name, content_type, bytes) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        body.extend_from_slice(
+            format!(
+                "Content-Disposition: form-data; name=\"{name}\"; filename=\"{name}\"\r\n\
+                 Content-Type: {content_type}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// `PUT /v1/handlers/{name}` with a JSON manifest and a module.
+pub(crate) fn deploy(
+    http: &Agent,
+    server: &Server,
+    name: &str,
+    manifest: &Value,
+    module: &[u8],
+) -> Answer {
+    let manifest = serde_json::to_vec(manifest).expect("manifest JSON");
+    let (content_type, body) = multipart(&[
+        ("manifest", "application/json", &manifest),
+        ("module", "application/wasm", module),
+    ]);
+    answer(
+        http.put(server.url(&format!("/v1/handlers/{name}")))
+            .header("Content-Type", &content_type)
+            .send(&body[..]),
+    )
+}
+
+/// `PUT /v1/handlers/{name}/module` with an `application/wasm` body.
+pub(crate) fn swap_module(http: &Agent, server: &Server, name: &str, module: &[u8]) -> Answer {
+    answer(
+        http.put(server.url(&format!("/v1/handlers/{name}/module")))
+            .header("Content-Type", "application/wasm")
+            .send(module),
+    )
+}
+
+/// Appends `count` events with ids `{prefix}{i}` in one batch; asserts 201.
+pub(crate) fn append_batch(
+    http: &Agent,
+    server: &Server,
+    stream: &str,
+    prefix: &str,
+    range: std::ops::Range<usize>,
+) {
+    let events: Vec<Value> = range
+        .map(|i| serde_json::json!({"id": format!("{prefix}{i}"), "payload": {"n": i}}))
+        .collect();
+    let count = events.len();
+    let (status, body) = post(
+        http,
+        server,
+        &format!("/v1/streams/{stream}/events/batch"),
+        &serde_json::json!({ "events": events }),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["events"].as_array().map(Vec::len), Some(count));
+}
