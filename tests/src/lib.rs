@@ -67,6 +67,50 @@ pub fn run_rheo(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// What a finished `rheo` run left behind.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code (`None` when a signal ended it).
+    pub code: Option<i32>,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+/// Runs `rheo` with `args`, the variables `env` (on top of an environment
+/// without `RUST_LOG`, `RHEO_SERVER` or `RHEO_AUTH_TOKEN`) and `stdin` as
+/// its standard input (empty when `None`).
+pub fn run_rheo_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) -> Run {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(rheo_binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("RHEO_SERVER")
+        .env_remove("RHEO_AUTH_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rheo");
+    let input = stdin.unwrap_or_default().to_vec();
+    let mut pipe = child.stdin.take().expect("piped stdin");
+    // Written from another thread, so a large input cannot deadlock
+    // against output the child is blocked on writing.
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for rheo");
+    writer.join().expect("stdin writer");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// How to start a server: `rheo serve` on 127.0.0.1 port 0 plus these options.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {

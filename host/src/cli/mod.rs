@@ -1,17 +1,27 @@
 //! The command line: one file per subcommand, each with its arguments and
 //! a `run`. Library errors are turned into messages (with `anyhow` context)
 //! here and nowhere else.
+//!
+//! `serve`, `migrate`, `bench` and `demo` run on a tokio runtime; the ops commands
+//! (`ops/`) are blocking HTTP clients of a running server and run before
+//! any runtime exists, sharing `client` (HTTP), `table` (aligned output)
+//! and `multipart` (handler uploads).
 
 mod bench;
+mod client;
 #[cfg(all(feature = "sqlite", feature = "wasm"))]
 mod demo;
 #[cfg(feature = "wasm")]
 mod guests;
 mod migrate;
+mod multipart;
+mod ops;
 mod serve;
+mod table;
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// Where Rheo keeps its data when no backend is given: a SQLite file in the
@@ -71,29 +81,21 @@ enum Command {
     /// dead-lettering, lag, queries, replay, hot swap and redrive.
     #[cfg(all(feature = "sqlite", feature = "wasm"))]
     Demo(demo::DemoArgs),
+    #[command(flatten)]
+    Ops(ops::OpsCommand),
 }
 
 /// Runs the parsed command line and turns the outcome into an exit code.
 pub fn main(cli: Cli) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let result = match cli.command {
+        // Blocking HTTP clients: no runtime for them to block.
+        Command::Ops(command) => command.run(),
+        Command::Serve(args) => on_runtime(args.run()),
+        Command::Migrate(args) => on_runtime(args.run()),
+        Command::Bench(args) => on_runtime(args.run()),
+        #[cfg(all(feature = "sqlite", feature = "wasm"))]
+        Command::Demo(args) => on_runtime(args.run()),
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => args.run().await,
-            Command::Migrate(args) => args.run().await,
-            Command::Bench(args) => args.run().await,
-            #[cfg(all(feature = "sqlite", feature = "wasm"))]
-            Command::Demo(args) => args.run().await,
-        }
-    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -101,4 +103,13 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `command` to completion on a new multi-threaded runtime.
+fn on_runtime(command: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(command)
 }

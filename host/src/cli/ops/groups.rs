@@ -1,0 +1,248 @@
+//! `rheo groups` (list, create), `rheo lag` and `rheo group-info`.
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use super::{GroupRef, ServerArgs, cell, human_ms, join, start_after};
+use crate::cli::client::segment;
+use crate::cli::table::{Align, Table, key_values};
+
+/// Arguments of `rheo groups`.
+#[derive(Debug, Args)]
+#[command(subcommand_negates_reqs = true)]
+pub(crate) struct GroupsArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    /// The stream whose groups to list.
+    #[arg(required = true)]
+    stream: Option<String>,
+
+    #[command(subcommand)]
+    action: Option<GroupsAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsAction {
+    /// Create a consumer group.
+    Create {
+        /// The stream it consumes.
+        stream: String,
+        /// 1–128 characters of [A-Za-z0-9._-].
+        name: String,
+        /// Claims per delivery before a failure dead-letters it [server default: 5]
+        #[arg(long, value_name = "N")]
+        max_attempts: Option<u32>,
+        /// Start after this sequence: N for every partition, or '{"0": 41}'
+        /// [default: the beginning]
+        #[arg(long, value_name = "SEQ", value_parser = start_after, conflicts_with = "start_at")]
+        start_after: Option<Value>,
+        /// Start at the first event at or after this RFC 3339 time (per
+        /// partition; none there: only new events).
+        #[arg(long, value_name = "TIME")]
+        start_at: Option<String>,
+        /// Delays for nacks without one, by attempt, e.g. 100,1000,5000 (the last repeats).
+        #[arg(long, value_name = "MS,…", value_delimiter = ',')]
+        retry_backoff_ms: Vec<u64>,
+    },
+}
+
+impl GroupsArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        if self.stream.is_some() && self.action.is_some() {
+            anyhow::bail!("the stream goes after `create`: rheo groups create STREAM NAME");
+        }
+        let client = self.server.client()?;
+        let Some(GroupsAction::Create {
+            stream,
+            name,
+            max_attempts,
+            start_after,
+            start_at,
+            retry_backoff_ms,
+        }) = self.action
+        else {
+            let stream = self.stream.unwrap_or_default();
+            let answer = client.get(&format!("/v1/streams/{}/groups", segment(&stream)), &[])?;
+            return self.server.print(&answer, |a| render_list(&stream, a));
+        };
+        let mut body = Map::new();
+        body.insert("name".into(), json!(name));
+        if let Some(n) = max_attempts {
+            body.insert("max_attempts".into(), json!(n));
+        }
+        if let Some(seq) = start_after {
+            body.insert("start_after".into(), seq);
+        }
+        if let Some(at) = start_at {
+            body.insert("start_at".into(), json!(at));
+        }
+        if !retry_backoff_ms.is_empty() {
+            body.insert("retry_backoff_ms".into(), json!(retry_backoff_ms));
+        }
+        let path = format!("/v1/streams/{}/groups", segment(&stream));
+        let answer = client.post(&path, &Value::Object(body))?;
+        self.server.print(&answer, |g| {
+            format!(
+                "created group {} on stream {} (max_attempts {})\n",
+                cell(&g["name"]),
+                cell(&g["stream"]),
+                cell(&g["max_attempts"])
+            )
+        })
+    }
+}
+
+fn render_list(stream: &str, answer: &Value) -> String {
+    let groups = answer["groups"].as_array().map_or(&[][..], Vec::as_slice);
+    if groups.is_empty() {
+        return format!(
+            "no groups on stream {stream} (create one with `rheo groups create {stream} NAME`)\n"
+        );
+    }
+    let mut table = Table::new(&[
+        ("NAME", Align::Left),
+        ("MAX-ATTEMPTS", Align::Right),
+        ("RETRY-BACKOFF", Align::Left),
+        ("CREATED", Align::Left),
+    ]);
+    for group in groups {
+        table.row([
+            cell(&group["name"]),
+            cell(&group["max_attempts"]),
+            backoff(&group["retry_backoff_ms"]),
+            cell(&group["created_at"]),
+        ]);
+    }
+    table.render()
+}
+
+/// A retry schedule: `immediate`, or `100ms, 1.0s`.
+fn backoff(schedule: &Value) -> String {
+    let delays: Vec<String> = schedule
+        .as_array()
+        .map(|d| d.iter().filter_map(Value::as_u64).map(human_ms).collect())
+        .unwrap_or_default();
+    if delays.is_empty() {
+        "immediate".to_owned()
+    } else {
+        delays.join(", ")
+    }
+}
+
+/// Arguments of `rheo lag`.
+#[derive(Debug, Args)]
+pub(crate) struct LagArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(flatten)]
+    target: GroupRef,
+
+    /// Only these partitions, e.g. 0,1 [default: all]
+    #[arg(long, value_name = "P,…", value_delimiter = ',')]
+    partitions: Option<Vec<u32>>,
+}
+
+impl LagArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        let client = self.server.client()?;
+        let query = match &self.partitions {
+            Some(list) => vec![("partitions", join(list))],
+            None => Vec::new(),
+        };
+        let answer = client.get(&self.target.path("/lag"), &query)?;
+        self.server.print(&answer, |lag| {
+            lag_table(lag, None) + &lag_summary(lag) + "\n"
+        })
+    }
+}
+
+/// Arguments of `rheo group-info`.
+#[derive(Debug, Args)]
+pub(crate) struct GroupInfoArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(flatten)]
+    target: GroupRef,
+}
+
+impl GroupInfoArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        let client = self.server.client()?;
+        let answer = client.get(&self.target.path(""), &[])?;
+        self.server.print(&answer, render_info)
+    }
+}
+
+fn render_info(info: &Value) -> String {
+    let lag = &info["lag"];
+    let mut out = key_values(&[
+        ("stream", cell(&info["stream"])),
+        ("group", cell(&info["group"])),
+        ("max attempts", cell(&info["max_attempts"])),
+        ("retry backoff", backoff(&info["retry_backoff_ms"])),
+        ("lag", cell(&lag["lag"])),
+        ("pending", cell(&lag["pending"])),
+        ("inflight", cell(&info["inflight"])),
+        ("waiting retry", cell(&lag["waiting_retry"])),
+        ("dead letters", cell(&info["dead_letters"])),
+        ("oldest unacked", oldest(&lag["oldest_unacked_age_ms"])),
+    ]);
+    out.push('\n');
+    out + &lag_table(lag, Some(&info["cursors"]))
+}
+
+/// PARTITION [CURSOR] FRONTIER HIGH-WATERMARK LAG.
+fn lag_table(lag: &Value, cursors: Option<&Value>) -> String {
+    let mut columns = vec![("PARTITION", Align::Right)];
+    if cursors.is_some() {
+        columns.push(("CURSOR", Align::Right));
+    }
+    columns.extend([
+        ("FRONTIER", Align::Right),
+        ("HIGH-WATERMARK", Align::Right),
+        ("LAG", Align::Right),
+    ]);
+    let mut table = Table::new(&columns);
+    let mut partitions: Vec<(u64, &Value)> = lag["partitions"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    partitions.sort_by_key(|(p, _)| *p);
+    for (partition, p) in partitions {
+        let mut row = vec![partition.to_string()];
+        if let Some(cursors) = cursors {
+            row.push(cell(&cursors[partition.to_string()]));
+        }
+        row.extend([
+            cell(&p["frontier"]),
+            cell(&p["high_watermark"]),
+            cell(&p["lag"]),
+        ]);
+        table.row(row);
+    }
+    table.render()
+}
+
+fn lag_summary(lag: &Value) -> String {
+    format!(
+        "lag {}: pending {}, inflight {}, waiting_retry {}, oldest unacked {}",
+        cell(&lag["lag"]),
+        cell(&lag["pending"]),
+        cell(&lag["inflight"]),
+        cell(&lag["waiting_retry"]),
+        oldest(&lag["oldest_unacked_age_ms"])
+    )
+}
+
+fn oldest(age_ms: &Value) -> String {
+    age_ms
+        .as_u64()
+        .map_or_else(|| "none".to_owned(), |ms| format!("{} ago", human_ms(ms)))
+}

@@ -1,0 +1,258 @@
+//! `rheo handler …`: deploy WebAssembly handlers, hot-swap their modules,
+//! and list, inspect, roll back, pause, resume or delete them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::{ServerArgs, cell};
+use crate::cli::client::{Client, segment};
+use crate::cli::multipart::{self, Part};
+use crate::cli::table::{Align, Table, key_values};
+
+/// Arguments of `rheo handler`.
+#[derive(Debug, Args)]
+#[command(arg_required_else_help = true)]
+pub(crate) struct HandlerArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(subcommand)]
+    action: HandlerAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum HandlerAction {
+    /// Deploy a handler, or replace its manifest and module (a new version).
+    Deploy {
+        /// The handler's name.
+        name: String,
+        /// Its manifest: stream, group, concurrency, … (.toml or .json).
+        #[arg(long, value_name = "FILE")]
+        manifest: PathBuf,
+        /// The WebAssembly component (.wasm).
+        #[arg(long, value_name = "FILE")]
+        module: PathBuf,
+    },
+    /// Hot-swap a handler's module; deliveries in flight finish on the old one.
+    Swap {
+        /// The handler's name.
+        name: String,
+        /// The new component (.wasm).
+        module: PathBuf,
+    },
+    /// Every deployed handler with its version and counters.
+    List,
+    /// One handler in detail.
+    Get {
+        /// The handler's name.
+        name: String,
+    },
+    /// Bring back the previous version (a second rollback undoes the first).
+    Rollback {
+        /// The handler's name.
+        name: String,
+    },
+    /// Stop fetching new deliveries (those in flight finish).
+    Pause {
+        /// The handler's name.
+        name: String,
+    },
+    /// Fetch again after a pause.
+    Resume {
+        /// The handler's name.
+        name: String,
+    },
+    /// Drain and remove a handler (its group and events stay).
+    Delete {
+        /// The handler's name.
+        name: String,
+    },
+}
+
+impl HandlerArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        let client = self.server.client()?;
+        let path = |name: &str, rest: &str| format!("/v1/handlers/{}{rest}", segment(name));
+        let (answer, done) = match &self.action {
+            HandlerAction::List => {
+                let answer = client.get("/v1/handlers", &[])?;
+                return self.server.print(&answer, render_list);
+            }
+            HandlerAction::Get { name } => {
+                let answer = client.get(&path(name, ""), &[])?;
+                return self.server.print(&answer, render_one);
+            }
+            HandlerAction::Deploy {
+                name,
+                manifest,
+                module,
+            } => (
+                deploy(&client, &path(name, ""), manifest, module)?,
+                "deployed",
+            ),
+            HandlerAction::Swap { name, module } => {
+                let wasm = read(module)?;
+                let answer = client.put(&path(name, "/module"), "application/wasm", &wasm)?;
+                (answer, "swapped")
+            }
+            HandlerAction::Rollback { name } => {
+                (client.post_empty(&path(name, "/rollback"))?, "rolled back")
+            }
+            HandlerAction::Pause { name } => (client.post_empty(&path(name, "/pause"))?, "paused"),
+            HandlerAction::Resume { name } => {
+                (client.post_empty(&path(name, "/resume"))?, "resumed")
+            }
+            HandlerAction::Delete { name } => {
+                let answer = client.delete(&path(name, ""))?;
+                return self
+                    .server
+                    .print(&answer, |_| format!("deleted handler {name}\n"));
+            }
+        };
+        self.server.print(&answer, |h| summary(done, h))
+    }
+}
+
+/// `PUT /v1/handlers/{h}` with the manifest and module as multipart parts.
+fn deploy(client: &Client, path: &str, manifest: &Path, module: &Path) -> anyhow::Result<Value> {
+    let content_type = match manifest.extension().and_then(|e| e.to_str()) {
+        Some("toml") => "application/toml",
+        Some("json") => "application/json",
+        _ => anyhow::bail!(
+            "{}: a manifest is a .toml or .json file",
+            manifest.display()
+        ),
+    };
+    let manifest_bytes = read(manifest)?;
+    let module_bytes = read(module)?;
+    let body = multipart::encode(&[
+        Part {
+            name: "manifest",
+            filename: &file_name(manifest),
+            content_type,
+            bytes: &manifest_bytes,
+        },
+        Part {
+            name: "module",
+            filename: &file_name(module),
+            content_type: "application/wasm",
+            bytes: &module_bytes,
+        },
+    ]);
+    Ok(client.put(path, &body.content_type, &body.body)?)
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The first 12 hex digits of a digest, as git shortens hashes.
+fn short(digest: &Value) -> String {
+    digest
+        .as_str()
+        .map_or_else(|| "-".to_owned(), |d| d.chars().take(12).collect())
+}
+
+/// `handler echo deployed: version 1 (digest 0123456789ab), running on orders/billing`.
+fn summary(done: &str, h: &Value) -> String {
+    let mut out = format!(
+        "handler {} {done}: version {} (digest {}), {} on {}/{}",
+        cell(&h["name"]),
+        cell(&h["version"]),
+        short(&h["digest"]),
+        cell(&h["status"]),
+        cell(&h["stream"]),
+        cell(&h["group"]),
+    );
+    if let Some(previous) = h["previous_version"].as_u64() {
+        out.push_str(&format!("; previous version {previous}"));
+    }
+    out.push('\n');
+    if let Some(error) = h["last_error"].as_str() {
+        out.push_str(&format!("last error: {error}\n"));
+    }
+    out
+}
+
+/// NAME STREAM GROUP STATUS VERSION DIGEST PROCESSED ACKED RETRIED REJECTED.
+fn render_list(answer: &Value) -> String {
+    let handlers = answer["handlers"].as_array().map_or(&[][..], Vec::as_slice);
+    if handlers.is_empty() {
+        return "no handlers deployed (deploy one with `rheo handler deploy`)\n".to_owned();
+    }
+    let mut table = Table::new(&[
+        ("NAME", Align::Left),
+        ("STREAM", Align::Left),
+        ("GROUP", Align::Left),
+        ("STATUS", Align::Left),
+        ("VERSION", Align::Right),
+        ("DIGEST", Align::Left),
+        ("PROCESSED", Align::Right),
+        ("ACKED", Align::Right),
+        ("RETRIED", Align::Right),
+        ("REJECTED", Align::Right),
+    ]);
+    for h in handlers {
+        let counters = &h["counters"];
+        table.row([
+            cell(&h["name"]),
+            cell(&h["stream"]),
+            cell(&h["group"]),
+            cell(&h["status"]),
+            cell(&h["version"]),
+            short(&h["digest"]),
+            cell(&counters["processed"]),
+            cell(&counters["acked"]),
+            cell(&counters["retried"]),
+            cell(&counters["rejected"]),
+        ]);
+    }
+    table.render()
+}
+
+fn render_one(h: &Value) -> String {
+    let c = &h["counters"];
+    let config = h["config"]
+        .as_object()
+        .filter(|m| !m.is_empty())
+        .map_or_else(
+            || "-".to_owned(),
+            |m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", cell(v)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        );
+    let mut pairs = vec![
+        ("name", cell(&h["name"])),
+        ("stream", cell(&h["stream"])),
+        ("group", cell(&h["group"])),
+        ("status", cell(&h["status"])),
+        ("version", cell(&h["version"])),
+        ("previous version", cell(&h["previous_version"])),
+        ("digest", cell(&h["digest"])),
+        ("deployed at", cell(&h["deployed_at"])),
+        ("config", config),
+        ("processed", cell(&c["processed"])),
+        ("acked", cell(&c["acked"])),
+        ("retried", cell(&c["retried"])),
+        ("rejected", cell(&c["rejected"])),
+        ("trapped", cell(&c["trapped"])),
+        ("timed out", cell(&c["timed_out"])),
+        ("inflight", cell(&c["inflight"])),
+    ];
+    if let Some(error) = h["last_error"].as_str() {
+        pairs.push(("last error", error.to_owned()));
+    }
+    key_values(&pairs)
+}

@@ -1,0 +1,253 @@
+//! The ops commands: thin clients of a running server's HTTP API (SPEC §6,
+//! §7). Each sends one request (or a few, when paging or appending a file)
+//! and prints the answer as a table, or as the server's JSON with `--json`.
+//!
+//! They are blocking and run without an async runtime. A failure is one
+//! `error: …` line on stderr and exit code 1: the server's
+//! `{"error": {code, message}}` shows as `<message> (<code>)`.
+//!
+//! Files: `streams` (list, create), `groups` (list, create, lag, info),
+//! `recovery` (dead letters, redrive, replay, reset), `append`, `query`,
+//! `handler` (deploy, swap, list, get, rollback, pause, resume, delete).
+
+mod append;
+mod groups;
+mod handler;
+mod query;
+mod recovery;
+mod streams;
+
+use std::io::{ErrorKind, Write};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::client::{Client, ClientError, segment};
+
+/// Where the ops commands look for a server when neither `--server` nor
+/// `RHEO_SERVER` says.
+pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
+
+/// The ops subcommands (flattened into the top-level command list).
+#[derive(Debug, Subcommand)]
+pub(crate) enum OpsCommand {
+    /// List streams, or create one (`rheo streams create NAME`).
+    Streams(streams::StreamsArgs),
+    /// List a stream's consumer groups, or create one (`rheo groups create STREAM NAME`).
+    Groups(groups::GroupsArgs),
+    /// Per-partition frontier, high watermark and lag of a group.
+    Lag(groups::LagArgs),
+    /// A group's settings, cursors, lag, inflight and dead-letter count.
+    GroupInfo(groups::GroupInfoArgs),
+    /// A group's dead letters, in sequence order.
+    DeadLetters(recovery::DeadLettersArgs),
+    /// Make dead letters available to the group again (attempts start over).
+    Redrive(recovery::RedriveArgs),
+    /// Append one event from flags, or many from a JSON-lines file.
+    Append(append::AppendArgs),
+    /// Search a stream's history (never touches group state).
+    Query(query::QueryArgs),
+    /// Re-open a group's deliveries so they are handled again.
+    Replay(recovery::ReplayArgs),
+    /// Forget a group's delivery state and start it again (needs --confirm).
+    Reset(recovery::ResetArgs),
+    /// Deploy and manage WebAssembly handlers.
+    Handler(handler::HandlerArgs),
+}
+
+impl OpsCommand {
+    /// Runs the command to completion (blocking).
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        match self {
+            OpsCommand::Streams(args) => args.run(),
+            OpsCommand::Groups(args) => args.run(),
+            OpsCommand::Lag(args) => args.run(),
+            OpsCommand::GroupInfo(args) => args.run(),
+            OpsCommand::DeadLetters(args) => args.run(),
+            OpsCommand::Redrive(args) => args.run(),
+            OpsCommand::Append(args) => args.run(),
+            OpsCommand::Query(args) => args.run(),
+            OpsCommand::Replay(args) => args.run(),
+            OpsCommand::Reset(args) => args.run(),
+            OpsCommand::Handler(args) => args.run(),
+        }
+    }
+}
+
+/// The flags every ops command takes. They are global to the command, so
+/// they may come before or after a nested subcommand (`streams create`).
+#[derive(Debug, Args)]
+pub(crate) struct ServerArgs {
+    /// The Rheo server, http://HOST:PORT (https is not supported yet)
+    /// [default: http://127.0.0.1:7070]
+    #[arg(
+        long = "server",
+        env = "RHEO_SERVER",
+        value_name = "URL",
+        global = true
+    )]
+    url: Option<String>,
+
+    /// Bearer token, for a server started with --auth-token.
+    #[arg(
+        long,
+        env = "RHEO_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+
+    /// Print the server's JSON answer (pretty) instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+impl ServerArgs {
+    /// A client for the chosen server.
+    fn client(&self) -> Result<Client, ClientError> {
+        let url = self.url.as_deref().unwrap_or(DEFAULT_SERVER);
+        let token = self.token.clone().filter(|t| !t.is_empty());
+        Client::new(url, token)
+    }
+
+    /// Prints `answer` pretty with `--json`, else the text `human` makes of it.
+    fn print(&self, answer: &Value, human: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+        if self.json {
+            print_json(answer)
+        } else {
+            emit(&human(answer))
+        }
+    }
+}
+
+/// A stream and one of its groups.
+#[derive(Debug, Args)]
+struct GroupRef {
+    /// The stream.
+    stream: String,
+    /// The consumer group.
+    group: String,
+}
+
+impl GroupRef {
+    /// The URL path of the group plus `rest` (e.g. `/lag`).
+    fn path(&self, rest: &str) -> String {
+        format!(
+            "/v1/streams/{}/groups/{}{rest}",
+            segment(&self.stream),
+            segment(&self.group)
+        )
+    }
+}
+
+/// `0,1,2`.
+fn join(partitions: &[u32]) -> String {
+    partitions
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Writes pretty JSON and a newline to stdout.
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).context("formatting JSON")?;
+    text.push('\n');
+    emit(&text)
+}
+
+/// Writes `text` to stdout. A closed pipe (`rheo query … | head`) is not
+/// an error: the reader has what it wanted.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to stdout"),
+    }
+}
+
+/// A JSON value as a table cell: strings bare, null as `-`, anything else
+/// compact JSON.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A count with its noun, singular or plural: `1 event`, `2 events`.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A duration in milliseconds for people: `850ms`, `3.2s`, `4m 05s`, `2h 07m`.
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h {:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
+/// Parses a flag that must hold a JSON object (`--payload '{"a": 1}'`).
+fn json_object(text: &str) -> Result<Value, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err("expected a JSON object, e.g. '{\"amount\": 10}'".to_owned()),
+        Err(e) => Err(format!("not valid JSON: {e}")),
+    }
+}
+
+/// Parses a start point: a sequence for every partition (`41`), or a JSON
+/// map of partition to sequence (`{"0": 41, "1": 7}`).
+fn start_after(text: &str) -> Result<Value, String> {
+    if let Ok(seq) = text.trim().parse::<u64>() {
+        return Ok(Value::from(seq));
+    }
+    json_object(text).map_err(|_| {
+        "expected a sequence number or a JSON map of partition to sequence, e.g. '{\"0\": 41}'"
+            .to_owned()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(3_249), "3.2s");
+        assert_eq!(human_ms(245_000), "4m 05s");
+        assert_eq!(human_ms(7_620_000), "2h 07m");
+    }
+
+    #[test]
+    fn flag_values_are_checked_before_sending() {
+        assert_eq!(json_object("{\"a\": 1}").unwrap(), json!({"a": 1}));
+        assert!(json_object("[1]").unwrap_err().contains("JSON object"));
+        assert!(json_object("{").unwrap_err().contains("not valid JSON"));
+        assert_eq!(start_after("41").unwrap(), json!(41));
+        assert_eq!(start_after("{\"0\": 3}").unwrap(), json!({"0": 3}));
+        assert!(start_after("-1").is_err());
+    }
+
+    #[test]
+    fn cells_and_counts() {
+        assert_eq!(cell(&json!(null)), "-");
+        assert_eq!(cell(&json!("x")), "x");
+        assert_eq!(cell(&json!({"a": [1]})), "{\"a\":[1]}");
+        assert_eq!(count(1, "event"), "1 event");
+        assert_eq!(count(0, "event"), "0 events");
+    }
+}

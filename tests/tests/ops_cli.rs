@@ -1,0 +1,711 @@
+//! The ops commands (`rheo streams`, `groups`, `append`, `query`, `lag`,
+//! `group-info`, `dead-letters`, `redrive`, `replay`, `reset`, `handler …`)
+//! run as a user would: the real binary against a real `rheo serve` on a
+//! SQLite file. Deliveries are fetched and settled over HTTP where a test
+//! needs leases or dead letters.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use rheo_e2e::{Run, Server, ServerOptions, agent, answer, repo_root, run_rheo_with};
+use serde_json::{Value, json};
+
+/// Runs `rheo ARGS --server <server>`.
+fn rheo(server: &Server, args: &[&str]) -> Run {
+    let mut all = args.to_vec();
+    all.extend(["--server", server.base()]);
+    run_rheo_with(&all, &[], None)
+}
+
+/// Like [`rheo`], and the run must succeed; returns stdout.
+fn ok(server: &Server, args: &[&str]) -> String {
+    let run = rheo(server, args);
+    assert_eq!(run.code, Some(0), "rheo {args:?} failed: {}", run.stderr);
+    run.stdout
+}
+
+/// Like [`ok`] with `--json`; returns the parsed answer.
+fn ok_json(server: &Server, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let text = ok(server, &all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The whitespace-separated cells of the table line whose first cell is `first`.
+fn row(table: &str, first: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .find(|cells| cells.first().map(String::as_str) == Some(first))
+        .unwrap_or_else(|| panic!("no row {first:?} in:\n{table}"))
+}
+
+fn start() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    (dir, server)
+}
+
+#[test]
+fn streams_groups_append_and_query() {
+    let (dir, server) = start();
+    assert!(ok(&server, &["streams"]).contains("no streams yet"));
+    assert!(
+        ok(
+            &server,
+            &["streams", "create", "orders", "--partitions", "3"]
+        )
+        .contains("orders")
+    );
+    let again = rheo(&server, &["streams", "create", "orders"]);
+    assert_eq!(again.code, Some(1));
+    assert!(
+        again.stderr.starts_with("error: ") && again.stderr.contains("(already_exists)"),
+        "{}",
+        again.stderr
+    );
+
+    ok(
+        &server,
+        &[
+            "groups",
+            "create",
+            "orders",
+            "billing",
+            "--max-attempts",
+            "2",
+        ],
+    );
+    ok(
+        &server,
+        &["groups", "create", "orders", "audit", "--start-after", "0"],
+    );
+    let groups = ok(&server, &["groups", "orders"]);
+    assert_eq!(row(&groups, "NAME")[..2], ["NAME", "MAX-ATTEMPTS"]);
+    assert_eq!(row(&groups, "billing")[..3], ["billing", "2", "immediate"]);
+    assert_eq!(row(&groups, "audit")[1], "5");
+
+    // One event from flags, then the same id again: nothing appended.
+    let single = [
+        "append",
+        "orders",
+        "--id",
+        "o-1",
+        "--type",
+        "order.created",
+        "--key",
+        "alice",
+        "--partition",
+        "1",
+        "--payload",
+        r#"{"total": 12}"#,
+        "--metadata",
+        r#"{"producer": "cli"}"#,
+    ];
+    let out = ok(&server, &single);
+    assert_eq!(out.trim(), "appended event o-1 at partition 1 sequence 1");
+    let out = ok(&server, &single);
+    assert!(
+        out.contains("already exists") && out.contains("nothing appended"),
+        "{out}"
+    );
+
+    // 1,200 lines from a file: three batches of 500 at most, no progress
+    // bar noise when stderr is not a terminal.
+    let file = dir.path().join("events.jsonl");
+    let lines: Vec<String> = (0..1200)
+        .map(|i| json!({"id": format!("e-{i}"), "type": "bulk", "key": format!("k{}", i % 7), "payload": {"n": i}}).to_string())
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let path = file.to_str().unwrap();
+    let run = rheo(&server, &["append", "orders", "--file", path]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "appended 1200 events");
+    assert_eq!(run.stderr, "");
+    let again = ok_json(&server, &["append", "orders", "-f", path]);
+    assert_eq!(
+        again,
+        json!({"appended": 1200, "duplicates": 1200, "batches": 3})
+    );
+
+    // A bad line: reported by number; what came before it is appended,
+    // nothing after it is sent.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"id\": \"b-1\"}\n\n{\"id\": \"b-2\"}\n{\"id\": \"b-3\", \"pay\": {}}\n{\"id\": \"b-4\"}\n",
+    )
+    .unwrap();
+    let run = rheo(&server, &["append", "orders", "-f", bad.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .contains("bad.jsonl line 4: unknown field \"pay\""),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("appended before it: 2 events"),
+        "{}",
+        run.stderr
+    );
+
+    // Standard input.
+    let stdin = b"{\"id\": \"s-1\", \"type\": \"piped\", \"payload\": {\"via\": \"stdin\"}}\n";
+    let run = run_rheo_with(
+        &["append", "orders", "-f", "-"],
+        &[("RHEO_SERVER", server.base())],
+        Some(stdin),
+    );
+    assert_eq!(
+        (run.code, run.stdout.trim()),
+        (Some(0), "appended 1 event"),
+        "{}",
+        run.stderr
+    );
+
+    // 1 + 1200 + 2 + 1 events, summed over the partitions.
+    let streams = ok(&server, &["streams"]);
+    assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1204"]);
+
+    // Query: a table with a next-page hint, the same as JSON, every page.
+    let page = ok(
+        &server,
+        &["query", "orders", "--where", r#"{"type": "order.created"}"#],
+    );
+    let event = row(&page, "o-1");
+    assert_eq!(
+        event,
+        ["o-1", "1/1", "order.created", "alice", r#"{"total":12}"#]
+    );
+    let page = ok(
+        &server,
+        &[
+            "query",
+            "orders",
+            "--where",
+            r#"{"type": "bulk"}"#,
+            "--limit",
+            "2",
+        ],
+    );
+    assert_eq!(page.lines().count(), 4, "{page}");
+    assert!(page.contains("next page: --cursor "), "{page}");
+    let json = ok_json(
+        &server,
+        &["query", "orders", "--limit", "2", "--order", "desc"],
+    );
+    assert_eq!(json["events"].as_array().unwrap().len(), 2);
+    let cursor = json["next_cursor"].as_str().expect("a next cursor");
+    let next = ok_json(
+        &server,
+        &[
+            "query", "orders", "--limit", "2", "--order", "desc", "--cursor", cursor,
+        ],
+    );
+    assert_ne!(next["events"][0]["id"], json["events"][0]["id"]);
+    let all = ok_json(&server, &["query", "orders", "--all", "--limit", "100"]);
+    assert_eq!(all["events"].as_array().unwrap().len(), 1204);
+    assert_eq!(all["next_cursor"], Value::Null);
+    let ids: std::collections::HashSet<&str> = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1204, "following cursors never repeats an event");
+    let table = ok(
+        &server,
+        &[
+            "query",
+            "orders",
+            "--all",
+            "--where",
+            r#"{"n": {"$lt": 10}}"#,
+        ],
+    );
+    assert_eq!(
+        table.lines().count(),
+        11,
+        "a header and ten events:\n{table}"
+    );
+}
+
+/// Fetches up to `limit` leases of `partitions` over HTTP.
+fn fetch(server: &Server, group: &str, partitions: &[u32], limit: u32) -> Vec<Value> {
+    let url = server.url(&format!("/v1/streams/pay/groups/{group}/fetch"));
+    let (status, body) = answer(
+        agent()
+            .post(&url)
+            .send_json(json!({"limit": limit, "partitions": partitions})),
+    );
+    assert_eq!(status, 200, "{body}");
+    body["leases"].as_array().unwrap().clone()
+}
+
+/// Settles a lease over HTTP with `op` (`ack` or `reject`).
+fn settle(server: &Server, group: &str, op: &str, lease: &Value) {
+    let url = server.url(&format!("/v1/streams/pay/groups/{group}/{op}"));
+    let mut body = json!({"event_id": lease["event_id"], "lease_id": lease["lease_id"], "receipt": lease["receipt"]});
+    if op == "reject" {
+        body["reason"] = json!("bad data");
+    }
+    let (status, answer) = answer(agent().post(&url).send_json(body));
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[test]
+fn lag_group_info_dead_letters_redrive_replay_and_reset() {
+    let (_dir, server) = start();
+    ok(&server, &["streams", "create", "pay", "--partitions", "2"]);
+    ok(
+        &server,
+        &["groups", "create", "pay", "billing", "--max-attempts", "3"],
+    );
+    for (id, partition) in [
+        ("a1", "0"),
+        ("a2", "0"),
+        ("a3", "0"),
+        ("b1", "1"),
+        ("b2", "1"),
+    ] {
+        ok(
+            &server,
+            &[
+                "append",
+                "pay",
+                "--id",
+                id,
+                "--partition",
+                partition,
+                "--type",
+                "t",
+            ],
+        );
+    }
+
+    // Reject the first two of partition 0; hold a lease on partition 1.
+    for lease in fetch(&server, "billing", &[0], 2) {
+        settle(&server, "billing", "reject", &lease);
+    }
+    assert_eq!(fetch(&server, "billing", &[1], 1).len(), 1);
+
+    let lag = ok(&server, &["lag", "pay", "billing"]);
+    assert_eq!(
+        row(&lag, "PARTITION"),
+        ["PARTITION", "FRONTIER", "HIGH-WATERMARK", "LAG"]
+    );
+    assert_eq!(row(&lag, "0"), ["0", "2", "3", "1"]);
+    assert_eq!(row(&lag, "1"), ["1", "0", "2", "2"]);
+    assert!(
+        lag.contains("lag 3: pending 2, inflight 1, waiting_retry 0, oldest unacked "),
+        "{lag}"
+    );
+    let only = ok(&server, &["lag", "pay", "billing", "--partitions", "1"]);
+    assert!(
+        only.lines().all(|l| !l.trim_start().starts_with("0 ")),
+        "{only}"
+    );
+    let json = ok_json(&server, &["lag", "pay", "billing"]);
+    assert_eq!(
+        json["partitions"]["0"],
+        json!({"frontier": 2, "high_watermark": 3, "lag": 1})
+    );
+
+    let info = ok(&server, &["group-info", "pay", "billing"]);
+    assert_eq!(row(&info, "max"), ["max", "attempts", "3"]);
+    assert_eq!(row(&info, "dead"), ["dead", "letters", "2"]);
+    assert_eq!(row(&info, "inflight"), ["inflight", "1"]);
+    assert_eq!(row(&info, "PARTITION")[1], "CURSOR");
+    assert_eq!(row(&info, "0")[2..], ["2", "3", "1"]);
+
+    let letters = ok(&server, &["dead-letters", "pay", "billing"]);
+    assert_eq!(
+        row(&letters, "EVENT-ID"),
+        [
+            "EVENT-ID",
+            "PARTITION",
+            "SEQ",
+            "ATTEMPT",
+            "REASON",
+            "DEAD-LETTERED"
+        ]
+    );
+    assert_eq!(
+        row(&letters, "a1")[..6],
+        ["a1", "0", "1", "1", "bad", "data"]
+    );
+    assert_eq!(row(&letters, "a2")[..3], ["a2", "0", "2"]);
+    let first = ok(&server, &["dead-letters", "pay", "billing", "--limit", "1"]);
+    assert!(
+        first.contains("more: rheo dead-letters pay billing --after a1"),
+        "{first}"
+    );
+    let rest = ok_json(
+        &server,
+        &["dead-letters", "pay", "billing", "--after", "a1"],
+    );
+    assert_eq!(rest["dead_letters"][0]["event_id"], "a2");
+
+    // Redrive one by id (the frontier rewinds), then the rest.
+    let out = ok(&server, &["redrive", "pay", "billing", "a1"]);
+    assert!(out.starts_with("redriven 1 dead letter:"), "{out}");
+    assert_eq!(
+        row(&ok(&server, &["lag", "pay", "billing"]), "0"),
+        ["0", "0", "3", "3"]
+    );
+    let out = ok_json(&server, &["redrive", "pay", "billing", "--all"]);
+    assert_eq!(out, json!({"redriven": 1}));
+    assert!(ok(&server, &["dead-letters", "pay", "billing"]).contains("no dead letters"));
+
+    // Ack everything, then replay: by sequence, by ids, by a query.
+    ok(&server, &["groups", "create", "pay", "replayed"]);
+    let leases = fetch(&server, "replayed", &[0, 1], 10);
+    assert_eq!(leases.len(), 5);
+    for lease in &leases {
+        settle(&server, "replayed", "ack", lease);
+    }
+    assert!(ok(&server, &["lag", "pay", "replayed"]).contains("lag 0:"));
+    let out = ok(
+        &server,
+        &[
+            "replay",
+            "pay",
+            "replayed",
+            "--from-sequence",
+            "1",
+            "--partitions",
+            "0",
+        ],
+    );
+    assert_eq!(out.trim(), "reopened 2 deliveries for group replayed");
+    assert_eq!(
+        row(&ok(&server, &["lag", "pay", "replayed"]), "0"),
+        ["0", "1", "3", "2"]
+    );
+    let out = ok(&server, &["replay", "pay", "replayed", "--event-ids", "b1"]);
+    assert_eq!(out.trim(), "reopened 1 delivery for group replayed");
+    let out = ok_json(
+        &server,
+        &[
+            "replay",
+            "pay",
+            "replayed",
+            "--query",
+            r#"{"where": {"partition": 1}}"#,
+        ],
+    );
+    // b1 is open already; only b2 is re-opened.
+    assert_eq!(out["reopened"], 1);
+
+    // Reset: refused without --confirm, before anything is sent.
+    let refused = rheo(&server, &["reset", "pay", "replayed"]);
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused.stderr.contains("without --confirm"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("(confirm_required)"),
+        "{}",
+        refused.stderr
+    );
+    let out = ok(
+        &server,
+        &[
+            "reset",
+            "pay",
+            "replayed",
+            "--confirm",
+            "--start-after",
+            "1",
+        ],
+    );
+    assert_eq!(out.trim(), "reset group replayed on stream pay");
+    let lag = ok(&server, &["lag", "pay", "replayed"]);
+    assert_eq!(row(&lag, "0"), ["0", "1", "3", "2"]);
+    assert_eq!(row(&lag, "1"), ["1", "1", "2", "1"]);
+
+    let missing = rheo(&server, &["group-info", "pay", "nope"]);
+    assert_eq!(missing.code, Some(1));
+    assert!(
+        missing.stderr.contains("(group_not_found)"),
+        "{}",
+        missing.stderr
+    );
+}
+
+/// `guests/build.sh`'s modules, built once per test run.
+fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let out = std::process::Command::new(repo_root().join("guests/build.sh"))
+            .output()
+            .expect("run guests/build.sh");
+        assert!(
+            out.status.success(),
+            "guests/build.sh failed (rustup target add wasm32-wasip2?):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect()
+    });
+    built
+        .iter()
+        .find(|p| p.file_stem().is_some_and(|s| s == name))
+        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"))
+        .clone()
+}
+
+#[test]
+fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
+    let (dir, server) = start();
+    let echo = guest("echo");
+    let flaky = guest("flaky");
+    ok(&server, &["streams", "create", "jobs"]);
+    for i in 0..3 {
+        ok(&server, &["append", "jobs", "--id", &format!("j{i}")]);
+    }
+    // The manifest as it would sit in a handlers directory.
+    let manifest = dir.path().join("echo.toml");
+    std::fs::write(
+        &manifest,
+        "stream = \"jobs\"\ngroup = \"workers\"\nmodule = \"echo.wasm\"\n\n[config]\ngreeting = \"hello\"\n",
+    )
+    .unwrap();
+    assert!(ok(&server, &["handler", "list"]).contains("no handlers deployed"));
+
+    let deployed = ok(
+        &server,
+        &[
+            "handler",
+            "deploy",
+            "echo",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--module",
+            echo.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        deployed.starts_with("handler echo deployed: version 1 (digest "),
+        "{deployed}"
+    );
+    assert!(deployed.contains("running on jobs/workers"), "{deployed}");
+    let json = ok_json(&server, &["handler", "get", "echo"]);
+    let echo_digest = json["digest"].as_str().unwrap().to_owned();
+    assert_eq!(json["config"], json!({"greeting": "hello"}));
+    assert!(deployed.contains(&echo_digest[..12]));
+
+    let list = ok(&server, &["handler", "list"]);
+    assert_eq!(
+        row(&list, "NAME"),
+        [
+            "NAME",
+            "STREAM",
+            "GROUP",
+            "STATUS",
+            "VERSION",
+            "DIGEST",
+            "PROCESSED",
+            "ACKED",
+            "RETRIED",
+            "REJECTED"
+        ]
+    );
+    assert_eq!(
+        row(&list, "echo")[..6],
+        [
+            "echo",
+            "jobs",
+            "workers",
+            "running",
+            "1",
+            &echo_digest[..12]
+        ]
+    );
+    let details = ok(&server, &["handler", "get", "echo"]);
+    assert_eq!(row(&details, "digest"), ["digest", echo_digest.as_str()]);
+    assert_eq!(row(&details, "config"), ["config", "greeting=hello"]);
+
+    let swapped = ok(
+        &server,
+        &["handler", "swap", "echo", flaky.to_str().unwrap()],
+    );
+    assert!(
+        swapped.starts_with("handler echo swapped: version 2 "),
+        "{swapped}"
+    );
+    assert!(swapped.contains("previous version 1"), "{swapped}");
+    assert!(!swapped.contains(&echo_digest[..12]), "{swapped}");
+
+    let rolled = ok(&server, &["handler", "rollback", "echo"]);
+    assert!(
+        rolled.starts_with("handler echo rolled back: version 1 "),
+        "{rolled}"
+    );
+    assert!(rolled.contains(&echo_digest[..12]), "{rolled}");
+
+    let paused = ok(&server, &["handler", "pause", "echo"]);
+    assert!(paused.contains(", paused on jobs/workers"), "{paused}");
+    assert_eq!(row(&ok(&server, &["handler", "list"]), "echo")[3], "paused");
+    let resumed = ok(&server, &["handler", "resume", "echo"]);
+    assert!(resumed.contains(", running on jobs/workers"), "{resumed}");
+
+    // A file that is not a component is refused; the running version stays.
+    let refused = rheo(
+        &server,
+        &["handler", "swap", "echo", manifest.to_str().unwrap()],
+    );
+    assert_eq!(refused.code, Some(1));
+    assert!(refused.stderr.starts_with("error: "), "{}", refused.stderr);
+    assert_eq!(
+        ok_json(&server, &["handler", "get", "echo"])["digest"],
+        json!(echo_digest)
+    );
+
+    assert_eq!(
+        ok(&server, &["handler", "delete", "echo"]).trim(),
+        "deleted handler echo"
+    );
+    let gone = rheo(&server, &["handler", "get", "echo"]);
+    assert_eq!(gone.code, Some(1));
+    assert!(
+        gone.stderr.contains("(handler_not_found)"),
+        "{}",
+        gone.stderr
+    );
+}
+
+#[test]
+fn a_token_is_sent_when_the_server_requires_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        auth_token: Some("s3cret".into()),
+        ..ServerOptions::default()
+    };
+    let server = Server::start(dir.path(), &options);
+    let without = rheo(&server, &["streams"]);
+    assert_eq!(without.code, Some(1));
+    assert!(
+        without.stderr.contains("(unauthorized)"),
+        "{}",
+        without.stderr
+    );
+    let wrong = rheo(&server, &["streams", "--token", "guess"]);
+    assert!(
+        wrong.stderr.contains("invalid bearer token (unauthorized)"),
+        "{}",
+        wrong.stderr
+    );
+
+    ok(
+        &server,
+        &["streams", "create", "private", "--token", "s3cret"],
+    );
+    let from_env = run_rheo_with(
+        &["streams"],
+        &[
+            ("RHEO_SERVER", server.base()),
+            ("RHEO_AUTH_TOKEN", "s3cret"),
+        ],
+        None,
+    );
+    assert_eq!(from_env.code, Some(0), "{}", from_env.stderr);
+    assert_eq!(row(&from_env.stdout, "private")[1], "1");
+}
+
+#[test]
+fn an_unreachable_server_is_exit_code_1_with_a_hint() {
+    let run = run_rheo_with(&["streams", "--server", "http://127.0.0.1:1"], &[], None);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .starts_with("error: cannot reach the Rheo server at http://127.0.0.1:1: "),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("is `rheo serve` running? set --server or RHEO_SERVER")
+    );
+    assert_eq!(run.stdout, "");
+
+    let https = run_rheo_with(
+        &["lag", "s", "g", "--server", "https://rheo.example"],
+        &[],
+        None,
+    );
+    assert_eq!(https.code, Some(1));
+    assert!(
+        https.stderr.contains("https is not supported yet"),
+        "{}",
+        https.stderr
+    );
+}
+
+#[test]
+fn usage_errors_exit_with_code_2_before_any_request() {
+    // No server runs at this address: a usage error never gets that far.
+    let server = ["--server", "http://127.0.0.1:1"];
+    let cases: [&[&str]; 6] = [
+        &["redrive", "s", "g"],
+        &["replay", "s", "g"],
+        &[
+            "replay",
+            "s",
+            "g",
+            "--from-sequence",
+            "1",
+            "--event-ids",
+            "a",
+        ],
+        &["append", "s", "--payload", "[1]"],
+        &["append", "s", "--file", "x.jsonl", "--key", "k"],
+        &["handler"],
+    ];
+    for args in cases {
+        let all: Vec<&str> = args.iter().chain(&server).copied().collect();
+        let run = run_rheo_with(&all, &[], None);
+        assert_eq!(run.code, Some(2), "rheo {args:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("cannot reach"), "{}", run.stderr);
+    }
+}
+
+/// With stderr on a terminal (util-linux `script` provides one), a file
+/// append draws a progress bar there, then clears it for the final count.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_file_append_shows_progress_on_a_terminal() {
+    let (dir, server) = start();
+    ok(&server, &["streams", "create", "bulk"]);
+    let file = dir.path().join("events.jsonl");
+    let lines: Vec<String> = (0..1200)
+        .map(|i| json!({"payload": {"n": i}}).to_string())
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let command = format!(
+        "{} append bulk --file {} --server {}",
+        rheo_e2e::rheo_binary().display(),
+        file.display(),
+        server.base()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_remove("RHEO_SERVER")
+        .env_remove("RHEO_AUTH_TOKEN")
+        .output()
+        .expect("run rheo under script(1) (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Redraws are rate-limited, so which counts show varies; a bar shows.
+    assert!(
+        text.contains("%  ") && text.contains(" events appended"),
+        "{text}"
+    );
+    assert!(text.contains("appended 1200 events"), "{text}");
+}
