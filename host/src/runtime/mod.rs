@@ -11,8 +11,7 @@
 //! ```
 //!
 //! * **Claiming.** A worker fetches only as many leases as it can start
-//!   right away, so every lease it holds is being worked on, and refills
-//!   once half its window is free (so one fetch claims many). When a fetch
+//!   right away, so every lease it holds is being worked on. When a fetch
 //!   comes back empty it asks the backend when something next becomes due
 //!   (a lease expiring, a retry delay ending) and sleeps until then, or
 //!   until the backend's wake-up hook fires, or at most an idle interval —
@@ -23,7 +22,10 @@
 //!   unsettled, since someone else owns the delivery now.
 //! * **Settling** follows [`crate::settle`]: the outcome becomes ack, nack
 //!   (with the guest's delay, clamped) or reject; a failed settle is lost,
-//!   left to expire, or nacked, by its error.
+//!   left to expire, or nacked, by its error. One settler task per worker
+//!   writes outcomes in batches — whatever finished while the previous batch
+//!   was being written — so a durable store sees one transaction per batch,
+//!   not per delivery; each item keeps its own result.
 //! * **Versions.** The handler to call is read from an atomic cell at the
 //!   start of each delivery. Deploying a new version swaps the cell:
 //!   deliveries already running finish on the version they started with,

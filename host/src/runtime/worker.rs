@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::counters::{Counters, Fate};
 use super::{HandlerSettings, Version};
 use crate::backend::{Backend, FetchRequest, RenewRequest};
-use crate::model::{EventId, Lease, SettleOp, SettleTarget};
+use crate::model::{EventId, Lease, SettleOp, SettleTarget, Settlement};
 use crate::settle::{self, Action, SettleFailure};
 
 /// Starts and stops handler loops.
@@ -68,6 +68,20 @@ struct Shared {
     version: Arc<ArcSwap<Version>>,
     counters: Arc<Counters>,
     inflight: Inflight,
+    /// Outcomes on their way to the settler, which writes them in batches.
+    settles: mpsc::UnboundedSender<SettleRequest>,
+}
+
+/// Most settlements the settler writes in one backend call.
+const SETTLE_BATCH: usize = 256;
+
+/// One outcome to settle, and where to say what became of it.
+#[derive(Debug)]
+struct SettleRequest {
+    target: SettleTarget,
+    op: SettleOp,
+    fate: Fate,
+    reply: oneshot::Sender<Fate>,
 }
 
 impl Worker {
@@ -83,27 +97,33 @@ impl Worker {
             paused: Arc::new(watch::Sender::new(false)),
             stop: CancellationToken::new(),
         };
+        let (settles, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             backend,
             settings,
             version,
             counters,
             inflight: Arc::default(),
+            settles,
         });
-        let handle = tokio::spawn(run(shared, control.clone()));
+        let handle = tokio::spawn(run(shared, requests, control.clone()));
         (handle, control)
     }
 }
 
-async fn run(shared: Arc<Shared>, control: WorkerControl) {
+async fn run(
+    shared: Arc<Shared>,
+    requests: mpsc::UnboundedReceiver<SettleRequest>,
+    control: WorkerControl,
+) {
     let s = &shared.settings;
     let renewer = tokio::spawn(renew_loop(Arc::clone(&shared)));
+    let settler = tokio::spawn(settle_loop(Arc::clone(&shared), requests));
     let mut paused = control.paused.subscribe();
     let mut wakeup = shared.backend.subscribe(&s.stream);
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut failures = 0u32;
     let window = s.window();
-    let refill = (window / 2).max(1);
     tracing::info!(stream = %s.stream, group = %s.group, consumer = %s.consumer_id, "handler worker started");
 
     loop {
@@ -118,11 +138,8 @@ async fn run(shared: Arc<Shared>, control: WorkerControl) {
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             }
         }
-        // Refill in batches: once half the window is free (or all of it is
-        // idle), not after every finished delivery — one fetch then claims
-        // many leases instead of one each.
         let free = window.saturating_sub(tasks.len());
-        if free < refill && !tasks.is_empty() {
+        if free == 0 {
             tokio::select! {
                 _ = control.stop.cancelled() => break,
                 Some(_) = tasks.join_next() => continue,
@@ -208,6 +225,7 @@ async fn run(shared: Arc<Shared>, control: WorkerControl) {
         tasks.abort_all();
     }
     renewer.abort();
+    settler.abort();
     tracing::info!(stream = %s.stream, group = %s.group, "handler worker stopped");
 }
 
@@ -231,9 +249,8 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     shared.counters.finished();
 }
 
-/// Settles per the policy; handles a failed settle per the policy too.
+/// Hands the outcome to the settler and waits for what became of it.
 async fn settle_outcome(shared: &Shared, lease: &Lease, action: Action) -> Fate {
-    let s = &shared.settings;
     let (op, fate) = match action {
         Action::Ack => (SettleOp::Ack, Fate::Acked),
         Action::Nack { reason, delay_ms } => (
@@ -250,27 +267,89 @@ async fn settle_outcome(shared: &Shared, lease: &Lease, action: Action) -> Fate 
             Fate::Rejected,
         ),
     };
-    let result = shared
-        .backend
-        .settle_one(&s.stream, &s.group, lease.target(), op)
-        .await;
-    let Err(error) = result else {
-        return fate;
+    let (reply, fate_of) = oneshot::channel();
+    let request = SettleRequest {
+        target: lease.target(),
+        op,
+        fate,
+        reply,
     };
-    match settle::on_settle_error(&error) {
+    if shared.settles.send(request).is_err() {
+        return Fate::SettleError;
+    }
+    // The settler only goes away once the worker has stopped; the lease
+    // then expires and the delivery comes back.
+    fate_of.await.unwrap_or(Fate::SettleError)
+}
+
+/// Writes outcomes in batches: whatever queued while the previous batch
+/// was being written goes in the next call (a group commit), so a handler
+/// on a durable store is not bound to one transaction per delivery.
+/// Each item keeps its own result: a failure is handled per the policy.
+async fn settle_loop(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<SettleRequest>) {
+    let s = &shared.settings;
+    let mut batch: Vec<SettleRequest> = Vec::with_capacity(SETTLE_BATCH);
+    while requests.recv_many(&mut batch, SETTLE_BATCH).await > 0 {
+        let items = batch
+            .iter()
+            .map(|r| Settlement {
+                target: r.target.clone(),
+                op: r.op.clone(),
+            })
+            .collect();
+        let results = shared.backend.settle(&s.stream, &s.group, items).await;
+        match results {
+            Ok(results) if results.len() == batch.len() => {
+                for (request, result) in batch.drain(..).zip(results) {
+                    let fate = match result {
+                        Ok(()) => request.fate,
+                        Err(error) => settle_failed(&shared, &request.target, &error).await,
+                    };
+                    let _ = request.reply.send(fate);
+                }
+            }
+            Ok(results) => {
+                let error = crate::backend::Error::Failed(format!(
+                    "the backend answered {} results for {} settlements",
+                    results.len(),
+                    batch.len()
+                ));
+                for request in batch.drain(..) {
+                    let fate = settle_failed(&shared, &request.target, &error).await;
+                    let _ = request.reply.send(fate);
+                }
+            }
+            Err(error) => {
+                for request in batch.drain(..) {
+                    let fate = settle_failed(&shared, &request.target, &error).await;
+                    let _ = request.reply.send(fate);
+                }
+            }
+        }
+    }
+}
+
+/// What to do when settling `target` failed, per the policy.
+async fn settle_failed(
+    shared: &Shared,
+    target: &SettleTarget,
+    error: &crate::backend::Error,
+) -> Fate {
+    let s = &shared.settings;
+    match settle::on_settle_error(error) {
         SettleFailure::LeaseLost => Fate::Lost,
         SettleFailure::LeaveToExpire => {
-            tracing::warn!(event = %lease.event_id, error = %error, "settle failed; the lease will expire and the delivery come back");
+            tracing::warn!(event = %target.event_id, error = %error, "settle failed; the lease will expire and the delivery come back");
             Fate::SettleError
         }
         SettleFailure::NackNow { reason } => {
-            tracing::warn!(event = %lease.event_id, error = %error, "settle failed; nacking for redelivery");
+            tracing::warn!(event = %target.event_id, error = %error, "settle failed; nacking for redelivery");
             let nack = shared
                 .backend
-                .nack(&s.stream, &s.group, lease.target(), Some(reason), Some(0))
+                .nack(&s.stream, &s.group, target.clone(), Some(reason), Some(0))
                 .await;
             if let Err(e) = nack {
-                tracing::warn!(event = %lease.event_id, error = %e, "nack after a failed settle failed too; the lease will expire");
+                tracing::warn!(event = %target.event_id, error = %e, "nack after a failed settle failed too; the lease will expire");
             }
             Fate::SettleError
         }
