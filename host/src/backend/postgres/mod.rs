@@ -178,6 +178,12 @@ impl PostgresBackend {
                 // statement here is an index walk keyed by (stream, group),
                 // and re-planning on each call costs more than it runs.
                 ("plan_cache_mode", "force_generic_plan"),
+                // A plan made while a table was small must not become a
+                // sequential scan once it holds millions of rows: every
+                // statement here has an index (or ctid) path, so make the
+                // planner take it whatever the statistics said at planning
+                // time. Without an index path a scan is still possible.
+                ("enable_seqscan", "off"),
             ]);
         if let Some(schema) = &options.schema {
             connect = connect.options([("search_path", schema.as_str())]);
