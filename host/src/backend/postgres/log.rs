@@ -102,6 +102,7 @@ pub(super) async fn append(
         let partition = route(&input, meta.partition_count)?;
         routed.push((input, partition));
     }
+    b.wrote(super::Table::Events, routed.len() as u64);
     match append_once(b, stream, routed.clone()).await {
         // Another node stored one of these ids between our lookup and our
         // insert: run again, and it comes back as a duplicate.

@@ -21,6 +21,7 @@ mod log;
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -87,7 +88,55 @@ pub struct PostgresBackend {
     groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
+    /// Events appended and deliveries created by this process, to refresh
+    /// the planner's statistics of each table as it grows.
+    events_growth: Growth,
+    deliveries_growth: Growth,
 }
+
+/// Rows written to one table, and the count at which its statistics are
+/// next refreshed.
+#[derive(Debug)]
+struct Growth {
+    written: AtomicU64,
+    next: AtomicU64,
+}
+
+impl Growth {
+    fn new() -> Self {
+        Self {
+            written: AtomicU64::new(0),
+            next: AtomicU64::new(ANALYZE_FIRST),
+        }
+    }
+
+    /// Adds `rows`; true (once) when a refresh is due.
+    fn grew(&self, rows: u64) -> Option<u64> {
+        let total = self.written.fetch_add(rows, Ordering::Relaxed) + rows;
+        let next = self.next.load(Ordering::Relaxed);
+        if total < next {
+            return None;
+        }
+        let after = (total * 2).min(total + ANALYZE_EVERY_MAX);
+        self.next
+            .compare_exchange(next, after, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            .map(|_| total)
+    }
+}
+
+/// Which table grew.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Table {
+    Events,
+    Deliveries,
+}
+
+/// First statistics refresh after this many rows written; then each time
+/// the count doubles, and at least every [`ANALYZE_EVERY_MAX`] rows.
+const ANALYZE_FIRST: u64 = 1_000;
+/// Longest gap between statistics refreshes, in rows written.
+const ANALYZE_EVERY_MAX: u64 = 200_000;
 
 #[derive(Debug, Clone, Copy)]
 struct StreamMeta {
@@ -147,6 +196,30 @@ fn validate_schema(name: &str) -> Result<()> {
 }
 
 impl PostgresBackend {
+    /// Counts rows written and, as the tables grow, refreshes their planner
+    /// statistics in the background. Statements keep generic plans per
+    /// connection; a plan made while the tables were nearly empty (and
+    /// without statistics) can pick an index that walks a whole group, so
+    /// fresh statistics — which also invalidate the cached plans — must not
+    /// wait for autovacuum's next round during a burst of writes.
+    pub(crate) fn wrote(&self, table: Table, rows: u64) {
+        let (growth, statement) = match table {
+            Table::Events => (&self.events_growth, "ANALYZE rheo_events"),
+            Table::Deliveries => (&self.deliveries_growth, "ANALYZE rheo_deliveries"),
+        };
+        let Some(total) = growth.grew(rows) else {
+            return;
+        };
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            let analyzed = sqlx::query(statement).execute(&pool).await;
+            match analyzed {
+                Ok(_) => tracing::debug!(statement, rows = total, "planner statistics refreshed"),
+                Err(e) => tracing::debug!(error = %e, "ANALYZE failed; autovacuum will do it"),
+            }
+        });
+    }
+
     /// Connects to `url` (which may carry `schema=`), and with `migrate`
     /// creates the schema and applies pending migrations.
     pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
@@ -215,6 +288,8 @@ impl PostgresBackend {
             streams: RwLock::new(HashMap::new()),
             groups: RwLock::new(HashMap::new()),
             rotation: Mutex::new(HashMap::new()),
+            events_growth: Growth::new(),
+            deliveries_growth: Growth::new(),
         };
         if migrate {
             backend.migrate().await?;

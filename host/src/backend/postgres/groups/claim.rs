@@ -124,6 +124,12 @@ pub(in crate::backend::postgres) async fn fetch(
         if positions.partition.is_empty() {
             continue;
         }
+        if fresh_ones {
+            b.wrote(
+                crate::backend::postgres::Table::Deliveries,
+                positions.partition.len() as u64,
+            );
+        }
         let lease_ids: Vec<String> = positions
             .partition
             .iter()
