@@ -40,29 +40,6 @@ pub use stream::{MAX_PARTITIONS, Stream};
 pub use time::Timestamp;
 
 /// 128 random bits as URL-safe base64 without padding (22 characters).
-/// A ULID-style id: 48 bits of Unix milliseconds then 80 random bits, as 26
-/// Crockford base32 characters, so ids sort by creation time. Generated
-/// event ids use it: consecutive appends then land next to each other in
-/// the id indexes instead of on random pages, which keeps SQL stores'
-/// write cost flat as history grows.
-pub(crate) fn time_ordered_token() -> std::sync::Arc<str> {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    ulid_text(ms, rand::random())
-}
-
-/// `ms` (low 48 bits) and `random` (low 80 bits) as a 26-character ULID.
-pub(crate) fn ulid_text(ms: u64, random: u128) -> std::sync::Arc<str> {
-    const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    let ms = u128::from(ms & ((1 << 48) - 1));
-    let value = (ms << 80) | (random & ((1 << 80) - 1));
-    let text: String = (0..26)
-        .map(|i| ALPHABET[((value >> (125 - 5 * i)) & 31) as usize] as char)
-        .collect();
-    text.into()
-}
-
 pub(crate) fn random_token() -> std::sync::Arc<str> {
     use base64::Engine;
     let bytes: [u8; 16] = rand::random();

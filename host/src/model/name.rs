@@ -183,10 +183,9 @@ string_newtype!(
 );
 
 impl EventId {
-    /// A fresh id that sorts by creation time (ULID-style: 26 characters,
-    /// 48 bits of milliseconds then 80 random bits).
+    /// A fresh random 128-bit id, URL-safe base64 without padding (22 chars).
     pub fn generate() -> Self {
-        Self(crate::model::time_ordered_token())
+        Self(crate::model::random_token())
     }
 }
 
@@ -249,23 +248,8 @@ mod tests {
         let a = EventId::generate();
         let b = EventId::generate();
         assert_ne!(a, b);
-        assert_eq!(a.as_str().len(), 26);
+        assert_eq!(a.as_str().len(), 22);
         assert!(EventId::parse(a.as_str()).is_ok());
-        assert!(LeaseId::generate().as_str().len() == 22);
-    }
-
-    #[test]
-    fn generated_event_ids_sort_by_their_millisecond() {
-        use crate::model::ulid_text;
-        let max = u128::MAX;
-        // A later millisecond sorts after an earlier one, whatever the random bits.
-        assert!(ulid_text(1_767_225_600_001, 0) > ulid_text(1_767_225_600_000, max));
-        assert!(ulid_text(1, 0) > ulid_text(0, max));
-        assert_eq!(&*ulid_text(0, 0), "00000000000000000000000000");
-        assert_eq!(&*ulid_text(u64::MAX, max), "7ZZZZZZZZZZZZZZZZZZZZZZZZZ");
-        // A real id carries the current time: it sorts after 2026-01-01.
-        let now = EventId::generate();
-        assert!(now.as_str() > &*ulid_text(1_767_225_600_000, max), "{now}");
         assert!(ConsumerId::generate().as_str().starts_with("c-"));
     }
 

@@ -23,9 +23,10 @@
 //! * **Settling** follows [`crate::settle`]: the outcome becomes ack, nack
 //!   (with the guest's delay, clamped) or reject; a failed settle is lost,
 //!   left to expire, or nacked, by its error. One settler task per worker
-//!   writes outcomes in batches — whatever finished while the previous batch
+//!   writes acks in batches — whatever finished while the previous batch
 //!   was being written — so a durable store sees one transaction per batch,
-//!   not per delivery; each item keeps its own result.
+//!   not per delivery; each item keeps its own result. Retries and rejects
+//!   are written one by one.
 //! * **Versions.** The handler to call is read from an atomic cell at the
 //!   start of each delivery. Deploying a new version swaps the cell:
 //!   deliveries already running finish on the version they started with,

@@ -234,17 +234,27 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     let version = shared.version.load_full();
     let outcome = version.handler.handle(&lease).await;
     let decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
+    // Entries are keyed by event, and the same event may be leased again
+    // (after this delivery's nack) before this task finishes: only the
+    // entry of this very lease counts, and only it is removed.
+    let mine = |t: &Tracked| t.target.lease_id == lease.lease_id;
     let lost = shared
         .inflight
         .lock()
         .get(&lease.event_id)
+        .filter(|t| mine(t))
         .is_none_or(|t| t.lost);
     let fate = if lost {
         Fate::Lost
     } else {
         settle_outcome(&shared, &lease, decision.action).await
     };
-    shared.inflight.lock().remove(&lease.event_id);
+    {
+        let mut inflight = shared.inflight.lock();
+        if inflight.get(&lease.event_id).is_some_and(|t| mine(t)) {
+            inflight.remove(&lease.event_id);
+        }
+    }
     shared.counters.record(version.number, &outcome, fate);
     shared.counters.finished();
 }
@@ -290,41 +300,63 @@ async fn settle_loop(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<
     let s = &shared.settings;
     let mut batch: Vec<SettleRequest> = Vec::with_capacity(SETTLE_BATCH);
     while requests.recv_many(&mut batch, SETTLE_BATCH).await > 0 {
-        let items = batch
-            .iter()
-            .map(|r| Settlement {
-                target: r.target.clone(),
-                op: r.op.clone(),
-            })
-            .collect();
-        let results = shared.backend.settle(&s.stream, &s.group, items).await;
-        match results {
-            Ok(results) if results.len() == batch.len() => {
-                for (request, result) in batch.drain(..).zip(results) {
-                    let fate = match result {
-                        Ok(()) => request.fate,
-                        Err(error) => settle_failed(&shared, &request.target, &error).await,
-                    };
-                    let _ = request.reply.send(fate);
+        // Acks go in one call; retries and rejects (rarer, and each moving
+        // a delivery elsewhere) one call each.
+        let (acks, others): (Vec<SettleRequest>, Vec<SettleRequest>) =
+            batch.drain(..).partition(|r| matches!(r.op, SettleOp::Ack));
+        if !acks.is_empty() {
+            let items = acks
+                .iter()
+                .map(|r| Settlement {
+                    target: r.target.clone(),
+                    op: r.op.clone(),
+                })
+                .collect();
+            let results = shared.backend.settle(&s.stream, &s.group, items).await;
+            match results {
+                Ok(results) if results.len() == acks.len() => {
+                    for (request, result) in acks.into_iter().zip(results) {
+                        let fate = match result {
+                            Ok(()) => request.fate,
+                            Err(error) => settle_failed(&shared, &request.target, &error).await,
+                        };
+                        let _ = request.reply.send(fate);
+                    }
+                }
+                Ok(results) => {
+                    let error = crate::backend::Error::Failed(format!(
+                        "the backend answered {} results for {} settlements",
+                        results.len(),
+                        acks.len()
+                    ));
+                    for request in acks {
+                        let fate = settle_failed(&shared, &request.target, &error).await;
+                        let _ = request.reply.send(fate);
+                    }
+                }
+                Err(error) => {
+                    for request in acks {
+                        let fate = settle_failed(&shared, &request.target, &error).await;
+                        let _ = request.reply.send(fate);
+                    }
                 }
             }
-            Ok(results) => {
-                let error = crate::backend::Error::Failed(format!(
-                    "the backend answered {} results for {} settlements",
-                    results.len(),
-                    batch.len()
-                ));
-                for request in batch.drain(..) {
-                    let fate = settle_failed(&shared, &request.target, &error).await;
-                    let _ = request.reply.send(fate);
-                }
-            }
-            Err(error) => {
-                for request in batch.drain(..) {
-                    let fate = settle_failed(&shared, &request.target, &error).await;
-                    let _ = request.reply.send(fate);
-                }
-            }
+        }
+        for request in others {
+            let result = shared
+                .backend
+                .settle_one(
+                    &s.stream,
+                    &s.group,
+                    request.target.clone(),
+                    request.op.clone(),
+                )
+                .await;
+            let fate = match result {
+                Ok(()) => request.fate,
+                Err(error) => settle_failed(&shared, &request.target, &error).await,
+            };
+            let _ = request.reply.send(fate);
         }
     }
 }
@@ -385,7 +417,9 @@ async fn renew_loop(shared: Arc<Shared>) {
                 .await;
             if let Err(e) = renewed {
                 if settle::on_settle_error(&e) == SettleFailure::LeaseLost {
-                    if let Some(t) = shared.inflight.lock().get_mut(&target.event_id) {
+                    if let Some(t) = shared.inflight.lock().get_mut(&target.event_id)
+                        && t.target.lease_id == target.lease_id
+                    {
                         t.lost = true;
                     }
                 } else {
