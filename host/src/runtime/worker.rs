@@ -251,7 +251,7 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     };
     {
         let mut inflight = shared.inflight.lock();
-        if inflight.get(&lease.event_id).is_some_and(|t| mine(t)) {
+        if inflight.get(&lease.event_id).is_some_and(mine) {
             inflight.remove(&lease.event_id);
         }
     }
