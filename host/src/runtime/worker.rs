@@ -312,25 +312,23 @@ async fn settle_loop(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<
                     op: r.op.clone(),
                 })
                 .collect();
-            let results = shared.backend.settle(&s.stream, &s.group, items).await;
+            let results = match shared.backend.settle(&s.stream, &s.group, items).await {
+                Ok(results) if results.len() != acks.len() => {
+                    Err(crate::backend::Error::Failed(format!(
+                        "the backend answered {} results for {} settlements",
+                        results.len(),
+                        acks.len()
+                    )))
+                }
+                other => other,
+            };
             match results {
-                Ok(results) if results.len() == acks.len() => {
+                Ok(results) => {
                     for (request, result) in acks.into_iter().zip(results) {
                         let fate = match result {
                             Ok(()) => request.fate,
                             Err(error) => settle_failed(&shared, &request.target, &error).await,
                         };
-                        let _ = request.reply.send(fate);
-                    }
-                }
-                Ok(results) => {
-                    let error = crate::backend::Error::Failed(format!(
-                        "the backend answered {} results for {} settlements",
-                        results.len(),
-                        acks.len()
-                    ));
-                    for request in acks {
-                        let fate = settle_failed(&shared, &request.target, &error).await;
                         let _ = request.reply.send(fate);
                     }
                 }
