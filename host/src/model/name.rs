@@ -183,9 +183,10 @@ string_newtype!(
 );
 
 impl EventId {
-    /// A fresh random 128-bit id, URL-safe base64 without padding (22 chars).
+    /// A fresh UUIDv7 (36 chars): 48 bits of Unix milliseconds and 74
+    /// random bits, so ids generated later sort after earlier ones.
     pub fn generate() -> Self {
-        Self(crate::model::random_token())
+        Self(crate::model::time_ordered_token())
     }
 }
 
@@ -248,7 +249,8 @@ mod tests {
         let a = EventId::generate();
         let b = EventId::generate();
         assert_ne!(a, b);
-        assert_eq!(a.as_str().len(), 22);
+        assert_eq!(a.as_str().len(), 36);
+        assert_eq!(LeaseId::generate().as_str().len(), 22);
         assert!(EventId::parse(a.as_str()).is_ok());
         assert!(ConsumerId::generate().as_str().starts_with("c-"));
     }

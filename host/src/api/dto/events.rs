@@ -75,7 +75,8 @@ pub(crate) struct StreamListBody {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventInputBody {
-    /// Unique in the stream; a known id returns the stored event (idempotent append).
+    /// Unique in the stream; a known id returns the stored event (idempotent
+    /// append). Default: a new time-ordered UUIDv7.
     #[schema(value_type = Option<String>)]
     id: Option<EventId>,
     /// Event type.

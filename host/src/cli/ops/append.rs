@@ -66,7 +66,8 @@ pub(crate) struct AppendArgs {
     #[arg(long = "type", value_name = "TYPE")]
     event_type: Option<String>,
 
-    /// Event id; appending a known id again changes nothing [default: random]
+    /// Event id; appending a known id again changes nothing [default: a new
+    /// time-ordered UUIDv7]
     #[arg(long)]
     id: Option<String>,
 
