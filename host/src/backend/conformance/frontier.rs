@@ -913,3 +913,43 @@ pub async fn redrive_rewinds_the_frontier(h: &Harness) {
     h.ack(&again[0]).await.expect("ack 2");
     assert_eq!(plag(h, &s, &g2, 0).await, pl(3, 3));
 }
+
+/// A dead letter the group has long moved past comes back when redriven:
+/// fetch, lag and the next due time all see it again.
+pub async fn redrive_after_the_group_moved_on(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = h.group(&s, "g").await;
+    let events = h.append_n(&s, 4).await;
+    for _ in 0..2 {
+        let leases = h.fetch(&s, &g, 1).await;
+        h.reject(&leases[0], "bad").await.expect("reject");
+    }
+    let leases = h.fetch(&s, &g, 10).await;
+    assert_eq!(seqs(&leases), vec![3, 4]);
+    ack_all(h, &leases).await;
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    assert_eq!(plag(h, &s, &g, 0).await, pl(4, 4));
+
+    let n = h
+        .b()
+        .redrive(&s, &g, Redrive::Events(vec![events[1].id.clone()]))
+        .await;
+    assert_eq!(n.expect("redrive"), 1);
+    assert_eq!(plag(h, &s, &g, 0).await, pl(1, 4));
+    let due = h.b().next_due(&s, &g, &Partitions::All).await;
+    assert_eq!(due.expect("next_due"), Some(h.now()));
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!((seqs(&again), attempts(&again)), (vec![2], vec![1]));
+    h.ack(&again[0]).await.expect("ack 2");
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+
+    assert_eq!(
+        h.b().redrive(&s, &g, Redrive::All).await.expect("redrive"),
+        1
+    );
+    assert_eq!(plag(h, &s, &g, 0).await, pl(0, 4));
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!((seqs(&again), attempts(&again)), (vec![1], vec![1]));
+    h.ack(&again[0]).await.expect("ack 1");
+    assert_eq!(plag(h, &s, &g, 0).await, pl(4, 4));
+}

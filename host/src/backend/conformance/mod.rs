@@ -357,6 +357,7 @@ macro_rules! __conformance_list {
             frontier::reset_makes_leases_stale_and_clears_dead_letters,
             frontier::reset_to_start_after_skips_history,
             frontier::redrive_rewinds_the_frontier,
+            frontier::redrive_after_the_group_moved_on,
             // concurrency and wake-ups
             concurrency::concurrent_fetchers_never_share_an_event,
             concurrency::concurrent_fetch_rounds_never_duplicate,

@@ -9,6 +9,13 @@
 //! events inserted in one transaction; the allocator row lock makes appends
 //! to one partition commit in sequence order.
 //!
+//! Reads of open deliveries (claims, the poison guard, the frontier, lag and
+//! the next due time) start at each group partition's stored *floor*, a
+//! lower bound of its open sequences that fetches raise and re-opens lower
+//! (see `migrations/postgres/0003_scan_floors.sql`). An update leaves the
+//! row's old index entries behind until VACUUM, so without the floor those
+//! reads would step over one dead entry per delivery ever settled.
+//!
 //! Appends (and anything else that makes work claimable) `NOTIFY` a channel
 //! named after the schema; a `LISTEN` connection per backend turns those
 //! into wake-ups, so handlers on every node wake for appends made anywhere.

@@ -90,14 +90,12 @@ pub(in crate::backend::postgres) async fn fetch(
             reclaim.push(p, seq);
         }
         let new = (quotas[i] - take) as u64;
-        if new > 0 {
-            let (cursor, _) = cursors.get(&p).copied().unwrap_or((1, 0));
-            for seq in cursor..cursor + new {
-                fresh.push(p, seq);
-            }
-            new_cursors.0.push(p as i32);
-            new_cursors.1.push(int(cursor + new));
+        let (cursor, _) = cursors.get(&p).copied().unwrap_or((1, 0));
+        for seq in cursor..cursor + new {
+            fresh.push(p, seq);
         }
+        new_cursors.0.push(p as i32);
+        new_cursors.1.push(int(cursor + new));
     }
 
     let mut leases = Vec::with_capacity(req.limit as usize);
@@ -157,16 +155,16 @@ pub(in crate::backend::postgres) async fn fetch(
             leases.push(lease(event, lease_id, attempt)?);
         }
     }
-    if !new_cursors.0.is_empty() {
-        sqlx::query(include_str!("../sql/set_cursors.sql"))
-            .bind(s.as_str())
-            .bind(g.as_str())
-            .bind(&new_cursors.0)
-            .bind(&new_cursors.1)
-            .execute(&mut *tx)
-            .await
-            .map_err(write_err)?;
-    }
+    // Every selected partition: cursors past the new deliveries, floors up
+    // to the lowest open delivery.
+    sqlx::query(include_str!("../sql/advance_cursors.sql"))
+        .bind(s.as_str())
+        .bind(g.as_str())
+        .bind(&new_cursors.0)
+        .bind(&new_cursors.1)
+        .execute(&mut *tx)
+        .await
+        .map_err(write_err)?;
     tx.commit().await.map_err(write_err)?;
     leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
     Ok(leases)
@@ -237,7 +235,7 @@ pub(in crate::backend::postgres) async fn renew(
     let (s, g) = (&req.stream, &req.group);
     let mut tx = b.pool.begin().await.map_err(read_err)?;
     b.group_config(&mut tx, s, g).await?;
-    fence(&mut tx, s, g, &req.target).await??;
+    let held = fence(&mut tx, s, g, &req.target).await??;
     let expires_at = now.add_ms(req.lease_ms);
     let row = sqlx::query(include_str!("../sql/renew.sql"))
         .bind(s.as_str())
@@ -245,6 +243,8 @@ pub(in crate::backend::postgres) async fn renew(
         .bind(req.target.event_id.as_str())
         .bind(req.target.lease_id.as_str())
         .bind(pg_ts(expires_at))
+        .bind(held.partition as i32)
+        .bind(int(held.sequence))
         .fetch_optional(&mut *tx)
         .await
         .map_err(write_err)?

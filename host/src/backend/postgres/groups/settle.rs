@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use sqlx::{PgConnection, Row};
 
 use super::claim::fence;
-use crate::backend::postgres::{PostgresBackend, pg_ts, read_err, write_err};
+use crate::backend::postgres::{PostgresBackend, int, pg_ts, read_err, write_err};
 use crate::backend::sql::{Write, plain_acks, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
 use crate::model::{GroupName, SettleTarget, Settlement, StreamName, clip_reason};
@@ -56,8 +56,8 @@ pub(in crate::backend::postgres) async fn settle(
                 continue;
             }
         };
-        let _ = (held.partition, held.sequence);
         let t = &item.target;
+        let key = (held.partition as i32, int(held.sequence));
         let write = settle_write(item.op, held.attempt, &config, now);
         let changed = match write {
             Write::Ack => {
@@ -73,6 +73,8 @@ pub(in crate::backend::postgres) async fn settle(
                     .bind(t.lease_id.as_str())
                     .bind(due.map(pg_ts))
                     .bind(clip_reason(&reason))
+                    .bind(key.0)
+                    .bind(key.1)
                     .execute(&mut *tx)
                     .await
                     .map_err(write_err)?
@@ -85,6 +87,8 @@ pub(in crate::backend::postgres) async fn settle(
                 .bind(t.lease_id.as_str())
                 .bind(clip_reason(&reason))
                 .bind(pg_ts(now))
+                .bind(key.0)
+                .bind(key.1)
                 .execute(&mut *tx)
                 .await
                 .map_err(write_err)?

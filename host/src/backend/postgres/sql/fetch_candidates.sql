@@ -1,12 +1,16 @@
+-- Claimable deliveries per partition in sequence order, locked (rows other
+-- fetchers hold are skipped). The scan starts at the partition's floor.
 SELECT c.partition, c.sequence
-FROM unnest($3::int[]) AS p(partition)
+FROM rheo_group_partitions gp
 CROSS JOIN LATERAL (
     SELECT d.partition, d.sequence FROM rheo_deliveries d
-    WHERE d.stream = $1 AND d.group_name = $2 AND d.partition = p.partition
+    WHERE d.stream = gp.stream AND d.group_name = gp.group_name
+      AND d.partition = gp.partition AND d.sequence >= gp.floor
       AND d.status IN ('available', 'leased')
       AND ((d.status = 'available' AND (d.available_at IS NULL OR d.available_at <= $4))
            OR (d.status = 'leased' AND d.expires_at <= $4))
     ORDER BY d.sequence
     LIMIT $5
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 ) c
+WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($3)

@@ -1,11 +1,19 @@
 -- Leases that expired on their last attempt go to the dead letters. The rows
--- are found through the leased index and updated by ctid (a TID scan), so the
--- plan never walks the group's history whatever the table statistics say.
+-- are found among the open deliveries above each partition's floor and
+-- updated by ctid (a TID scan), so the plan never walks the group's history
+-- whatever the table statistics say.
 WITH doomed AS (
-    SELECT ctid FROM rheo_deliveries
-    WHERE stream = $1 AND group_name = $2 AND partition = ANY($5)
-      AND status = 'leased' AND expires_at <= $3 AND attempt >= $4
-    FOR UPDATE SKIP LOCKED
+    SELECT d.ctid
+    FROM rheo_group_partitions gp
+    CROSS JOIN LATERAL (
+        SELECT r.ctid FROM rheo_deliveries r
+        WHERE r.stream = gp.stream AND r.group_name = gp.group_name
+          AND r.partition = gp.partition AND r.sequence >= gp.floor
+          AND r.status IN ('available', 'leased')
+          AND r.status = 'leased' AND r.expires_at <= $3 AND r.attempt >= $4
+        FOR UPDATE OF r SKIP LOCKED
+    ) d
+    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
 )
 UPDATE rheo_deliveries d
 SET status = 'dead', reason = 'max_attempts_expired', dead_lettered_at = $3,

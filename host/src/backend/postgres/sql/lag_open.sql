@@ -1,8 +1,15 @@
-SELECT partition,
-       MIN(sequence),
-       COUNT(*) FILTER (WHERE status = 'leased'),
-       COUNT(*) FILTER (WHERE status = 'available' AND attempt = 0),
-       COUNT(*) FILTER (WHERE status = 'available' AND available_at > $3)
-FROM rheo_deliveries
-WHERE stream = $1 AND group_name = $2 AND status IN ('available', 'leased')
-GROUP BY partition
+-- Per partition: the lowest open delivery and the open ones by kind, read
+-- from the partition's floor up.
+SELECT gp.partition, c.first_open, c.leased, c.fresh, c.waiting
+FROM rheo_group_partitions gp
+CROSS JOIN LATERAL (
+    SELECT MIN(d.sequence) AS first_open,
+           COUNT(*) FILTER (WHERE d.status = 'leased') AS leased,
+           COUNT(*) FILTER (WHERE d.status = 'available' AND d.attempt = 0) AS fresh,
+           COUNT(*) FILTER (WHERE d.status = 'available' AND d.available_at > $3) AS waiting
+    FROM rheo_deliveries d
+    WHERE d.stream = gp.stream AND d.group_name = gp.group_name
+      AND d.partition = gp.partition AND d.sequence >= gp.floor
+      AND d.status IN ('available', 'leased')
+) c
+WHERE gp.stream = $1 AND gp.group_name = $2 AND c.first_open IS NOT NULL
