@@ -851,6 +851,51 @@ pub async fn batch_settle_has_per_item_results(h: &Harness) {
     assert_eq!((lag.partitions[&0].frontier, lag.lag), (1, 2));
 }
 
+/// Several nacks of one partition in one batch, mixed with acks and a
+/// reject: each delivery gets its own outcome, the immediate ones come back
+/// in sequence order, the delayed one only when due.
+pub async fn batch_settle_with_several_nacks_in_one_partition(h: &Harness) {
+    let (s, g, events) = setup(h, 6).await;
+    let l = h.fetch(&s, &g, 10).await;
+    let nack = |delay_ms: Option<u64>| SettleOp::Nack {
+        reason: Some("again".into()),
+        delay_ms,
+    };
+    let items = vec![
+        settlement(l[0].target(), nack(None)),
+        settlement(l[1].target(), nack(Some(1000))),
+        settlement(l[2].target(), SettleOp::Ack),
+        settlement(l[3].target(), nack(None)),
+        settlement(
+            l[4].target(),
+            SettleOp::Reject {
+                reason: Some("bad".into()),
+            },
+        ),
+        settlement(l[5].target(), nack(None)),
+    ];
+    let results = h.b().settle(&s, &g, items).await.expect("settle");
+    let got: Vec<&str> = results.into_iter().map(outcome).collect();
+    assert_eq!(got, ["ok"; 6]);
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.partitions[&0].frontier, lag.lag), (0, 6));
+
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        (pos(&again), attempts(&again)),
+        (vec![(0, 1), (0, 4), (0, 6)], vec![2, 2, 2])
+    );
+    h.clock.advance(1000);
+    let due = h.fetch(&s, &g, 10).await;
+    assert_eq!((pos(&due), attempts(&due)), (vec![(0, 2)], vec![2]));
+    for lease in again.iter().chain(&due) {
+        h.ack(lease).await.expect("ack");
+    }
+    assert_eq!(dead_summary(h, &s, &g).await, [dl(&events[4], 1, "bad")]);
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.partitions[&0].frontier, lag.lag), (6, 0));
+}
+
 pub async fn batch_settle_over_the_maximum_is_refused(h: &Harness) {
     let (s, g, _) = setup(h, 1).await;
     let lease = h.fetch(&s, &g, 10).await.remove(0);
