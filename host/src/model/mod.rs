@@ -69,12 +69,14 @@ fn uuid_v7_text(ms: u64, random: [u8; 10]) -> String {
     bytes[6..].copy_from_slice(&random);
     bytes[6] = 0x70 | (bytes[6] & 0x0f);
     bytes[8] = 0x80 | (bytes[8] & 0x3f);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(36);
     for (i, byte) in bytes.iter().enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
             text.push('-');
         }
-        text.push_str(&format!("{byte:02x}"));
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     text
 }

@@ -117,7 +117,7 @@ impl Growth {
         }
     }
 
-    /// Adds `rows`; true (once) when a refresh is due.
+    /// Adds `rows`; the new total (once) when a refresh is due.
     fn grew(&self, rows: u64) -> Option<u64> {
         let total = self.written.fetch_add(rows, Ordering::Relaxed) + rows;
         let next = self.next.load(Ordering::Relaxed);

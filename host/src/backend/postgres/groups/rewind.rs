@@ -34,12 +34,12 @@ pub(in crate::backend::postgres) async fn redrive(
     // One row per partition: its lowest redriven sequence and how many.
     let rows = query.fetch_all(&mut *tx).await.map_err(write_err)?;
     let mut count = 0;
-    let mut lowest = Floors::default();
+    let mut floors = Floors::default();
     for row in &rows {
-        lowest.lower(u32_col(row, 0)?, u64_col(row, 1)?);
+        floors.lower(u32_col(row, 0)?, u64_col(row, 1)?);
         count += u64_col(row, 2)?;
     }
-    lowest.apply(&mut tx, s, g).await?;
+    floors.apply(&mut tx, s, g).await?;
     if count > 0 {
         b.notify_in(&mut tx, s).await?;
     }
