@@ -10,12 +10,13 @@
 
 mod error;
 pub mod memory;
+mod policy;
 #[cfg(feature = "postgres")]
-pub mod postgres;
+pub(crate) mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod wakeup;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -47,6 +48,27 @@ pub struct Capabilities {
     /// [`Backend::subscribe`] wakes for appends made by other processes too
     /// (in-process appends always wake).
     pub cross_process_wakeups: bool,
+}
+
+impl Capabilities {
+    /// In process memory: gone with the process.
+    pub const VOLATILE: Self = Self {
+        durable: false,
+        multi_node: false,
+        cross_process_wakeups: false,
+    };
+    /// A durable store one server owns (an embedded database file).
+    pub const EMBEDDED: Self = Self {
+        durable: true,
+        multi_node: false,
+        cross_process_wakeups: false,
+    };
+    /// A durable store several servers share, with wake-ups between them.
+    pub const SHARED: Self = Self {
+        durable: true,
+        multi_node: true,
+        cross_process_wakeups: true,
+    };
 }
 
 /// Create a stream.
@@ -234,6 +256,17 @@ pub struct ResetRequest {
     pub start: StartPosition,
     /// Partitions to reset.
     pub partitions: Partitions,
+}
+
+impl ResetRequest {
+    /// Checks the confirmation, before anything else.
+    pub fn validate(&self) -> Result<()> {
+        if self.confirm {
+            Ok(())
+        } else {
+            Err(Error::ConfirmRequired)
+        }
+    }
 }
 
 /// Checks a batch settle's size and items.

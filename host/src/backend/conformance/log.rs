@@ -197,6 +197,23 @@ pub async fn ping_succeeds(h: &Harness) {
     h.b().ping().await.expect("second ping");
 }
 
+/// Factories hand out migrated stores: migrating again applies nothing and
+/// keeps what is there.
+pub async fn migrating_again_applies_nothing(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    h.append_n(&s, 1).await;
+    assert_eq!(
+        h.b().migrate().await.expect("migrate"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        h.b().migrate().await.expect("migrate"),
+        Vec::<String>::new()
+    );
+    let stream = h.b().get_stream(&s).await.expect("get stream");
+    assert_eq!(stream.high_watermarks, [1]);
+}
+
 pub async fn create_stream_returns_the_stream(h: &Harness) {
     h.clock.advance(1234);
     let created = h

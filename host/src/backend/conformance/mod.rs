@@ -20,6 +20,8 @@ pub mod concurrency;
 pub mod frontier;
 pub mod groups;
 pub mod log;
+pub mod nodes;
+pub mod outage;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -255,6 +257,7 @@ macro_rules! __conformance_list {
         $crate::$callback! { $($prefix)* [
             // streams and the event log
             log::ping_succeeds,
+            log::migrating_again_applies_nothing,
             log::create_stream_returns_the_stream,
             log::create_stream_twice_is_already_exists,
             log::create_stream_with_bad_partition_count_is_refused,

@@ -19,10 +19,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::backend::{Error, Result};
-use crate::model::{
-    ConsumerId, Group, LeaseId, PartitionLag, SettleOp, SettleTarget, Timestamp, clip_reason,
+use crate::backend::policy::{
+    GroupConfig, OpenCounts, POISON_REASON, Write, claim_capacity, poisoned, round_robin,
+    settle_write,
 };
+use crate::backend::{Error, Result};
+use crate::model::{ConsumerId, Group, LeaseId, SettleOp, SettleTarget, Timestamp, clip_reason};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -182,15 +184,15 @@ impl PartState {
     /// Moves what the clock has passed out of `leases` and `delayed`.
     /// Returns expired leases that were on their last attempt (poisoned).
     fn promote(&mut self, now: Timestamp, max_attempts: u32) -> Vec<u64> {
-        let mut poisoned = Vec::new();
+        let mut poison = Vec::new();
         while let Some(&(expires, seq)) = self.leases.first() {
             if expires > now {
                 break;
             }
             self.leases.pop_first();
             let attempt = self.slot(seq).map_or(0, |s| s.attempt);
-            if attempt >= max_attempts {
-                poisoned.push(seq);
+            if poisoned(attempt, max_attempts) {
+                poison.push(seq);
             } else {
                 self.expired.insert(seq);
             }
@@ -202,7 +204,7 @@ impl PartState {
             self.delayed.pop_first();
             self.make_ready(seq);
         }
-        poisoned
+        poison
     }
 
     /// Claims the lowest claimable sequence, if any.
@@ -287,6 +289,8 @@ pub(super) struct DeadRecord {
 #[derive(Debug)]
 pub(super) struct GroupState {
     pub(super) group: Group,
+    /// The group's retry policy, as the shared settle rules take it.
+    config: GroupConfig,
     parts: Vec<PartState>,
     /// Where the next fetch starts its round-robin.
     next_first: usize,
@@ -306,6 +310,7 @@ impl GroupState {
     /// A group whose partition `p` starts after `starts[p]`.
     pub(super) fn new(group: Group, starts: &[u64]) -> Self {
         GroupState {
+            config: GroupConfig::from(&group),
             group,
             parts: starts.iter().map(|s| PartState::new(*s)).collect(),
             next_first: 0,
@@ -330,8 +335,8 @@ impl GroupState {
         );
     }
 
-    /// Claims up to `limit` deliveries from `partitions`, one partition at a
-    /// time in rotation, starting one partition later on every call.
+    /// Claims up to `limit` deliveries from `partitions`, shared among them
+    /// by the round-robin rule, starting one partition later on every call.
     pub(super) fn claim(
         &mut self,
         partitions: &[u32],
@@ -344,43 +349,42 @@ impl GroupState {
         let max_attempts = self.group.max_attempts;
         for &p in partitions {
             for seq in self.parts[p as usize].promote(now, max_attempts) {
-                self.kill(p, seq, "max_attempts_expired".into(), now);
+                self.kill(p, seq, POISON_REASON.into(), now);
             }
         }
-        let mut out = Vec::with_capacity(limit.min(64));
         if partitions.is_empty() {
-            return out;
+            return Vec::new();
         }
+        let capacity: Vec<usize> = partitions
+            .iter()
+            .map(|&p| {
+                let part = &self.parts[p as usize];
+                let claimable = part.ready.len() + part.expired.len();
+                claim_capacity(claimable, part.cursor(), high_watermark(p))
+            })
+            .collect();
         let first = self.next_first % partitions.len();
         self.next_first = self.next_first.wrapping_add(1);
-        let mut active: Vec<u32> = partitions[first..]
-            .iter()
-            .chain(&partitions[..first])
-            .copied()
-            .collect();
-        while out.len() < limit && !active.is_empty() {
-            active.retain(|&p| {
-                if out.len() >= limit {
-                    return true;
-                }
-                let part = &mut self.parts[p as usize];
-                match part.claim_next(high_watermark(p), consumer_id, lease_ms, now) {
-                    Some((sequence, attempt, lease_id, expires_at)) => {
-                        out.push(Claimed {
-                            partition: p,
-                            sequence,
-                            attempt,
-                            lease_id,
-                            leased_at: now,
-                            expires_at,
-                        });
-                        true
-                    }
-                    None => false,
-                }
-            });
+        let quotas = round_robin(&capacity, limit, first);
+        let mut out = Vec::with_capacity(quotas.iter().sum());
+        for (&p, quota) in partitions.iter().zip(quotas) {
+            let part = &mut self.parts[p as usize];
+            for _ in 0..quota {
+                let Some((sequence, attempt, lease_id, expires_at)) =
+                    part.claim_next(high_watermark(p), consumer_id, lease_ms, now)
+                else {
+                    break;
+                };
+                out.push(Claimed {
+                    partition: p,
+                    sequence,
+                    attempt,
+                    lease_id,
+                    leased_at: now,
+                    expires_at,
+                });
+            }
         }
-        out.sort_unstable_by_key(|c| (c.partition, c.sequence));
         out
     }
 
@@ -396,41 +400,29 @@ impl GroupState {
         let part = &mut self.parts[partition as usize];
         part.check_fence(seq, target)?;
         let attempt = part.slot(seq).map_or(0, |s| s.attempt);
-        match op {
-            SettleOp::Ack => {
+        match settle_write(op, attempt, &self.config, now) {
+            Write::Ack => {
                 part.unindex(seq);
                 part.slot_mut(seq).expect("slot exists").status = Status::Acked;
                 part.walk();
                 Ok(Settled::Done)
             }
-            SettleOp::Reject { reason } => {
-                self.kill(
-                    partition,
-                    seq,
-                    reason.unwrap_or_else(|| "rejected".into()),
-                    now,
-                );
+            Write::Dead(reason) => {
+                self.kill(partition, seq, reason, now);
                 Ok(Settled::Done)
             }
-            SettleOp::Nack { reason, delay_ms } => {
-                if attempt >= self.group.max_attempts {
-                    let reason = reason.unwrap_or_else(|| "retry".into());
-                    self.kill(partition, seq, format!("max_attempts: {reason}"), now);
-                    return Ok(Settled::Done);
-                }
-                let delay = delay_ms.unwrap_or_else(|| self.group.backoff_ms(attempt));
+            Write::Retry { due: None, .. } => {
                 part.unindex(seq);
-                if delay == 0 {
-                    part.make_ready(seq);
-                    Ok(Settled::Requeued)
-                } else {
-                    let due = now.add_ms(delay);
-                    let slot = part.slot_mut(seq).expect("slot exists");
-                    slot.status = Status::Available;
-                    slot.due = Some(due);
-                    part.delayed.insert((due, seq));
-                    Ok(Settled::Done)
-                }
+                part.make_ready(seq);
+                Ok(Settled::Requeued)
+            }
+            Write::Retry { due: Some(due), .. } => {
+                part.unindex(seq);
+                let slot = part.slot_mut(seq).expect("slot exists");
+                slot.status = Status::Available;
+                slot.due = Some(due);
+                part.delayed.insert((due, seq));
+                Ok(Settled::Done)
             }
         }
     }
@@ -515,26 +507,16 @@ impl GroupState {
         self.dead.retain(|&(_, p), _| p != partition);
     }
 
-    pub(super) fn partition_lag(&self, partition: u32, high_watermark: u64) -> PartitionLag {
-        PartitionLag::new(self.parts[partition as usize].frontier, high_watermark)
-    }
-
-    /// (pending, inflight, waiting_retry) for one partition.
-    pub(super) fn counts(
-        &self,
-        partition: u32,
-        high_watermark: u64,
-        now: Timestamp,
-    ) -> (u64, u64, u64) {
+    /// One partition's open deliveries, as the shared lag rules count them.
+    pub(super) fn open_counts(&self, partition: u32, now: Timestamp) -> OpenCounts {
         let part = &self.parts[partition as usize];
-        let unseen = high_watermark.saturating_sub(part.cursor().saturating_sub(1));
-        let inflight = (part.leases.len() + part.expired.len()) as u64;
-        let waiting = part.delayed.range((now.add_ms(1), 0)..).count() as u64;
-        (unseen + part.fresh, inflight, waiting)
-    }
-
-    pub(super) fn frontier(&self, partition: u32) -> u64 {
-        self.parts[partition as usize].frontier
+        let first_open = part.frontier + 1;
+        OpenCounts {
+            first_open: (first_open < part.cursor()).then_some(first_open),
+            leased: (part.leases.len() + part.expired.len()) as u64,
+            fresh: part.fresh,
+            waiting: part.delayed.range((now.add_ms(1), 0)..).count() as u64,
+        }
     }
 
     pub(super) fn cursor(&self, partition: u32) -> u64 {

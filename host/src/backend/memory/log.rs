@@ -1,9 +1,10 @@
 //! The event log of one in-memory stream: partitions as vectors indexed by
 //! sequence, plus an id index for idempotent appends and settles.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::backend::policy::plan_append;
 use crate::model::{Appended, Event, EventId, EventInput, Query, StreamName, Timestamp};
 
 /// Events of one stream. `partitions[p][seq - 1]` is the event at `seq`.
@@ -42,18 +43,30 @@ impl Log {
         self.ids.get(id).copied()
     }
 
-    /// Appends already-validated, already-routed inputs. Cannot fail, so a
-    /// batch is all-or-nothing by construction.
+    /// Appends already-validated, already-routed inputs; which are new is
+    /// the shared append plan's call. Cannot fail, so a batch is
+    /// all-or-nothing by construction.
     pub(super) fn append(
         &mut self,
         stream: &StreamName,
         routed: Vec<(EventInput, u32)>,
         now: Timestamp,
     ) -> Vec<Appended> {
+        let known: HashSet<EventId> = routed
+            .iter()
+            .filter_map(|(input, _)| input.id.as_ref())
+            .filter(|id| self.ids.contains_key(*id))
+            .cloned()
+            .collect();
+        let plan = plan_append(&routed, &known);
         let mut out = Vec::with_capacity(routed.len());
-        for (mut input, partition) in routed {
-            if let Some(existing) = input.id.as_ref().and_then(|id| self.ids.get(id)) {
-                let (p, seq) = *existing;
+        for ((mut input, partition), fresh) in routed.into_iter().zip(plan.fresh) {
+            if !fresh {
+                let id = input
+                    .id
+                    .as_ref()
+                    .expect("only an input with an id is a duplicate");
+                let (p, seq) = self.ids[id];
                 let event = Arc::clone(self.get(p, seq).expect("indexed event exists"));
                 out.push(Appended {
                     event,

@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::group::{GroupState, Settled};
 use self::log::Log;
+use super::policy::{LagBuilder, Marks, route_batch, start_lookup, start_points};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
@@ -25,8 +26,7 @@ use super::{
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetter, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, Page, Query, Settlement, StartAfter, StartPosition, Stream, StreamName,
-    Timestamp, route,
+    GroupSpec, Lag, Lease, Page, Query, Settlement, StartPosition, Stream, StreamName, Timestamp,
 };
 
 /// Streams and groups kept in process memory.
@@ -69,23 +69,16 @@ impl StreamState {
 
     /// The exclusive start sequence of every partition for `start`.
     fn start_points(&self, start: &StartPosition, log: &Log) -> Result<Vec<u64>> {
-        if let StartPosition::After(StartAfter::PerPartition(map)) = start
-            && let Some(p) = map.keys().find(|p| **p >= self.partition_count)
-        {
-            return Err(Error::InvalidPartition {
-                partition: *p,
-                partition_count: self.partition_count,
-            });
-        }
-        Ok((0..self.partition_count)
-            .map(|p| match start {
-                StartPosition::Beginning => 0,
-                StartPosition::After(after) => after.for_partition(p),
-                StartPosition::At(t) => log
-                    .first_at_or_after(p, *t)
-                    .map_or_else(|| log.high_watermark(p), |seq| seq - 1),
-            })
-            .collect())
+        let marks: Vec<Marks> = match start_lookup(start, self.partition_count)? {
+            Some(t) => (0..self.partition_count)
+                .map(|p| Marks {
+                    first_at_or_after: log.first_at_or_after(p, t),
+                    high_watermark: log.high_watermark(p),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(start_points(start, self.partition_count, &marks))
     }
 }
 
@@ -124,35 +117,17 @@ impl MemoryBackend {
         partitions: &[u32],
         now: Timestamp,
     ) -> Lag {
-        let mut lag = Lag {
-            stream: stream.name.clone(),
-            group: state.group.name.clone(),
-            lag: 0,
-            partitions: BTreeMap::new(),
-            pending: 0,
-            inflight: 0,
-            waiting_retry: 0,
-            oldest_unacked_age_ms: None,
-        };
+        let mut lag = LagBuilder::new(&stream.name, &state.group.name);
         for &p in partitions {
             let hw = log.high_watermark(p);
-            let entry = state.partition_lag(p, hw);
-            lag.lag += entry.lag;
-            lag.partitions.insert(p, entry);
-            let (pending, inflight, waiting) = state.counts(p, hw, now);
-            lag.pending += pending;
-            lag.inflight += inflight;
-            lag.waiting_retry += waiting;
-            let frontier = state.frontier(p);
+            let frontier = lag.add(p, state.cursor(p), hw, state.open_counts(p, now));
             if frontier < hw
                 && let Some(e) = log.get(p, frontier + 1)
             {
-                let age = now.ms_since(e.timestamp);
-                lag.oldest_unacked_age_ms =
-                    Some(lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));
+                lag.unsettled_since(e.timestamp, now);
             }
         }
-        lag
+        lag.lag
     }
 }
 
@@ -163,11 +138,7 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            durable: false,
-            multi_node: false,
-            cross_process_wakeups: false,
-        }
+        Capabilities::VOLATILE
     }
 
     fn clock(&self) -> &SharedClock {
@@ -213,12 +184,7 @@ impl Backend for MemoryBackend {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut routed = Vec::with_capacity(events.len());
-        for input in events {
-            input.validate()?;
-            let partition = route(&input, state.partition_count)?;
-            routed.push((input, partition));
-        }
+        let routed = route_batch(events, state.partition_count)?;
         let now = self.clock.now();
         let appended = state.log.write().append(&state.name, routed, now);
         if appended.iter().any(|a| !a.duplicate) {
@@ -493,9 +459,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
-        if !req.confirm {
-            return Err(Error::ConfirmRequired);
-        }
+        req.validate()?;
         let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
         let parts = req.partitions.resolve(state.partition_count)?;
         {

@@ -1,115 +1,381 @@
-//! What the SQL backends share: the dialect switch, a statement builder that
-//! only ever adds bound parameters for values, the translation of history
-//! queries (filters, bounds, cursors, ordering) into SQL, and the mapping of
-//! driver errors into the portable vocabulary.
+//! The SQL engine: every transaction of the SQL backends, written once
+//! over a [`Dialect`].
 //!
-//! User input never becomes SQL text: field names resolve to a fixed set of
-//! columns or to JSON paths passed as bound parameters, and every value is
-//! a parameter.
+//! [`SqlBackend<D>`] implements [`Backend`](crate::backend::Backend) for
+//! any dialect. Its transactions (append, fetch/claim, settle, renew,
+//! replay/redrive/reset, lag, group info, dead letters, query) live in
+//! this folder and call the shared rules of [`policy`](super::policy); they
+//! never name a driver type. A dialect supplies the rest:
+//!
+//! * its statements: one `.sql` file per [`Statement`], named the same in
+//!   every dialect (`host/src/backend/<dialect>/sql/<name>.sql`), taking
+//!   the same arguments in the same order ([`Arg`]) and returning the same
+//!   columns. A file holding only comments means "nothing to do here" (the
+//!   PostgreSQL scan floors and partition locks have no SQLite
+//!   counterpart, for example) and is skipped;
+//! * binding: scalars as they are; a [`Arg::List`] as one array parameter
+//!   (or a JSON array); a [`Arg::Rows`] (always the last argument) as one
+//!   array parameter per column (or one JSON array of rows);
+//! * decoding of its column types into ours;
+//! * how a read snapshot and a write transaction begin, and which pool
+//!   answers each;
+//! * hooks: wake-ups sent inside a transaction (`NOTIFY`), table growth
+//!   (statistics refresh), and the JSON-path expressions of history queries.
+//!
+//! Adding a third SQL dialect therefore means writing its statements, a
+//! migration folder with the same numbers, and one module implementing
+//! [`Dialect`] — no transaction. User input never becomes SQL text: field
+//! names resolve to fixed columns or to JSON paths passed as parameters,
+//! and every value is a parameter.
 
-mod plan;
-mod query;
+mod claim;
+mod engine;
+mod groups;
+mod inspect;
+mod log;
+pub(crate) mod query;
+mod rewind;
+mod settle;
 
-pub(crate) use plan::{
-    GroupConfig, LagBuilder, OpenCounts, Write, plain_acks, plan_append, settle_write,
+pub(crate) use engine::{Row, SqlBackend};
+pub(crate) use query::Builder;
+
+use std::borrow::Cow;
+use std::future::Future;
+
+use futures::future::BoxFuture;
+
+use super::{Capabilities, Error};
+use crate::model::{
+    Condition, ConsumerId, EventId, GroupName, JsonObject, LeaseId, StreamName, Timestamp,
 };
-pub(crate) use query::events_query;
 
-use std::fmt::Write as _;
+/// The database connection type of a dialect.
+pub(crate) type Conn<D> = <<D as Dialect>::Db as sqlx::Database>::Connection;
+/// The row type of a dialect.
+pub(crate) type DbRow<D> = <<D as Dialect>::Db as sqlx::Database>::Row;
+/// A transaction of a dialect.
+pub(crate) type Tx<D> = sqlx::Transaction<'static, <D as Dialect>::Db>;
+/// A statement with its arguments bound, ready to run.
+pub(crate) type Query<'q, Db> = sqlx::query::Query<'q, Db, <Db as sqlx::Database>::Arguments>;
 
-use crate::backend::Error;
-use crate::model::Timestamp;
-
-/// Which SQL dialect a statement is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dialect {
-    Sqlite,
-    Postgres,
+/// Runs bound statements on a connection; every sqlx connection type has it.
+pub(crate) trait Execute<Db: sqlx::Database>: Send {
+    /// The rows a statement returns.
+    fn rows<'a>(&'a mut self, q: Query<'a, Db>)
+    -> BoxFuture<'a, Result<Vec<Db::Row>, sqlx::Error>>;
+    /// What a statement did.
+    fn execute<'a>(
+        &'a mut self,
+        q: Query<'a, Db>,
+    ) -> BoxFuture<'a, Result<Db::QueryResult, sqlx::Error>>;
 }
 
-/// A value bound to a placeholder.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Bind {
-    Text(String),
-    Int(i64),
-    Float(f64),
-    /// JSON text (`jsonb` on PostgreSQL).
-    Json(String),
-    /// A text array (PostgreSQL only).
-    TextArray(Vec<String>),
-    Time(Timestamp),
+impl<Db: sqlx::Database, C: Send> Execute<Db> for C
+where
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = Db>,
+    Db::Arguments: sqlx::IntoArguments<Db>,
+{
+    fn rows<'a>(
+        &'a mut self,
+        q: Query<'a, Db>,
+    ) -> BoxFuture<'a, Result<Vec<Db::Row>, sqlx::Error>> {
+        Box::pin(q.fetch_all(self))
+    }
+
+    fn execute<'a>(
+        &'a mut self,
+        q: Query<'a, Db>,
+    ) -> BoxFuture<'a, Result<Db::QueryResult, sqlx::Error>> {
+        Box::pin(q.execute(self))
+    }
 }
 
-/// A statement under construction: SQL text plus its parameters in order.
-#[derive(Debug)]
-pub(crate) struct Builder {
-    pub(crate) dialect: Dialect,
-    pub(crate) sql: String,
-    pub(crate) binds: Vec<Bind>,
+/// Calls `$callback!((args) name, name, …)` with every statement name.
+macro_rules! with_statements {
+    ($callback:ident ! ( $($args:tt)* )) => {
+        $callback!(($($args)*)
+            stream_meta, create_stream, create_stream_partitions, list_streams,
+            all_high_watermarks, high_watermarks, read, append_find_ids,
+            append_lock_partitions, append_allocate, append_insert,
+            group_config, create_group, create_group_partitions, list_groups, group_positions,
+            first_at_or_after, events_at, locate_events,
+            fetch_poison, fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
+            advance_cursors, delivery_by_event, renew,
+            settle_acks, settle_retry, settle_dead,
+            lag_open, dead_count, dead_letters, claimable_now, next_due,
+            redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
+            lower_floors, reset_partitions, set_cursors
+        );
+    };
 }
+pub(crate) use with_statements;
 
-impl Builder {
-    pub(crate) fn new(dialect: Dialect) -> Self {
-        Self {
-            dialect,
-            sql: String::with_capacity(256),
-            binds: Vec::new(),
+macro_rules! define_statements {
+    (() $($name:ident),*) => {
+        /// Every statement the engine runs; each dialect has a file per name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[allow(non_camel_case_types)]
+        pub(crate) enum Statement {
+            $(
+                #[doc = concat!("`", stringify!($name), ".sql`")]
+                $name,
+            )*
         }
-    }
 
-    /// Appends fixed SQL text (never user input).
-    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
-        self.sql.push_str(sql);
-        self
-    }
+        impl Statement {
+            /// All of them.
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [Statement] = &[$(Statement::$name),*];
 
-    /// Appends a placeholder for `value`.
-    pub(crate) fn bind(&mut self, value: Bind) -> &mut Self {
-        self.binds.push(value);
-        match self.dialect {
-            Dialect::Sqlite => self.sql.push('?'),
-            Dialect::Postgres => {
-                let _ = write!(self.sql, "${}", self.binds.len());
+            /// The file name, `<name>.sql`.
+            #[cfg(test)]
+            pub(crate) fn file_name(self) -> &'static str {
+                match self {
+                    $(Statement::$name => concat!(stringify!($name), ".sql"),)*
+                }
             }
         }
-        self
+    };
+}
+with_statements!(define_statements!());
+
+/// Expands to a dialect's `fn statement(Statement) -> &'static str` reading
+/// `host/src/backend/<dir>/sql/<name>.sql` at compile time.
+macro_rules! statement_files {
+    (($dir:literal) $($name:ident),*) => {
+        fn statement(s: $crate::backend::sql::Statement) -> &'static str {
+            use $crate::backend::sql::Statement;
+            match s {
+                $(Statement::$name => include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"), "/src/backend/", $dir, "/sql/", stringify!($name), ".sql"
+                )),)*
+            }
+        }
+    };
+}
+pub(crate) use statement_files;
+
+/// Whether a statement file has SQL in it (not only comments).
+pub(crate) fn has_sql(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim();
+        !l.is_empty() && !l.starts_with("--")
+    })
+}
+
+/// A value bound to a statement's next placeholder.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Arg<'a> {
+    Text(Cow<'a, str>),
+    /// Partitions, attempts and other small integers (`integer` columns).
+    I32(i32),
+    /// Sequences, counts and limits (`bigint` columns).
+    I64(i64),
+    F64(f64),
+    Time(Timestamp),
+    OptTime(Option<Timestamp>),
+    /// A list as one parameter: an array, or a JSON array.
+    List(Column),
+    /// Rows as columns of equal length; always the last argument.
+    Rows(Vec<Column>),
+}
+
+/// One column of values.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Column {
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Text(Vec<String>),
+    OptText(Vec<Option<String>>),
+    Time(Vec<Timestamp>),
+    /// JSON documents, as text.
+    Json(Vec<String>),
+}
+
+impl Column {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Column::I32(v) => v.len(),
+            Column::I64(v) => v.len(),
+            Column::Text(v) => v.len(),
+            Column::OptText(v) => v.len(),
+            Column::Time(v) => v.len(),
+            Column::Json(v) => v.len(),
+        }
     }
+}
+
+/// Arguments in order: `args![stream, group, now, small(p)]`.
+macro_rules! args {
+    ($($arg:expr),* $(,)?) => { vec![$($crate::backend::sql::Arg::from($arg)),*] };
+}
+pub(crate) use args;
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(s: &'a str) -> Self {
+        Arg::Text(Cow::Borrowed(s))
+    }
+}
+
+impl From<String> for Arg<'_> {
+    fn from(s: String) -> Self {
+        Arg::Text(Cow::Owned(s))
+    }
+}
+
+impl From<Timestamp> for Arg<'_> {
+    fn from(t: Timestamp) -> Self {
+        Arg::Time(t)
+    }
+}
+
+/// Names and ids bind as their text.
+macro_rules! text_args {
+    ($($name:ty),*) => {$(
+        impl<'a> From<&'a $name> for Arg<'a> {
+            fn from(v: &'a $name) -> Self {
+                Arg::Text(Cow::Borrowed(v.as_str()))
+            }
+        }
+    )*};
+}
+text_args!(StreamName, GroupName, EventId, LeaseId, ConsumerId);
+
+/// A partition (or attempt count) as stored.
+pub(crate) fn small(n: u32) -> Arg<'static> {
+    Arg::I32(i32::try_from(n).unwrap_or(i32::MAX))
+}
+
+/// A sequence, count or limit as stored.
+pub(crate) fn big(n: u64) -> Arg<'static> {
+    Arg::I64(int(n))
+}
+
+/// A sequence as stored.
+pub(crate) fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Partitions as a list argument.
+pub(crate) fn partitions(list: &[u32]) -> Arg<'static> {
+    Arg::List(Column::I32(
+        list.iter()
+            .map(|p| i32::try_from(*p).unwrap_or(i32::MAX))
+            .collect(),
+    ))
+}
+
+/// Which pool and transaction mode a call needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Reads: a consistent snapshot where the dialect offers one.
+    Read,
+    /// Writes: the dialect's write transaction.
+    Write,
+}
+
+/// A table whose growth a dialect may want to hear of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    Events,
+    Deliveries,
+}
+
+/// What one SQL database needs beyond the engine. See the module doc.
+pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
+    /// The sqlx driver.
+    type Db: sqlx::Database<Connection: Execute<Self::Db>>;
+
+    /// Short name for logs and errors.
+    const KIND: &'static str;
+    /// What the backend promises.
+    const CAPABILITIES: Capabilities;
+
+    /// The text of a statement in this dialect.
+    fn statement(s: Statement) -> &'static str;
+
+    /// How a read snapshot begins.
+    const BEGIN_READ: &'static str;
+    /// How a write transaction begins.
+    const BEGIN_WRITE: &'static str;
+
+    /// The pool that serves `access`.
+    fn pool(&self, access: Access) -> &sqlx::Pool<Self::Db>;
+
+    /// Binds `args` to `sql`, as this dialect passes lists and rows.
+    fn bind<'q>(sql: impl sqlx::SqlSafeStr, args: Vec<Arg<'q>>) -> Query<'q, Self::Db>;
+
+    /// How many rows a statement changed.
+    fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;
+
+    /// An integer column (any width).
+    fn int(row: &DbRow<Self>, i: usize) -> Result<Option<i64>, Error>;
+    /// A text column.
+    fn text(row: &DbRow<Self>, i: usize) -> Result<Option<String>, Error>;
+    /// A timestamp column.
+    fn time(row: &DbRow<Self>, i: usize) -> Result<Option<Timestamp>, Error>;
+    /// A JSON object column.
+    fn json(row: &DbRow<Self>, i: usize) -> Result<JsonObject, Error>;
+    /// An integer list column (a group's retry backoff).
+    fn int_list(row: &DbRow<Self>, i: usize) -> Result<Vec<i64>, Error>;
+
+    /// Applies pending migrations; returns the ones applied now.
+    fn migrate(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+
+    /// Wakes handlers of `stream` on every node once the transaction
+    /// commits (PostgreSQL `NOTIFY`); nothing where wake-ups stay in process.
+    fn notify_in<'a>(
+        &'a self,
+        _conn: &'a mut Conn<Self>,
+        _stream: &'a StreamName,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a {
+        async { Ok(()) }
+    }
+
+    /// `rows` were written to `table` (a dialect may refresh statistics).
+    fn wrote(&self, _table: Table, _rows: u64) {}
+
+    /// Placeholders of built queries: this character and the parameter's
+    /// number (1-based).
+    const PLACEHOLDER: char;
+    /// The collation that makes text compare by bytes (`""` when it already does).
+    const BYTE_COLLATION: &'static str;
+    /// Appends the condition on the JSON value at `path` inside `doc`
+    /// (`payload` or `metadata`) of a history query.
+    const JSON_CONDITION: fn(&mut Builder, &str, &[String], &Condition);
 }
 
 /// Which part of an operation failed, to tell "nothing happened" from
 /// "it may have happened".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Reading, or before anything was sent: a failure means nothing changed.
+    /// Reading, or inside a transaction that has not committed: a failure
+    /// means nothing changed.
     Read,
-    /// Inside a write transaction: a lost connection may have lost the commit too.
+    /// A commit, or a statement that commits on its own: a lost connection
+    /// may have lost the answer but not the write.
     Write,
 }
 
 /// Maps a driver error to the portable vocabulary.
 pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
     use sqlx::Error as E;
+    let lost = |detail: String| match phase {
+        Phase::Read => Error::BackendUnavailable(detail),
+        Phase::Write => Error::Ambiguous(detail),
+    };
     match e {
         E::PoolTimedOut | E::PoolClosed => Error::BackendUnavailable(e.to_string()),
-        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed => match phase {
-            Phase::Read => Error::BackendUnavailable(e.to_string()),
-            Phase::Write => Error::Ambiguous(e.to_string()),
-        },
+        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed => lost(e.to_string()),
         E::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             match code.as_str() {
-                // PostgreSQL: connection failure classes and admin shutdown.
-                c if c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03" => {
-                    match phase {
-                        Phase::Read => Error::BackendUnavailable(db.to_string()),
-                        Phase::Write => Error::Ambiguous(db.to_string()),
-                    }
+                // PostgreSQL: connection failure classes, admin shutdown, and
+                // statement timeout / cancel (a write may be half-way).
+                c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "57014") => {
+                    lost(db.to_string())
                 }
-                // PostgreSQL statement timeout / cancel: the write may be half-way.
-                "57014" => match phase {
-                    Phase::Read => Error::BackendUnavailable(db.to_string()),
-                    Phase::Write => Error::Ambiguous(db.to_string()),
-                },
                 // SQLite busy / locked past the busy timeout: nothing was written.
                 "5" | "6" | "261" | "517" => Error::BackendUnavailable(db.to_string()),
                 _ => Error::Failed(db.to_string()),
@@ -119,225 +385,53 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
     }
 }
 
-/// "0001 streams and events"-style names of the migrations in `after` but
-/// not in `before` (versions read from `_sqlx_migrations`).
-pub(crate) fn newly_applied(
-    migrator: &sqlx::migrate::Migrator,
-    before: &[i64],
-    after: &[i64],
-) -> Vec<String> {
-    migrator
-        .iter()
-        .filter(|m| after.contains(&m.version) && !before.contains(&m.version))
-        .map(|m| format!("{:04} {}", m.version, m.description))
-        .collect()
-}
-
-/// The [`Backend`](crate::backend::Backend) impl of a SQL backend, whose
-/// operations live in its `log` and `groups` modules with the same names.
-/// Only the name, the capabilities and the pool that answers pings differ,
-/// so both dialects share this one delegation.
-macro_rules! sql_backend {
-    ($ty:ty, $kind:literal, $caps:expr, $ping_pool:ident) => {
-        #[async_trait::async_trait]
-        impl $crate::backend::Backend for $ty {
-            fn kind(&self) -> &'static str {
-                $kind
-            }
-
-            fn capabilities(&self) -> $crate::backend::Capabilities {
-                $caps
-            }
-
-            fn clock(&self) -> &SharedClock {
-                &self.clock
-            }
-
-            async fn migrate(&self) -> Result<Vec<String>> {
-                <$ty>::migrate(self).await
-            }
-
-            async fn ping(&self) -> Result<()> {
-                sqlx::query("SELECT 1")
-                    .execute(&self.$ping_pool)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| {
-                        $crate::backend::sql::map_error(e, $crate::backend::sql::Phase::Read)
-                    })
-            }
-
-            async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
-                log::create_stream(self, req).await
-            }
-
-            async fn list_streams(&self) -> Result<Vec<Stream>> {
-                log::list_streams(self).await
-            }
-
-            async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-                log::get_stream(self, stream).await
-            }
-
-            async fn append(
-                &self,
-                stream: &StreamName,
-                events: Vec<EventInput>,
-            ) -> Result<Vec<Appended>> {
-                let appended = log::append(self, stream, events).await?;
-                if appended.iter().any(|a| !a.duplicate) {
-                    self.notifier.notify(stream);
-                }
-                Ok(appended)
-            }
-
-            async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
-                log::read(self, req).await
-            }
-
-            async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
-                log::query(self, stream, query).await
-            }
-
-            async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
-                groups::create_group(self, stream, spec).await
-            }
-
-            async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
-                groups::list_groups(self, stream).await
-            }
-
-            async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
-                groups::fetch(self, req).await
-            }
-
-            async fn renew(&self, req: RenewRequest) -> Result<Lease> {
-                groups::renew(self, req).await
-            }
-
-            async fn settle(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-                items: Vec<Settlement>,
-            ) -> Result<Vec<Result<()>>> {
-                let (results, requeued) = groups::settle(self, stream, group, items).await?;
-                if requeued {
-                    self.notifier.notify(stream);
-                }
-                Ok(results)
-            }
-
-            async fn lag(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-                partitions: &Partitions,
-            ) -> Result<Lag> {
-                groups::lag(self, stream, group, partitions).await
-            }
-
-            async fn group_info(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-            ) -> Result<GroupInfo> {
-                groups::group_info(self, stream, group).await
-            }
-
-            async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
-                groups::dead_letters(self, req).await
-            }
-
-            async fn redrive(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-                which: Redrive,
-            ) -> Result<u64> {
-                let n = groups::redrive(self, stream, group, which).await?;
-                if n > 0 {
-                    self.notifier.notify(stream);
-                }
-                Ok(n)
-            }
-
-            async fn replay(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-                how: Replay,
-            ) -> Result<u64> {
-                let n = groups::replay(self, stream, group, how).await?;
-                self.notifier.notify(stream);
-                Ok(n)
-            }
-
-            async fn reset(&self, req: ResetRequest) -> Result<()> {
-                let stream = req.stream.clone();
-                groups::reset(self, req).await?;
-                self.notifier.notify(&stream);
-                Ok(())
-            }
-
-            fn subscribe(&self, stream: &StreamName) -> Wakeup {
-                self.notifier.subscribe(stream)
-            }
-
-            async fn next_due(
-                &self,
-                stream: &StreamName,
-                group: &GroupName,
-                partitions: &Partitions,
-            ) -> Result<Option<Timestamp>> {
-                groups::next_due(self, stream, group, partitions).await
-            }
-        }
-    };
-}
-pub(crate) use sql_backend;
-
 /// Whether `e` is a unique-constraint violation.
-pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
-/// Shares `limit` claims among partitions one at a time in rotation,
-/// starting at `first` (an index into `capacity`): `capacity[i]` is how
-/// many partition `i` can give. Returns how many to take from each.
-pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec<usize> {
-    let n = capacity.len();
-    let mut take = vec![0; n];
-    if n == 0 {
-        return take;
-    }
-    let mut left = limit;
-    let mut progressed = true;
-    while left > 0 && progressed {
-        progressed = false;
-        for step in 0..n {
-            let i = (first + step) % n;
-            if left > 0 && take[i] < capacity[i] {
-                take[i] += 1;
-                left -= 1;
-                progressed = true;
-            }
-        }
-    }
-    take
+/// Applies `migrator`'s pending migrations on `pool`; returns the ones
+/// applied now, as "0001 streams and events".
+pub(crate) async fn run_migrations<Db: sqlx::Database>(
+    migrator: &sqlx::migrate::Migrator,
+    pool: &sqlx::Pool<Db>,
+) -> Result<Vec<String>, Error>
+where
+    Db::Connection: sqlx::migrate::Migrate,
+{
+    let before = applied_versions(migrator, pool).await;
+    (migrator.run(pool).await).map_err(|e| Error::Failed(format!("migration failed: {e}")))?;
+    let after = applied_versions(migrator, pool).await;
+    Ok(migrator
+        .iter()
+        .filter(|m| after.contains(&m.version) && !before.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect())
+}
+
+/// The versions applied so far (none before the first migration).
+async fn applied_versions<Db: sqlx::Database>(
+    migrator: &sqlx::migrate::Migrator,
+    pool: &sqlx::Pool<Db>,
+) -> Vec<i64>
+where
+    Db::Connection: sqlx::migrate::Migrate,
+{
+    let Ok(mut conn) = pool.acquire().await else {
+        return Vec::new();
+    };
+    let applied =
+        sqlx::migrate::Migrate::list_applied_migrations(&mut *conn, &migrator.table_name).await;
+    applied.map_or_else(
+        |_| Vec::new(),
+        |a| a.into_iter().map(|m| m.version).collect(),
+    )
+}
+
+/// An unreadable stored value.
+pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::Failed(format!("unreadable {what} in the database: {detail}"))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::round_robin;
-
-    #[test]
-    fn round_robin_shares_fairly_and_rotates() {
-        assert_eq!(round_robin(&[10, 10], 2, 0), [1, 1]);
-        assert_eq!(round_robin(&[10, 10], 1, 0), [1, 0]);
-        assert_eq!(round_robin(&[10, 10], 1, 1), [0, 1]);
-        assert_eq!(round_robin(&[1, 10, 0], 6, 0), [1, 5, 0]);
-        assert_eq!(round_robin(&[2, 2], 10, 0), [2, 2]);
-        assert_eq!(round_robin(&[], 3, 0), Vec::<usize>::new());
-    }
-}
+mod tests;

@@ -1,8 +1,13 @@
-//! History queries as SQL.
+//! History queries as SQL (`docs/log.md#reading-and-querying`): filters,
+//! bounds, cursors and ordering, with every value a bound parameter. The
+//! JSON-path conditions are the dialect's ([`Dialect::json_condition`]).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{Bind, Builder, Dialect};
+use super::{Arg, Dialect};
 use crate::model::{
     Condition, Direction, EventField, FieldRef, Filter, LINEAGE_KEYS, OrderField, Query, RangeOp,
     StreamName, Timestamp,
@@ -11,16 +16,63 @@ use crate::model::{
 /// The columns every event-returning statement selects, in this order.
 pub(crate) const EVENT_COLUMNS: &str = "partition, sequence, id, key, type, ts, payload, metadata";
 
+/// A statement under construction: SQL text plus its parameters in order.
+#[derive(Debug)]
+pub(crate) struct Builder {
+    pub(crate) sql: String,
+    pub(crate) binds: Vec<Arg<'static>>,
+    placeholder: char,
+    byte_collation: &'static str,
+    json_condition: fn(&mut Builder, &str, &[String], &Condition),
+}
+
+/// A value to bind.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Bind {
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Time(Timestamp),
+    /// A text array (a list parameter).
+    TextArray(Vec<String>),
+}
+
+impl Builder {
+    pub(crate) fn new<D: Dialect>() -> Self {
+        Self {
+            sql: String::with_capacity(256),
+            binds: Vec::new(),
+            placeholder: D::PLACEHOLDER,
+            byte_collation: D::BYTE_COLLATION,
+            json_condition: D::JSON_CONDITION,
+        }
+    }
+
+    /// Appends fixed SQL text (never user input).
+    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    /// Appends a placeholder for `value`.
+    pub(crate) fn bind(&mut self, value: Bind) -> &mut Self {
+        self.binds.push(match value {
+            Bind::Text(s) => Arg::Text(Cow::Owned(s)),
+            Bind::Int(i) => Arg::I64(i),
+            Bind::Float(f) => Arg::F64(f),
+            Bind::Time(t) => Arg::Time(t),
+            Bind::TextArray(v) => Arg::List(super::Column::Text(v)),
+        });
+        let _ = write!(self.sql, "{}{}", self.placeholder, self.binds.len());
+        self
+    }
+}
+
 /// `SELECT` of the events `query` matches on `stream`, ordered as the query
 /// asks. With `paged`, the cursor applies and the limit is bound; without,
 /// every match is returned (replay by query).
-pub(crate) fn events_query(
-    dialect: Dialect,
-    stream: &StreamName,
-    query: &Query,
-    paged: bool,
-) -> Builder {
-    let mut b = Builder::new(dialect);
+pub(crate) fn events_query<D: Dialect>(stream: &StreamName, query: &Query, paged: bool) -> Builder {
+    let mut b = Builder::new::<D>();
     b.push("SELECT ")
         .push(EVENT_COLUMNS)
         .push(" FROM rheo_events WHERE stream = ")
@@ -120,17 +172,14 @@ fn push_filter(b: &mut Builder, filter: &Filter) {
             };
             push_text_column(b, column, &filter.condition);
         }
-        FieldRef::Payload(path) => push_json(b, "payload", path, &filter.condition),
-        FieldRef::Metadata(path) => push_json(b, "metadata", path, &filter.condition),
+        FieldRef::Payload(path) => (b.json_condition)(b, "payload", path, &filter.condition),
+        FieldRef::Metadata(path) => (b.json_condition)(b, "metadata", path, &filter.condition),
     }
 }
 
 /// A text column (`id`, `type`, `key`): only strings can match.
 fn push_text_column(b: &mut Builder, column: &str, condition: &Condition) {
-    let collate = match b.dialect {
-        Dialect::Sqlite => "",
-        Dialect::Postgres => " COLLATE \"C\"",
-    };
+    let collate = b.byte_collation;
     match condition {
         Condition::Eq(Value::String(s)) => {
             b.push(column).push(" = ").bind(Bind::Text(s.clone()));
@@ -151,11 +200,9 @@ fn push_text_column(b: &mut Builder, column: &str, condition: &Condition) {
             b.push(column)
                 .push(collate)
                 .push(range_op(*op))
-                .bind(Bind::Text(s.clone()));
-            if b.dialect == Dialect::Postgres {
+                .bind(Bind::Text(s.clone()))
                 // Compare bytes, as every backend does, not the database's collation.
-                b.push(" COLLATE \"C\"");
-            }
+                .push(collate);
         }
         Condition::Exists(true) => {
             b.push(column).push(" IS NOT NULL");
@@ -210,7 +257,7 @@ fn push_partition(b: &mut Builder, condition: &Condition) {
     }
 }
 
-fn range_op(op: RangeOp) -> &'static str {
+pub(crate) fn range_op(op: RangeOp) -> &'static str {
     match op {
         RangeOp::Gt => " > ",
         RangeOp::Gte => " >= ",
@@ -220,186 +267,22 @@ fn range_op(op: RangeOp) -> &'static str {
 }
 
 /// The lineage key a metadata path names, if it is exactly one.
-fn lineage_key(doc: &str, path: &[String]) -> Option<&'static str> {
+pub(crate) fn lineage_key(doc: &str, path: &[String]) -> Option<&'static str> {
     match path {
         [key] if doc == "metadata" => LINEAGE_KEYS.iter().copied().find(|k| k == key),
         _ => None,
     }
 }
 
-/// The number bound for a JSON number.
-fn number(v: &serde_json::Number) -> Bind {
+/// The parameter for a JSON number.
+pub(crate) fn number(v: &serde_json::Number) -> Bind {
     match v.as_i64() {
         Some(i) => Bind::Int(i),
         None => Bind::Float(v.as_f64().unwrap_or(f64::NAN)),
     }
 }
 
-/// A JSON path inside `payload` or `metadata`.
-fn push_json(b: &mut Builder, doc: &str, path: &[String], condition: &Condition) {
-    match b.dialect {
-        Dialect::Postgres => push_json_pg(b, doc, path, condition),
-        Dialect::Sqlite => push_json_sqlite(b, doc, path, condition),
-    }
-}
-
-/// PostgreSQL: `doc #> path` is the jsonb value (SQL NULL when absent).
-/// jsonb equality compares numbers by value and objects by content.
-fn push_json_pg(b: &mut Builder, doc: &str, path: &[String], condition: &Condition) {
-    // Lineage keys use the literal expression of their index; the literal
-    // comes from the fixed list, never from input.
-    let lineage = lineage_key(doc, path);
-    let value = |b: &mut Builder| match lineage {
-        Some(key) => {
-            b.push("(metadata -> '").push(key).push("')");
-        }
-        None => {
-            b.push("(")
-                .push(doc)
-                .push(" #> ")
-                .bind(Bind::TextArray(path.to_vec()))
-                .push("::text[])");
-        }
-    };
-    match condition {
-        Condition::Eq(v) => {
-            value(b);
-            b.push(" = ")
-                .bind(Bind::Json(v.to_string()))
-                .push("::jsonb");
-        }
-        Condition::In(options) => {
-            value(b);
-            b.push(" = ANY(")
-                .bind(Bind::TextArray(
-                    options.iter().map(Value::to_string).collect(),
-                ))
-                .push("::text[]::jsonb[])");
-        }
-        Condition::Range(op, v @ Value::Number(_)) => {
-            b.push("jsonb_typeof(");
-            value(b);
-            b.push(") = 'number' AND ");
-            value(b);
-            b.push(range_op(*op))
-                .bind(Bind::Json(v.to_string()))
-                .push("::jsonb");
-        }
-        Condition::Range(op, Value::String(s)) => {
-            b.push("jsonb_typeof(");
-            value(b);
-            b.push(") = 'string' AND (");
-            value(b);
-            b.push(" #>> '{}') COLLATE \"C\"")
-                .push(range_op(*op))
-                .bind(Bind::Text(s.clone()))
-                .push(" COLLATE \"C\"");
-        }
-        Condition::Range(..) => {
-            b.push("1 = 0");
-        }
-        Condition::Exists(present) => {
-            value(b);
-            b.push(if *present { " IS NOT NULL" } else { " IS NULL" });
-        }
-    }
-}
-
-/// SQLite: `json_type(doc, path)` tells the JSON type (NULL when absent,
-/// `'null'` for a JSON null); `json_extract` gives the SQL value.
-fn push_json_sqlite(b: &mut Builder, doc: &str, path: &[String], condition: &Condition) {
-    // Lineage keys use a literal path so the expression indexes apply; the
-    // literal comes from the fixed list, never from input.
-    let lineage = lineage_key(doc, path);
-    let json_path = {
-        let mut p = String::from("$");
-        for segment in path {
-            p.push_str(".\"");
-            p.push_str(segment);
-            p.push('"');
-        }
-        p
-    };
-    let call = |b: &mut Builder, func: &str| {
-        b.push(func).push("(").push(doc).push(", ");
-        match lineage {
-            Some(key) => {
-                b.push("'$.").push(key).push("'");
-            }
-            None => {
-                b.bind(Bind::Text(json_path.clone()));
-            }
-        }
-        b.push(")");
-    };
-    let eq = |b: &mut Builder, v: &Value| match v {
-        Value::Null => {
-            call(b, "json_type");
-            b.push(" = 'null'");
-        }
-        Value::Bool(flag) => {
-            call(b, "json_type");
-            b.push(if *flag { " = 'true'" } else { " = 'false'" });
-        }
-        Value::Number(n) => {
-            call(b, "json_type");
-            b.push(" IN ('integer', 'real') AND ");
-            call(b, "json_extract");
-            b.push(" = ").bind(number(n));
-        }
-        Value::String(s) => {
-            call(b, "json_extract");
-            b.push(" = ").bind(Bind::Text(s.clone())).push(" AND ");
-            call(b, "json_type");
-            b.push(" = 'text'");
-        }
-        Value::Array(_) | Value::Object(_) => {
-            // Stored JSON is written with sorted keys, so equal values have
-            // equal text.
-            call(b, "json_type");
-            b.push(" IN ('array', 'object') AND ");
-            call(b, "json_extract");
-            b.push(" = ").bind(Bind::Text(v.to_string()));
-        }
-    };
-    match condition {
-        Condition::Eq(v) => eq(b, v),
-        Condition::In(options) => {
-            if options.is_empty() {
-                b.push("1 = 0");
-            }
-            for (i, v) in options.iter().enumerate() {
-                if i > 0 {
-                    b.push(" OR ");
-                }
-                b.push("(");
-                eq(b, v);
-                b.push(")");
-            }
-        }
-        Condition::Range(op, Value::Number(n)) => {
-            call(b, "json_type");
-            b.push(" IN ('integer', 'real') AND ");
-            call(b, "json_extract");
-            b.push(range_op(*op)).bind(number(n));
-        }
-        Condition::Range(op, Value::String(s)) => {
-            call(b, "json_type");
-            b.push(" = 'text' AND ");
-            call(b, "json_extract");
-            b.push(range_op(*op)).bind(Bind::Text(s.clone()));
-        }
-        Condition::Range(..) => {
-            b.push("1 = 0");
-        }
-        Condition::Exists(present) => {
-            call(b, "json_type");
-            b.push(if *present { " IS NOT NULL" } else { " IS NULL" });
-        }
-    }
-}
-
-trait AsStrRef {
+pub(crate) trait AsStrRef {
     fn as_str_ref(&self) -> Option<&String>;
 }
 
@@ -413,50 +296,4 @@ impl AsStrRef for Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::model::parse_where;
-
-    fn build(dialect: Dialect, filter: Value) -> Builder {
-        let query = Query {
-            filters: parse_where(&filter).unwrap(),
-            ..Query::default()
-        };
-        events_query(dialect, &StreamName::parse("s").unwrap(), &query, true)
-    }
-
-    #[test]
-    fn values_are_always_bound_never_inlined() {
-        let evil = "x'; DROP TABLE rheo_events; --";
-        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
-            let b = build(
-                dialect,
-                json!({ "type": evil, "payload.a": evil, "key": {"$gt": evil} }),
-            );
-            assert!(!b.sql.contains("DROP"), "{}", b.sql);
-            assert!(b.binds.contains(&Bind::Text(evil.into())));
-        }
-    }
-
-    #[test]
-    fn postgres_placeholders_are_numbered_in_bind_order() {
-        let b = build(Dialect::Postgres, json!({"type": "t", "key": "k"}));
-        assert_eq!(b.binds.len(), 4, "stream, type, key, limit");
-        assert!(b.sql.contains("$1") && b.sql.contains("$4") && !b.sql.contains("$5"));
-        assert!(!b.sql.contains('?'));
-    }
-
-    #[test]
-    fn lineage_keys_use_the_indexed_expression_on_sqlite() {
-        let b = build(Dialect::Sqlite, json!({"correlation_id": "c"}));
-        assert!(
-            b.sql.contains("json_extract(metadata, '$.correlation_id')"),
-            "{}",
-            b.sql
-        );
-        let b = build(Dialect::Sqlite, json!({"payload.a.b": 1}));
-        assert!(b.binds.contains(&Bind::Text("$.\"a\".\"b\"".into())));
-    }
-}
+mod tests;

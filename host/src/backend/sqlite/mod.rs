@@ -1,4 +1,4 @@
-//! The SQLite backend: the embedded default (`sqlite://rheo.db`), and
+//! The SQLite dialect: the embedded default (`sqlite://rheo.db`), and
 //! `sqlite::memory:` for tests.
 //!
 //! One writer connection, so every write transaction (`BEGIN IMMEDIATE`)
@@ -6,33 +6,31 @@
 //! a small pool of readers serves lag, queries and listings concurrently
 //! thanks to WAL. `synchronous = FULL` makes every commit durable before
 //! the call returns. Timestamps are fixed-width RFC 3339 text, so they
-//! compare and sort as text. The schema is in `migrations/sqlite/`; static
-//! statements are in `sql/`, one per file.
+//! compare and sort as text. Lists and rows travel as one JSON parameter
+//! read with `json_each`, so every statement stays static whatever the
+//! batch size. The schema is in `migrations/sqlite/`; statements in `sql/`.
 
-mod groups;
-mod log;
+mod json;
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite};
+use sqlx::{Row as _, SqlSafeStr};
 
-use super::sql::{Bind, GroupConfig, Phase, map_error, newly_applied};
-use super::{
-    Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier, Partitions,
-    ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+use super::sql::{
+    Access, Arg, Builder, Column, Dialect, Phase, SqlBackend, map_error, run_migrations,
+    statement_files, with_statements,
 };
+use super::{Capabilities, Error, Notifier, Result};
 use crate::clock::SharedClock;
-use crate::model::{
-    Appended, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName, GroupSpec,
-    JsonObject, Lag, Lease, Page, Query, Settlement, Stream, StreamName, Timestamp,
-};
+use crate::model::{Condition, JsonObject, Timestamp};
 
 /// The embedded migrations for this dialect.
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -45,32 +43,23 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const READERS: u32 = 4;
 
 /// Streams and groups in one SQLite database file.
+pub(crate) type SqliteBackend = SqlBackend<SqliteDialect>;
+
+/// SQLite's pools: one writer, several readers (the writer alone for an
+/// in-memory database, which lives in its one connection).
 #[derive(Debug)]
-pub struct SqliteBackend {
+pub(crate) struct SqliteDialect {
     writer: SqlitePool,
     reader: SqlitePool,
-    clock: SharedClock,
-    notifier: Notifier,
-    /// Streams never change or disappear once created, so what was read
-    /// once is cached (never a negative answer).
-    streams: RwLock<HashMap<StreamName, StreamMeta>>,
-    /// Groups cannot be changed or deleted, so their settings are cached
-    /// like streams (never a negative answer).
-    groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
-    /// Where each group's next fetch starts its round-robin.
-    rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
+    /// The folder of a database opened with [`SqlBackend::open_temporary`],
+    /// deleted with the backend.
+    _folder: Option<tempfile::TempDir>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct StreamMeta {
-    partition_count: u32,
-    created_at: Timestamp,
-}
-
-impl SqliteBackend {
+impl SqlBackend<SqliteDialect> {
     /// Opens (creating if missing) the database at `url` and, with
     /// `migrate`, brings its schema up to date.
-    pub async fn open(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
+    pub(crate) async fn open(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?
             .create_if_missing(true)
@@ -84,19 +73,16 @@ impl SqliteBackend {
             // settle cost does not grow with history.
             .pragma("cache_size", "-65536");
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let single = |options: SqliteConnectOptions| {
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .min_connections(1)
-                // An in-memory database lives as long as its one connection.
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .connect_with(options)
-        };
-        let writer = single(options.clone())
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            // An in-memory database lives as long as its one connection.
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options.clone())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
-        let backend_reader = if in_memory {
+        let reader = if in_memory {
             writer.clone()
         } else {
             SqlitePoolOptions::new()
@@ -105,266 +91,171 @@ impl SqliteBackend {
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?
         };
-        let backend = Self {
-            writer,
-            reader: backend_reader,
+        let backend = Self::new(
+            SqliteDialect {
+                writer,
+                reader,
+                _folder: None,
+            },
             clock,
-            notifier: Notifier::default(),
-            streams: RwLock::new(HashMap::new()),
-            groups: RwLock::new(HashMap::new()),
-            rotation: Mutex::new(HashMap::new()),
-        };
+            Arc::new(Notifier::default()),
+        );
         if migrate {
-            backend.migrate().await?;
+            backend.dialect.migrate().await?;
         }
         Ok(backend)
     }
+}
 
-    /// Applies pending migrations (idempotent); returns the ones applied now.
-    pub async fn migrate(&self) -> Result<Vec<String>> {
-        let before = self.applied_versions().await;
-        MIGRATOR
-            .run(&self.writer)
-            .await
-            .map_err(|e| Error::Failed(format!("migration failed: {e}")))?;
-        Ok(newly_applied(
-            &MIGRATOR,
-            &before,
-            &self.applied_versions().await,
-        ))
+impl SqlBackend<SqliteDialect> {
+    /// A new database file in a fresh temporary folder, migrated; the
+    /// folder is deleted when the backend is dropped.
+    #[cfg(test)]
+    pub(crate) async fn open_temporary(clock: SharedClock) -> Result<Self> {
+        let folder = tempfile::tempdir()
+            .map_err(|e| Error::Failed(format!("cannot create a temporary folder: {e}")))?;
+        let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+        let mut backend = Self::open(&url, clock, true).await?;
+        backend.dialect._folder = Some(folder);
+        Ok(backend)
     }
+}
 
-    async fn applied_versions(&self) -> Vec<i64> {
-        // Before the first migration the table does not exist: nothing applied.
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(&self.writer)
-            .await
-            .unwrap_or_default()
-    }
+type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
 
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
-
-    /// The stream's fixed facts, or `stream_not_found`.
-    async fn meta(&self, stream: &StreamName) -> Result<StreamMeta> {
-        if let Some(meta) = self.streams.read().get(stream) {
-            return Ok(*meta);
+/// Text, timestamps (fixed-width RFC 3339), lists (one JSON array) and
+/// rows (one JSON array of arrays) as the text SQLite stores or reads with
+/// `json_each`; `None` binds NULL.
+fn as_text(arg: Arg<'_>) -> Option<Cow<'_, str>> {
+    let json = |rows: usize, cell: &mut dyn FnMut(&mut String, usize)| {
+        let mut out = String::with_capacity(rows * 24 + 2);
+        out.push('[');
+        for i in 0..rows {
+            if i > 0 {
+                out.push(',');
+            }
+            cell(&mut out, i);
         }
-        let row = sqlx::query(include_str!("sql/stream_meta.sql"))
-            .bind(stream.as_str())
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(read_err)?
-            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        let meta = StreamMeta {
-            partition_count: u32_col(&row, 0)?,
-            created_at: ts_col(&row, 1)?,
-        };
-        self.streams.write().insert(stream.clone(), meta);
-        Ok(meta)
-    }
-
-    /// The next round-robin start for a group.
-    fn rotate(&self, stream: &StreamName, group: &GroupName) -> usize {
-        let mut rotation = self.rotation.lock();
-        let next = rotation.entry((stream.clone(), group.clone())).or_insert(0);
-        let current = *next;
-        *next = next.wrapping_add(1);
-        current
-    }
-}
-
-pub(super) fn read_err(e: sqlx::Error) -> Error {
-    map_error(e, Phase::Read)
-}
-
-pub(super) fn write_err(e: sqlx::Error) -> Error {
-    map_error(e, Phase::Write)
-}
-
-/// Timestamps as stored: fixed-width RFC 3339.
-pub(super) fn ts_text(t: Timestamp) -> String {
-    t.to_rfc3339()
-}
-
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
-    Error::Failed(format!("unreadable {what} in the database: {detail}"))
-}
-
-pub(super) fn ts_col(row: &SqliteRow, i: usize) -> Result<Timestamp> {
-    let text: String = row.try_get(i).map_err(read_err)?;
-    Timestamp::parse_rfc3339(&text).map_err(|e| corrupt("timestamp", e))
-}
-
-pub(super) fn opt_ts_col(row: &SqliteRow, i: usize) -> Result<Option<Timestamp>> {
-    let text: Option<String> = row.try_get(i).map_err(read_err)?;
-    text.map(|t| Timestamp::parse_rfc3339(&t).map_err(|e| corrupt("timestamp", e)))
-        .transpose()
-}
-
-pub(super) fn u64_col(row: &SqliteRow, i: usize) -> Result<u64> {
-    let n: i64 = row.try_get(i).map_err(read_err)?;
-    u64::try_from(n).map_err(|e| corrupt("number", e))
-}
-
-pub(super) fn u32_col(row: &SqliteRow, i: usize) -> Result<u32> {
-    let n: i64 = row.try_get(i).map_err(read_err)?;
-    u32::try_from(n).map_err(|e| corrupt("number", e))
-}
-
-pub(super) fn json_col(row: &SqliteRow, i: usize) -> Result<JsonObject> {
-    let text: String = row.try_get(i).map_err(read_err)?;
-    serde_json::from_str(&text).map_err(|e| corrupt("JSON", e))
-}
-
-/// Reads an event from the columns `partition, sequence, id, key, type,
-/// ts, payload, metadata` starting at `at`.
-pub(super) fn event_at(stream: &StreamName, row: &SqliteRow, at: usize) -> Result<Event> {
-    let id: String = row.try_get(at + 2).map_err(read_err)?;
-    Ok(Event {
-        id: EventId::parse(id).map_err(|e| corrupt("event id", e))?,
-        stream: stream.clone(),
-        partition: u32_col(row, at)?,
-        sequence: u64_col(row, at + 1)?,
-        key: row.try_get(at + 3).map_err(read_err)?,
-        event_type: row.try_get(at + 4).map_err(read_err)?,
-        timestamp: ts_col(row, at + 5)?,
-        payload: json_col(row, at + 6)?,
-        metadata: json_col(row, at + 7)?,
+        out.push(']');
+        out
+    };
+    Some(match arg {
+        Arg::Text(s) => s,
+        Arg::Time(t) => t.to_rfc3339().into(),
+        Arg::OptTime(t) => t?.to_rfc3339().into(),
+        Arg::List(column) => json(column.len(), &mut |out, i| json_cell(out, &column, i)).into(),
+        Arg::Rows(columns) => {
+            let rows = columns.first().map_or(0, Column::len);
+            json(rows, &mut |out, i| {
+                out.push('[');
+                for (c, column) in columns.iter().enumerate() {
+                    if c > 0 {
+                        out.push(',');
+                    }
+                    json_cell(out, column, i);
+                }
+                out.push(']');
+            })
+            .into()
+        }
+        Arg::I32(_) | Arg::I64(_) | Arg::F64(_) => unreachable!("bound as numbers"),
     })
 }
 
-/// Binds builder values to a SQLite statement.
-pub(super) fn bind_all(
-    mut q: sqlx::query::Query<'static, Sqlite, SqliteArguments>,
-    binds: Vec<Bind>,
-) -> sqlx::query::Query<'static, Sqlite, SqliteArguments> {
-    for b in binds {
-        q = match b {
-            Bind::Text(s) | Bind::Json(s) => q.bind(s),
-            Bind::Int(i) => q.bind(i),
-            Bind::Float(f) => q.bind(f),
-            Bind::Time(t) => q.bind(ts_text(t)),
-            Bind::TextArray(_) => {
-                unreachable!("the SQLite dialect never binds arrays")
-            }
-        };
+/// Writes value `i` of `column` as JSON; a JSON document is embedded as is.
+fn json_cell(out: &mut String, column: &Column, i: usize) {
+    let string = |out: &mut String, s: &str| {
+        out.push_str(&serde_json::Value::from(s).to_string());
+    };
+    match column {
+        Column::I32(v) => {
+            let _ = write!(out, "{}", v[i]);
+        }
+        Column::I64(v) => {
+            let _ = write!(out, "{}", v[i]);
+        }
+        Column::Text(v) => string(out, &v[i]),
+        Column::OptText(v) => match &v[i] {
+            Some(s) => string(out, s),
+            None => out.push_str("null"),
+        },
+        Column::Time(v) => string(out, &v[i].to_rfc3339()),
+        Column::Json(v) => out.push_str(&v[i]),
     }
-    q
 }
 
-/// Rows for a statement that reads them with `json_each(?)`: one JSON
-/// array of arrays. One parameter whatever the batch size, so statements
-/// stay static and cached.
-pub(super) fn json_rows<T: serde::Serialize>(rows: &[T]) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
+fn read_err(e: sqlx::Error) -> Error {
+    map_error(e, Phase::Read)
 }
 
-/// A position as SQLite stores it.
-pub(super) fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
+impl Dialect for SqliteDialect {
+    type Db = sqlx::Sqlite;
 
-crate::backend::sql::sql_backend!(
-    SqliteBackend,
-    "sqlite",
-    Capabilities {
-        durable: true,
-        multi_node: false,
-        cross_process_wakeups: false,
-    },
-    reader
-);
+    const KIND: &'static str = "sqlite";
+    const CAPABILITIES: Capabilities = Capabilities::EMBEDDED;
+
+    fn pool(&self, access: Access) -> &SqlitePool {
+        match access {
+            Access::Read => &self.reader,
+            Access::Write => &self.writer,
+        }
+    }
+
+    /// The writer takes the database's write lock at once, so a write
+    /// transaction never fails half-way on a lock upgrade.
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const BEGIN_READ: &'static str = "BEGIN";
+
+    /// Binds our arguments as SQLite's own storage classes: integers,
+    /// reals, and text for the rest (see [`as_text`]).
+    fn bind<'q>(sql: impl SqlSafeStr, args: Vec<Arg<'q>>) -> Query<'q> {
+        args.into_iter().fold(sqlx::query(sql), |q, arg| match arg {
+            Arg::I32(n) => q.bind(i64::from(n)),
+            Arg::I64(n) => q.bind(n),
+            Arg::F64(f) => q.bind(f),
+            other => q.bind(as_text(other)),
+        })
+    }
+
+    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn int(row: &SqliteRow, i: usize) -> Result<Option<i64>> {
+        row.try_get(i).map_err(read_err)
+    }
+
+    fn text(row: &SqliteRow, i: usize) -> Result<Option<String>> {
+        row.try_get(i).map_err(read_err)
+    }
+
+    fn time(row: &SqliteRow, i: usize) -> Result<Option<Timestamp>> {
+        let text: Option<String> = row.try_get(i).map_err(read_err)?;
+        text.map(|t| Timestamp::parse_rfc3339(&t).map_err(|e| super::sql::corrupt("timestamp", e)))
+            .transpose()
+    }
+
+    fn json(row: &SqliteRow, i: usize) -> Result<JsonObject> {
+        let text: String = row.try_get(i).map_err(read_err)?;
+        serde_json::from_str(&text).map_err(|e| super::sql::corrupt("JSON", e))
+    }
+
+    fn int_list(row: &SqliteRow, i: usize) -> Result<Vec<i64>> {
+        let text: String = row.try_get(i).map_err(read_err)?;
+        serde_json::from_str(&text).map_err(|e| super::sql::corrupt("JSON list", e))
+    }
+
+    async fn migrate(&self) -> Result<Vec<String>> {
+        run_migrations(&MIGRATOR, &self.writer).await
+    }
+
+    const PLACEHOLDER: char = '?';
+    const BYTE_COLLATION: &'static str = "";
+    const JSON_CONDITION: fn(&mut Builder, &str, &[String], &Condition) = json::condition;
+
+    // `fn statement`: the files in `sql/`.
+    with_statements!(statement_files!("sqlite"));
+}
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::SqliteBackend;
-    use crate::backend::Backend;
-    use crate::clock::SharedClock;
-
-    async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
-        let backend = SqliteBackend::open("sqlite::memory:", clock, true)
-            .await
-            .expect("open an in-memory SQLite database");
-        Some(Arc::new(backend))
-    }
-
-    crate::backend_conformance!(factory);
-
-    /// A restarted process finds streams, events, groups, leases and dead
-    /// letters as they were.
-    #[tokio::test]
-    async fn everything_survives_a_restart() {
-        use crate::backend::{DeadLettersRequest, FetchRequest, Partitions};
-        use crate::clock::FrozenClock;
-        use crate::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName, Timestamp};
-
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
-        let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
-        let (s, g) = (
-            StreamName::parse("orders").unwrap(),
-            GroupName::parse("billing").unwrap(),
-        );
-        let fetch = FetchRequest {
-            stream: s.clone(),
-            group: g.clone(),
-            limit: 2,
-            consumer_id: ConsumerId::parse("c1").unwrap(),
-            lease_ms: 60_000,
-            partitions: Partitions::All,
-        };
-        let (appended, held) = {
-            let b = SqliteBackend::open(&url, clock.clone(), true)
-                .await
-                .unwrap();
-            b.create_stream(crate::backend::CreateStream {
-                name: s.clone(),
-                partition_count: 2,
-            })
-            .await
-            .unwrap();
-            b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
-            let appended = b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
-            let mut leases = b.fetch(fetch.clone()).await.unwrap();
-            let rejected = leases.remove(0);
-            b.reject(&s, &g, rejected.target(), Some("bad".into()))
-                .await
-                .unwrap();
-            (appended, leases.remove(0))
-        };
-
-        let b = SqliteBackend::open(&url, clock.clone(), true)
-            .await
-            .unwrap();
-        let stream = b.get_stream(&s).await.unwrap();
-        assert_eq!(stream.partition_count, 2);
-        assert_eq!(stream.high_watermarks.iter().sum::<u64>(), 3);
-        let groups = b.list_groups(&s).await.unwrap();
-        assert_eq!(groups.len(), 1);
-        assert_eq!(groups[0].name, g);
-        let dead = b
-            .dead_letters(DeadLettersRequest {
-                stream: s.clone(),
-                group: g.clone(),
-                limit: 10,
-                after: None,
-            })
-            .await
-            .unwrap();
-        assert_eq!(dead.dead_letters.len(), 1);
-        assert_eq!(dead.dead_letters[0].reason, "bad");
-        let info = b.group_info(&s, &g).await.unwrap();
-        assert_eq!((info.inflight, info.dead_letters), (1, 1));
-        // The lease taken before the restart is still the live one.
-        b.ack(&s, &g, held.target()).await.unwrap();
-        let rest = b.fetch(fetch).await.unwrap();
-        assert_eq!(rest.len(), 1);
-        let mut ids: Vec<_> = appended.iter().map(|a| a.event.id.clone()).collect();
-        ids.retain(|id| *id == rest[0].event_id);
-        assert_eq!(ids.len(), 1, "the third event, unchanged");
-    }
-}
+mod tests;

@@ -1,5 +1,5 @@
-SELECT d.partition, d.sequence, d.attempt, d.reason, d.dead_lettered_at,
-       e.id, e.key, e.type, e.ts, e.payload, e.metadata
+SELECT d.partition, d.sequence, e.id, e.key, e.type, e.ts, e.payload, e.metadata,
+       d.attempt, d.reason, d.dead_lettered_at
 FROM rheo_deliveries d
 JOIN rheo_events e ON e.stream = d.stream AND e.partition = d.partition AND e.sequence = d.sequence
 WHERE d.stream = $1 AND d.group_name = $2 AND d.status = 'dead'

@@ -16,6 +16,6 @@ WITH doomed AS (
     WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
 )
 UPDATE rheo_deliveries d
-SET status = 'dead', reason = 'max_attempts_expired', dead_lettered_at = $3,
+SET status = 'dead', reason = $6, dead_lettered_at = $3,
     lease_id = NULL, available_at = NULL
 WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM doomed))

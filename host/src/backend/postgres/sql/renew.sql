@@ -2,4 +2,3 @@
 UPDATE rheo_deliveries SET expires_at = $5
 WHERE stream = $1 AND group_name = $2 AND partition = $6 AND sequence = $7
   AND event_id = $3 AND status = 'leased' AND lease_id = $4
-RETURNING partition, sequence, attempt, consumer_id, leased_at

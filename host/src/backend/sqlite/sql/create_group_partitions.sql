@@ -1,2 +1,2 @@
 INSERT INTO rheo_group_partitions (stream, group_name, partition, cursor)
-VALUES (?1, ?2, ?3, ?4)
+SELECT ?1, ?2, r.value ->> 0, r.value ->> 1 FROM json_each(?3) AS r

@@ -1,0 +1,222 @@
+//! Checks for stores that several Rheo servers share (`Capabilities::multi_node`):
+//! two backends opened on one store act as two nodes, and must agree.
+//!
+//! ```ignore
+//! async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> { … }
+//! rheo::shared_store_conformance!(nodes);
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{Harness, START, cid, gn, sn};
+use crate::backend::{Backend, CreateStream, FetchRequest, Partitions};
+use crate::clock::{FrozenClock, SharedClock};
+use crate::model::{EventId, EventInput, GroupSpec};
+
+/// Two nodes on one store, reading one frozen clock.
+#[derive(Debug)]
+pub struct Nodes {
+    pub a: Harness,
+    pub b: Harness,
+}
+
+impl Nodes {
+    /// Opens both nodes; `None` when the factory skips.
+    pub async fn start<F, Fut>(factory: F) -> Option<Nodes>
+    where
+        F: FnOnce(SharedClock) -> Fut,
+        Fut: Future<Output = Option<(Arc<dyn Backend>, Arc<dyn Backend>)>>,
+    {
+        let clock = FrozenClock::new(START);
+        let (a, b) = factory(clock.clone()).await?;
+        let harness = |backend| Harness {
+            backend,
+            clock: clock.clone(),
+        };
+        Some(Nodes {
+            a: harness(a),
+            b: harness(b),
+        })
+    }
+}
+
+/// Six consumers, three per node, drain one group: every event is acked
+/// once, none is held by two consumers at a time, and both nodes see the
+/// group caught up.
+pub async fn two_nodes_ack_every_event_exactly_once(n: &Nodes) {
+    const EVENTS: usize = 1000;
+    let s = n.a.stream("orders", 4).await;
+    let g = n.b.group(&s, "billing").await;
+    let mut ids = HashSet::new();
+    for chunk in 0..EVENTS / 100 {
+        let batch = (0..100)
+            .map(|i| EventInput {
+                key: Some(format!("k{}", chunk * 100 + i)),
+                ..EventInput::default()
+            })
+            .collect();
+        for event in n.a.append_inputs(&s, batch).await {
+            ids.insert(event.id);
+        }
+    }
+
+    let held = Arc::new(Mutex::new(HashSet::new()));
+    let acked: Arc<Mutex<HashMap<EventId, usize>>> = Arc::default();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for (node, backend) in [&n.a.backend, &n.b.backend].into_iter().enumerate() {
+        for w in 0..3 {
+            let (backend, s, g) = (backend.clone(), s.clone(), g.clone());
+            let (held, acked, done) = (held.clone(), acked.clone(), done.clone());
+            workers.push(tokio::spawn(async move {
+                let consumer = cid(&format!("node{node}-w{w}"));
+                while done.load(Ordering::SeqCst) < EVENTS {
+                    let leases = backend
+                        .fetch(FetchRequest {
+                            stream: s.clone(),
+                            group: g.clone(),
+                            limit: 1 + rand::random::<u32>() % 25,
+                            consumer_id: consumer.clone(),
+                            lease_ms: 60_000,
+                            partitions: Partitions::All,
+                        })
+                        .await
+                        .expect("fetch");
+                    if leases.is_empty() {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    for lease in &leases {
+                        let first = held.lock().insert(lease.event_id.clone());
+                        assert!(first, "{} leased to two consumers", lease.event_id);
+                    }
+                    for lease in leases {
+                        let id = lease.event_id.clone();
+                        backend.ack(&s, &g, lease.into_target()).await.expect("ack");
+                        held.lock().remove(&id);
+                        *acked.lock().entry(id).or_insert(0) += 1;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    }
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let acked = acked.lock().clone();
+    assert!(acked.values().all(|n| *n == 1), "each event acked once");
+    assert_eq!(acked.into_keys().collect::<HashSet<_>>(), ids);
+    for node in [&n.a, &n.b] {
+        let lag = node.lag(&s, &g).await;
+        assert_eq!((lag.lag, lag.inflight, lag.pending), (0, 0, 0));
+    }
+}
+
+/// The same id appended on both nodes at once is stored once: one node
+/// gets it as new, the other as a duplicate, with the same sequence.
+pub async fn concurrent_appends_of_one_id_store_it_once(n: &Nodes) {
+    let s = n.a.stream("s", 2).await;
+    for round in 0..20 {
+        let input = EventInput {
+            id: Some(EventId::parse(format!("e-{round}")).unwrap()),
+            key: Some(format!("k{round}")),
+            ..EventInput::default()
+        };
+        let (a, b) = tokio::join!(
+            n.a.backend.append(&s, vec![input.clone()]),
+            n.b.backend.append(&s, vec![input]),
+        );
+        let (a, b) = (
+            a.expect("append on a").remove(0),
+            b.expect("append on b").remove(0),
+        );
+        assert_ne!(
+            a.duplicate, b.duplicate,
+            "round {round}: exactly one is new"
+        );
+        assert_eq!(a.event, b.event, "round {round}: both see the stored event");
+    }
+    let stream = n.b.backend.get_stream(&s).await.expect("get stream");
+    assert_eq!(stream.high_watermarks.iter().sum::<u64>(), 20);
+}
+
+/// An append on one node wakes a subscriber on the other, where the store
+/// carries wake-ups between processes.
+pub async fn an_append_on_one_node_wakes_the_other(n: &Nodes) {
+    if !n.b.backend.capabilities().cross_process_wakeups {
+        return;
+    }
+    let s = n.a.stream("s", 1).await;
+    n.b.backend
+        .get_stream(&s)
+        .await
+        .expect("the other node sees the stream");
+    let mut w = n.b.backend.subscribe(&s);
+    w.mark_seen();
+    n.a.append_n(&s, 1).await;
+    tokio::time::timeout(Duration::from_secs(10), w.changed())
+        .await
+        .expect("an append on node a wakes node b");
+}
+
+/// A group created on one node is served by the other.
+pub async fn a_group_created_on_one_node_is_served_by_the_other(n: &Nodes) {
+    n.a.backend
+        .create_stream(CreateStream {
+            name: sn("s"),
+            partition_count: 1,
+        })
+        .await
+        .expect("create stream");
+    n.a.backend
+        .create_group(&sn("s"), GroupSpec::new(gn("g")))
+        .await
+        .expect("create group");
+    n.a.append_n(&sn("s"), 2).await;
+    let leases = n.b.fetch(&sn("s"), &gn("g"), 10).await;
+    assert_eq!(leases.len(), 2);
+    let groups =
+        n.b.backend
+            .list_groups(&sn("s"))
+            .await
+            .expect("list groups");
+    assert_eq!(groups.len(), 1);
+}
+
+/// Expands to one `#[tokio::test]` per shared-store check for a factory
+/// `async fn(SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)>`
+/// that opens two backends on one store.
+#[macro_export]
+macro_rules! shared_store_conformance {
+    ($factory:path) => {
+        $crate::__shared_store_tests!($factory [
+            two_nodes_ack_every_event_exactly_once,
+            concurrent_appends_of_one_id_store_it_once,
+            an_append_on_one_node_wakes_the_other,
+            a_group_created_on_one_node_is_served_by_the_other,
+        ]);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __shared_store_tests {
+    ($factory:path [ $($check:ident),* $(,)? ]) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                use $crate::backend::conformance::nodes;
+                if let Some(n) = nodes::Nodes::start($factory).await {
+                    nodes::$check(&n).await;
+                }
+            }
+        )*
+    };
+}

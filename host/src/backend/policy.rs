@@ -1,0 +1,290 @@
+//! The semantic rules every backend follows, as pure functions.
+//!
+//! A backend stores and makes atomic; it decides nothing on its own. Where a
+//! batch of events lands and which of its ids are new, where a group starts,
+//! what an ack, nack or reject writes, when an expired lease is poison, how
+//! claims are shared among partitions, where the frontier stands and how lag
+//! adds up: each is decided here once, table-tested here, and called by the
+//! memory backend and the SQL engine alike (and by any store added later).
+//! The rules themselves are described in `docs/groups.md` and `docs/log.md`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::{Error, Result};
+use crate::model::{
+    EventId, EventInput, Group, GroupName, Lag, PartitionLag, SettleOp, StartAfter, StartPosition,
+    StreamName, Timestamp, backoff_ms, route,
+};
+
+/// Validates every input of an append batch and picks its partition
+/// (`docs/log.md#append`); one bad event refuses the whole batch.
+pub(crate) fn route_batch(
+    events: Vec<EventInput>,
+    partition_count: u32,
+) -> Result<Vec<(EventInput, u32)>> {
+    events
+        .into_iter()
+        .map(|input| {
+            input.validate()?;
+            let partition = route(&input, partition_count)?;
+            Ok((input, partition))
+        })
+        .collect()
+}
+
+/// Which inputs of a routed batch are new, and how many sequences each
+/// partition needs.
+#[derive(Debug)]
+pub(crate) struct AppendPlan {
+    /// Per input: true when it must be written (false: its id is known, or
+    /// repeats an earlier input of the batch; either way it is a duplicate).
+    pub(crate) fresh: Vec<bool>,
+    /// New events per partition.
+    pub(crate) per_partition: BTreeMap<u32, u64>,
+}
+
+/// Plans a routed batch given the ids that already exist in the stream.
+pub(crate) fn plan_append(routed: &[(EventInput, u32)], known: &HashSet<EventId>) -> AppendPlan {
+    let mut seen: HashSet<&EventId> = HashSet::new();
+    let mut per_partition = BTreeMap::new();
+    let fresh = routed
+        .iter()
+        .map(|(input, partition)| {
+            let fresh = match &input.id {
+                Some(id) => !known.contains(id) && seen.insert(id),
+                None => true,
+            };
+            if fresh {
+                *per_partition.entry(*partition).or_insert(0) += 1;
+            }
+            fresh
+        })
+        .collect();
+    AppendPlan {
+        fresh,
+        per_partition,
+    }
+}
+
+/// Checks a start position against the stream (`docs/groups.md#groups-and-start-positions`):
+/// a per-partition map may only name partitions the stream has. Returns
+/// the instant whose per-partition [`Marks`] the caller must look up before
+/// calling [`start_points`], for a `start_at`.
+pub(crate) fn start_lookup(
+    start: &StartPosition,
+    partition_count: u32,
+) -> Result<Option<Timestamp>> {
+    match start {
+        StartPosition::After(StartAfter::PerPartition(map)) => {
+            match map.keys().find(|p| **p >= partition_count) {
+                Some(p) => Err(Error::InvalidPartition {
+                    partition: *p,
+                    partition_count,
+                }),
+                None => Ok(None),
+            }
+        }
+        StartPosition::At(t) => Ok(Some(*t)),
+        StartPosition::Beginning | StartPosition::After(StartAfter::All(_)) => Ok(None),
+    }
+}
+
+/// What a `start_at` needs to know of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Marks {
+    /// The first sequence whose timestamp is at or after the instant.
+    pub(crate) first_at_or_after: Option<u64>,
+    /// The partition's last sequence.
+    pub(crate) high_watermark: u64,
+}
+
+/// The exclusive start sequence of every partition: the group's cursor
+/// starts one past it, and so does its frontier. `marks[p]` is read only
+/// for a `start_at` (see [`start_lookup`]); a partition with no event at or
+/// after the instant starts at its end, so only new events reach the group.
+pub(crate) fn start_points(
+    start: &StartPosition,
+    partition_count: u32,
+    marks: &[Marks],
+) -> Vec<u64> {
+    (0..partition_count)
+        .map(|p| match start {
+            StartPosition::Beginning => 0,
+            StartPosition::After(after) => after.for_partition(p),
+            StartPosition::At(_) => {
+                let m = marks.get(p as usize).copied().unwrap_or_default();
+                m.first_at_or_after.map_or(m.high_watermark, |seq| seq - 1)
+            }
+        })
+        .collect()
+}
+
+/// A group's retry policy, as settles and the poison guard need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupConfig {
+    pub(crate) max_attempts: u32,
+    pub(crate) retry_backoff_ms: Vec<u64>,
+}
+
+impl From<&Group> for GroupConfig {
+    fn from(g: &Group) -> Self {
+        Self {
+            max_attempts: g.max_attempts,
+            retry_backoff_ms: g.retry_backoff_ms.clone(),
+        }
+    }
+}
+
+/// The write a settle operation turns into (`docs/groups.md#settle-policy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// Terminal: acked.
+    Ack,
+    /// Back to available, due at `due` (`None`: claimable at once).
+    Retry {
+        due: Option<Timestamp>,
+        reason: String,
+    },
+    /// Terminal: dead-lettered with this reason.
+    Dead(String),
+}
+
+impl Write {
+    /// Whether the write makes the delivery claimable right away (so
+    /// waiting consumers should be woken).
+    pub(crate) fn requeues(&self) -> bool {
+        matches!(self, Write::Retry { due: None, .. })
+    }
+}
+
+/// What `op` on a leased delivery at `attempt` writes under `config`.
+pub(crate) fn settle_write(
+    op: SettleOp,
+    attempt: u32,
+    config: &GroupConfig,
+    now: Timestamp,
+) -> Write {
+    match op {
+        SettleOp::Ack => Write::Ack,
+        SettleOp::Reject { reason } => Write::Dead(reason.unwrap_or_else(|| "rejected".into())),
+        SettleOp::Nack { reason, delay_ms } => {
+            let reason = reason.unwrap_or_else(|| "retry".into());
+            if attempt >= config.max_attempts {
+                return Write::Dead(format!("max_attempts: {reason}"));
+            }
+            let delay = delay_ms.unwrap_or_else(|| backoff_ms(&config.retry_backoff_ms, attempt));
+            Write::Retry {
+                due: (delay > 0).then(|| now.add_ms(delay)),
+                reason,
+            }
+        }
+    }
+}
+
+/// The dead-letter reason of the poison guard (`docs/groups.md#poison-guard`).
+pub(crate) const POISON_REASON: &str = "max_attempts_expired";
+
+/// Whether an expired lease on its `attempt`th claim is poison: it goes to
+/// the dead letters instead of being claimed again. SQL stores apply the
+/// same comparison in their statement (`attempt >= max_attempts`).
+pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
+    attempt >= max_attempts
+}
+
+/// Shares `limit` claims among partitions one at a time in rotation,
+/// starting at `first` (an index into `capacity`): `capacity[i]` is how
+/// many partition `i` can give. Returns how many to take from each
+/// (`docs/groups.md#claims`).
+pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec<usize> {
+    let n = capacity.len();
+    let mut take = vec![0; n];
+    let mut left = limit;
+    let mut progressed = true;
+    while left > 0 && progressed {
+        progressed = false;
+        for step in 0..n {
+            let i = (first + step) % n;
+            if left > 0 && take[i] < capacity[i] {
+                take[i] += 1;
+                left -= 1;
+                progressed = true;
+            }
+        }
+    }
+    take
+}
+
+/// How many deliveries a partition can give a fetch: its claimable ones
+/// plus the events past the cursor that have none yet.
+pub(crate) fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64) -> usize {
+    let unseen = high_watermark.saturating_sub(cursor.saturating_sub(1));
+    claimable.saturating_add(usize::try_from(unseen).unwrap_or(usize::MAX))
+}
+
+/// The frontier of a partition (`docs/groups.md#frontier-and-lag`): one
+/// less than its lowest open delivery, or than the cursor when none is
+/// open. Every sequence below the cursor that belongs to the group has a
+/// delivery; one without lies before the group's start and counts as settled.
+pub(crate) fn frontier(first_open: Option<u64>, cursor: u64) -> u64 {
+    first_open.unwrap_or(cursor).min(cursor).saturating_sub(1)
+}
+
+/// Open deliveries of one partition, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OpenCounts {
+    /// Lowest open (available or leased) sequence.
+    pub(crate) first_open: Option<u64>,
+    /// Leased, expired or not.
+    pub(crate) leased: u64,
+    /// Available and never delivered.
+    pub(crate) fresh: u64,
+    /// Available but not due yet.
+    pub(crate) waiting: u64,
+}
+
+/// Builds a [`Lag`] partition by partition.
+#[derive(Debug)]
+pub(crate) struct LagBuilder {
+    pub(crate) lag: Lag,
+}
+
+impl LagBuilder {
+    pub(crate) fn new(stream: &StreamName, group: &GroupName) -> Self {
+        Self {
+            lag: Lag {
+                stream: stream.clone(),
+                group: group.clone(),
+                lag: 0,
+                partitions: BTreeMap::new(),
+                pending: 0,
+                inflight: 0,
+                waiting_retry: 0,
+                oldest_unacked_age_ms: None,
+            },
+        }
+    }
+
+    /// Adds a partition with cursor `cursor` and high watermark `hw`;
+    /// returns its frontier. Pending counts the events past the cursor and
+    /// the available deliveries never handed out.
+    pub(crate) fn add(&mut self, partition: u32, cursor: u64, hw: u64, open: OpenCounts) -> u64 {
+        let frontier = frontier(open.first_open, cursor);
+        let entry = PartitionLag::new(frontier, hw);
+        self.lag.lag += entry.lag;
+        self.lag.partitions.insert(partition, entry);
+        self.lag.pending += hw.saturating_sub(cursor.saturating_sub(1)) + open.fresh;
+        self.lag.inflight += open.leased;
+        self.lag.waiting_retry += open.waiting;
+        frontier
+    }
+
+    /// Records the timestamp of a partition's first unsettled event.
+    pub(crate) fn unsettled_since(&mut self, event_time: Timestamp, now: Timestamp) {
+        let age = now.ms_since(event_time);
+        self.lag.oldest_unacked_age_ms =
+            Some(self.lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! Table tests of the shared rules.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::*;
+use crate::model::{EventId, EventInput, SettleOp, StartAfter, StartPosition, Timestamp};
+
+fn input(id: Option<&str>) -> EventInput {
+    EventInput {
+        id: id.map(|i| EventId::parse(i).unwrap()),
+        ..EventInput::default()
+    }
+}
+
+#[test]
+fn known_and_repeated_ids_are_not_fresh() {
+    let routed = vec![
+        (input(Some("a")), 0),
+        (input(Some("b")), 1),
+        (input(Some("a")), 0),
+        (input(None), 1),
+    ];
+    let known = HashSet::from([EventId::parse("b").unwrap()]);
+    let plan = plan_append(&routed, &known);
+    assert_eq!(plan.fresh, [true, false, false, true]);
+    assert_eq!(plan.per_partition, BTreeMap::from([(0, 1), (1, 1)]));
+}
+
+#[test]
+fn a_batch_routes_by_partition_then_key_then_zero_and_refuses_as_a_whole() {
+    let keyed = EventInput {
+        key: Some("customer-7".into()),
+        ..EventInput::default()
+    };
+    let pinned = EventInput {
+        partition: Some(2),
+        ..EventInput::default()
+    };
+    let routed = route_batch(vec![pinned.clone(), keyed.clone(), input(None)], 4).unwrap();
+    let partitions: Vec<u32> = routed.iter().map(|(_, p)| *p).collect();
+    let by_key = crate::model::kafka_partition(b"customer-7", 4);
+    assert_eq!(partitions, [2, by_key, 0]);
+
+    let outside = EventInput {
+        partition: Some(4),
+        ..EventInput::default()
+    };
+    let err = route_batch(vec![keyed, outside], 4).unwrap_err();
+    assert_eq!(err.code(), "invalid_partition");
+}
+
+#[test]
+fn settle_writes_follow_attempts_reasons_and_backoff() {
+    let config = GroupConfig {
+        max_attempts: 3,
+        retry_backoff_ms: vec![100, 250],
+    };
+    let now = Timestamp::from_millis(1000);
+    let nack = |reason: Option<&str>, delay| SettleOp::Nack {
+        reason: reason.map(Into::into),
+        delay_ms: delay,
+    };
+    let retry = |due: Option<i64>, reason: &str| Write::Retry {
+        due: due.map(Timestamp::from_millis),
+        reason: reason.into(),
+    };
+    // (operation, attempt, expected write)
+    let table = [
+        (SettleOp::Ack, 1, Write::Ack),
+        (SettleOp::Ack, 3, Write::Ack),
+        (nack(None, None), 1, retry(Some(1100), "retry")),
+        (nack(Some("busy"), None), 2, retry(Some(1250), "busy")),
+        (nack(None, Some(0)), 2, retry(None, "retry")),
+        (nack(None, Some(5)), 1, retry(Some(1005), "retry")),
+        (
+            nack(Some("busy"), None),
+            3,
+            Write::Dead("max_attempts: busy".into()),
+        ),
+        (
+            nack(None, Some(0)),
+            4,
+            Write::Dead("max_attempts: retry".into()),
+        ),
+        (
+            SettleOp::Reject { reason: None },
+            1,
+            Write::Dead("rejected".into()),
+        ),
+        (
+            SettleOp::Reject {
+                reason: Some("bad total".into()),
+            },
+            2,
+            Write::Dead("bad total".into()),
+        ),
+    ];
+    for (op, attempt, expected) in table {
+        let label = format!("{op:?} at attempt {attempt}");
+        assert_eq!(settle_write(op, attempt, &config, now), expected, "{label}");
+    }
+    let immediate = GroupConfig {
+        max_attempts: 5,
+        retry_backoff_ms: vec![],
+    };
+    let write = settle_write(nack(None, None), 1, &immediate, now);
+    assert_eq!(write, retry(None, "retry"));
+    assert!(write.requeues());
+    assert!(!retry(Some(1), "x").requeues());
+}
+
+#[test]
+fn the_poison_guard_takes_the_last_attempt() {
+    assert!(!poisoned(1, 3));
+    assert!(!poisoned(2, 3));
+    assert!(poisoned(3, 3));
+    assert!(poisoned(4, 3));
+    assert_eq!(POISON_REASON, "max_attempts_expired");
+}
+
+#[test]
+fn start_points_per_position() {
+    let marks = [
+        Marks {
+            first_at_or_after: Some(4),
+            high_watermark: 9,
+        },
+        Marks {
+            first_at_or_after: None,
+            high_watermark: 7,
+        },
+    ];
+    let at = StartPosition::At(Timestamp::from_millis(5));
+    let per = StartPosition::After(StartAfter::PerPartition(BTreeMap::from([(1, 3)])));
+    // (start, expected exclusive start per partition)
+    let table = [
+        (StartPosition::Beginning, vec![0, 0]),
+        (StartPosition::After(StartAfter::All(5)), vec![5, 5]),
+        (per.clone(), vec![0, 3]),
+        (at.clone(), vec![3, 7]),
+    ];
+    for (start, expected) in table {
+        assert_eq!(start_points(&start, 2, &marks), expected, "{start:?}");
+    }
+    assert_eq!(
+        start_lookup(&at, 2).unwrap(),
+        Some(Timestamp::from_millis(5))
+    );
+    assert_eq!(start_lookup(&per, 2).unwrap(), None);
+    assert_eq!(
+        start_lookup(&per, 1).unwrap_err().code(),
+        "invalid_partition"
+    );
+}
+
+#[test]
+fn round_robin_shares_fairly_and_rotates() {
+    assert_eq!(round_robin(&[10, 10], 2, 0), [1, 1]);
+    assert_eq!(round_robin(&[10, 10], 1, 0), [1, 0]);
+    assert_eq!(round_robin(&[10, 10], 1, 1), [0, 1]);
+    assert_eq!(round_robin(&[1, 10, 0], 6, 0), [1, 5, 0]);
+    assert_eq!(round_robin(&[2, 2], 10, 0), [2, 2]);
+    assert_eq!(round_robin(&[], 3, 0), Vec::<usize>::new());
+    assert_eq!(
+        claim_capacity(2, 4, 10),
+        9,
+        "2 claimable + sequences 4..=10"
+    );
+    assert_eq!(claim_capacity(0, 11, 10), 0);
+}
+
+#[test]
+fn frontier_and_lag_add_up() {
+    assert_eq!(frontier(None, 1), 0);
+    assert_eq!(frontier(None, 8), 7);
+    assert_eq!(frontier(Some(3), 8), 2);
+    assert_eq!(frontier(Some(9), 8), 7, "never past the cursor");
+
+    let (s, g) = (
+        crate::model::StreamName::parse("s").unwrap(),
+        crate::model::GroupName::parse("g").unwrap(),
+    );
+    let mut lag = LagBuilder::new(&s, &g);
+    let open = OpenCounts {
+        first_open: Some(3),
+        leased: 1,
+        fresh: 2,
+        waiting: 1,
+    };
+    assert_eq!(lag.add(0, 6, 10, open), 2);
+    assert_eq!(lag.add(1, 4, 3, OpenCounts::default()), 3);
+    lag.unsettled_since(Timestamp::from_millis(100), Timestamp::from_millis(600));
+    lag.unsettled_since(Timestamp::from_millis(400), Timestamp::from_millis(600));
+    let lag = lag.lag;
+    assert_eq!(lag.lag, 8, "partition 0: 10 - 2; partition 1: caught up");
+    assert_eq!(lag.pending, 5 + 2, "sequences 6..=10 plus two fresh");
+    assert_eq!((lag.inflight, lag.waiting_retry), (1, 1));
+    assert_eq!(lag.oldest_unacked_age_ms, Some(500));
+}

@@ -1,0 +1,229 @@
+//! Claims and lease renewal (`docs/groups.md#claims`,
+//! `docs/groups.md#leases-and-fencing`).
+//!
+//! A fetch runs in one write transaction: the poison guard first, then the
+//! claimable deliveries of each selected partition (locked, where the
+//! dialect locks, skipping rows other fetchers hold), then the cursor rows
+//! (locked in partition order, so one fetcher at a time creates deliveries
+//! in a partition). The shares per partition come from the shared
+//! round-robin; re-claims and new deliveries are written in one statement
+//! each, and the cursors move past the new ones. Lock order — delivery
+//! rows, then cursor rows in partition order — keeps concurrent
+//! transactions deadlock-free.
+
+use std::sync::Arc;
+
+use super::engine::{exec, one, rows};
+use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
+use super::{partitions, small};
+use crate::backend::policy::{POISON_REASON, claim_capacity, round_robin};
+use crate::backend::{Error, FetchRequest, RenewRequest, Result};
+use crate::model::{ConsumerId, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp};
+
+/// Positions and fresh lease ids as the columns `fetch_claim.sql` and
+/// `fetch_materialize.sql` take.
+#[derive(Debug, Default)]
+struct Claims {
+    partition: Vec<i32>,
+    sequence: Vec<i64>,
+    lease_id: Vec<String>,
+}
+
+impl Claims {
+    fn push(&mut self, partition: u32, sequence: u64) {
+        self.partition.push(partition as i32);
+        self.sequence.push(int(sequence));
+        self.lease_id.push(LeaseId::generate().as_str().to_owned());
+    }
+
+    fn rows(&self) -> Arg<'static> {
+        Arg::Rows(vec![
+            Column::I32(self.partition.clone()),
+            Column::I64(self.sequence.clone()),
+            Column::Text(self.lease_id.clone()),
+        ])
+    }
+}
+
+/// A leased delivery as the fencing check sees it.
+pub(super) struct Held {
+    pub(super) partition: u32,
+    pub(super) sequence: u64,
+    pub(super) attempt: u32,
+    pub(super) consumer_id: Option<String>,
+    pub(super) leased_at: Option<Timestamp>,
+}
+
+impl<D: Dialect> SqlBackend<D> {
+    pub(super) async fn fetch_tx(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        req.validate()?;
+        let meta = self.meta(&req.stream).await?;
+        let now = self.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Write).await?;
+        let config = self.group_config(&mut tx, s, g).await?;
+        let selected = req.partitions.resolve(meta.partition_count)?;
+        if selected.is_empty() {
+            return Ok(Vec::new());
+        }
+        let max = small(config.max_attempts);
+        let poison = args![s, g, now, max, partitions(&selected), POISON_REASON];
+        exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
+        let args = args![s, g, partitions(&selected), now, small(req.limit)];
+        let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
+        for row in rows::<D>(&mut tx, Statement::fetch_candidates, args).await? {
+            let p = row.u32(0)?;
+            if let Ok(i) = selected.binary_search(&p) {
+                claimable[i].push(row.u64(1)?);
+            }
+        }
+        let args = args![s, g, partitions(&selected)];
+        let mut cursors = vec![(1, 0); selected.len()];
+        for row in rows::<D>(&mut tx, Statement::fetch_lock_cursors, args).await? {
+            if let Ok(i) = selected.binary_search(&row.u32(0)?) {
+                cursors[i] = (row.u64(1)?, row.u64(2)?);
+            }
+        }
+
+        let capacity: Vec<usize> = claimable
+            .iter()
+            .zip(&cursors)
+            .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
+            .collect();
+        let first = self.rotate(s, g) % selected.len();
+        let quotas = round_robin(&capacity, req.limit as usize, first);
+
+        let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
+        let (mut moved, mut to) = (Vec::new(), Vec::new());
+        for (i, &p) in selected.iter().enumerate() {
+            let take = quotas[i].min(claimable[i].len());
+            for &seq in &claimable[i][..take] {
+                reclaim.push(p, seq);
+            }
+            let cursor = cursors[i].0;
+            let new = (quotas[i] - take) as u64;
+            for seq in cursor..cursor + new {
+                fresh.push(p, seq);
+            }
+            moved.push(p as i32);
+            to.push(int(cursor + new));
+        }
+        let leased = || args![s, g, &req.consumer_id, now, expires_at];
+        let mut claimed = Vec::with_capacity(reclaim.partition.len() + fresh.partition.len());
+        if !reclaim.partition.is_empty() {
+            let mut args = leased();
+            args.push(reclaim.rows());
+            for row in rows::<D>(&mut tx, Statement::fetch_claim, args).await? {
+                claimed.push(((row.u32(0)?, row.u64(1)?), row.u32(2)?, row.text(3)?));
+            }
+        }
+        if !fresh.partition.is_empty() {
+            self.dialect
+                .wrote(Table::Deliveries, fresh.partition.len() as u64);
+            let mut args = leased();
+            args.push(fresh.rows());
+            exec::<D>(&mut tx, Statement::fetch_materialize, args).await?;
+            for i in 0..fresh.partition.len() {
+                let position = (fresh.partition[i] as u32, fresh.sequence[i] as u64);
+                claimed.push((position, 1, std::mem::take(&mut fresh.lease_id[i])));
+            }
+        }
+        // Every selected partition: the cursor past the new deliveries (and
+        // where the dialect keeps one, the scan floor up to the lowest open
+        // delivery).
+        let moved = Arg::Rows(vec![Column::I32(moved), Column::I64(to)]);
+        exec::<D>(&mut tx, Statement::advance_cursors, args![s, g, moved]).await?;
+
+        let positions: Vec<(u32, u64)> = claimed.iter().map(|(pos, _, _)| *pos).collect();
+        let mut events = Self::events_at(&mut tx, s, &positions).await?;
+        Self::commit(tx).await?;
+        let mut leases = Vec::with_capacity(claimed.len());
+        for ((p, seq), attempt, lease_id) in claimed {
+            let event = events
+                .remove(&(p, seq))
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            let lease_id = LeaseId::parse(lease_id).map_err(|e| super::corrupt("lease id", e))?;
+            leases.push(Lease {
+                receipt: Some(lease_id.as_str().to_owned()),
+                lease_id,
+                stream: s.clone(),
+                group: g.clone(),
+                event_id: event.id.clone(),
+                consumer_id: req.consumer_id.clone(),
+                attempt,
+                leased_at: now,
+                expires_at,
+                event: Arc::new(event),
+            });
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok(leases)
+    }
+
+    /// The fencing check: the delivery must be leased under `target`.
+    /// The outer error is the call's; the inner one the item's.
+    pub(super) async fn fence(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        target: &SettleTarget,
+    ) -> Result<Result<Held>> {
+        let args = args![s, g, &target.event_id];
+        let Some(row) = one::<D>(conn, Statement::delivery_by_event, args).await? else {
+            return Ok(Err(Error::StaleLease));
+        };
+        let status = row.text(2)?;
+        let lease_id = row.opt_text(4)?;
+        if status != "leased" || lease_id.as_deref() != Some(target.lease_id.as_str()) {
+            return Ok(Err(Error::StaleLease));
+        }
+        if let Some(receipt) = &target.receipt
+            && receipt != target.lease_id.as_str()
+        {
+            return Ok(Err(Error::ReceiptMismatch));
+        }
+        Ok(Ok(Held {
+            partition: row.u32(0)?,
+            sequence: row.u64(1)?,
+            attempt: row.u32(3)?,
+            consumer_id: row.opt_text(5)?,
+            leased_at: row.opt_ts(6)?,
+        }))
+    }
+
+    pub(super) async fn renew_tx(&self, req: RenewRequest) -> Result<Lease> {
+        req.validate()?;
+        self.meta(&req.stream).await?;
+        let now = self.now();
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Write).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let held = Self::fence(&mut tx, s, g, &req.target).await??;
+        let expires_at = now.add_ms(req.lease_ms);
+        let (t, p, seq) = (&req.target, small(held.partition), big(held.sequence));
+        let args = args![s, g, &t.event_id, &t.lease_id, expires_at, p, seq];
+        if exec::<D>(&mut tx, Statement::renew, args).await? != 1 {
+            return Err(Error::StaleLease);
+        }
+        let position = (held.partition, held.sequence);
+        let event = Self::events_at(&mut tx, s, &[position])
+            .await?
+            .remove(&position)
+            .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+        Self::commit(tx).await?;
+        Ok(Lease {
+            receipt: Some(req.target.lease_id.as_str().to_owned()),
+            lease_id: req.target.lease_id,
+            stream: req.stream,
+            group: req.group,
+            event_id: event.id.clone(),
+            consumer_id: ConsumerId::parse(held.consumer_id.unwrap_or_default())
+                .map_err(|e| super::corrupt("consumer id", e))?,
+            attempt: held.attempt,
+            leased_at: held.leased_at.unwrap_or(now),
+            expires_at,
+            event: Arc::new(event),
+        })
+    }
+}

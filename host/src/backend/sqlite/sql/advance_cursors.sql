@@ -1,0 +1,5 @@
+-- The end of a fetch: each cursor moves past the deliveries just created.
+-- (SQLite keeps no scan floor: see migrations/sqlite/0003_scan_floors.sql.)
+UPDATE rheo_group_partitions SET cursor = c.value ->> 1
+FROM json_each(?3) AS c
+WHERE stream = ?1 AND group_name = ?2 AND partition = c.value ->> 0 AND cursor <> c.value ->> 1

@@ -1,2 +1,0 @@
-SELECT partition, sequence, id, key, type, ts, payload, metadata
-FROM rheo_events WHERE stream = ?1 AND id = ?2

@@ -1,0 +1,2 @@
+-- Nothing to lock: BEGIN IMMEDIATE already holds the database's write lock,
+-- so appends are serialized and commit in sequence order.

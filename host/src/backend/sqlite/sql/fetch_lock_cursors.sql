@@ -1,0 +1,6 @@
+-- No row locks: BEGIN IMMEDIATE already serializes every fetch.
+SELECT gp.partition, gp.cursor, p.high_watermark
+FROM rheo_group_partitions gp
+JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
+WHERE gp.stream = ?1 AND gp.group_name = ?2 AND gp.partition IN (SELECT value FROM json_each(?3))
+ORDER BY gp.partition

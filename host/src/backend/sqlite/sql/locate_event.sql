@@ -1,1 +1,0 @@
-SELECT partition, sequence FROM rheo_events WHERE stream = ?1 AND id = ?2

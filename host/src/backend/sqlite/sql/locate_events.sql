@@ -1,0 +1,2 @@
+SELECT id, partition, sequence FROM rheo_events
+WHERE stream = ?1 AND id IN (SELECT value FROM json_each(?2))

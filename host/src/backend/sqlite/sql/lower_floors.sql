@@ -1,0 +1,3 @@
+-- Nothing to do: SQLite keeps no scan floor (its partial index drops an
+-- entry in the statement that moves the row out of it; see
+-- migrations/sqlite/0003_scan_floors.sql).

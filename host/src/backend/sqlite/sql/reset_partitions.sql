@@ -1,0 +1,2 @@
+DELETE FROM rheo_deliveries
+WHERE stream = ?1 AND group_name = ?2 AND partition IN (SELECT value FROM json_each(?3))

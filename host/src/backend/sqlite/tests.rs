@@ -1,0 +1,121 @@
+//! SQLite tests: the shared conformance suite on a database file (WAL,
+//! the real writer and reader pools), the in-memory variant, and restart.
+
+use std::sync::Arc;
+
+use super::SqliteBackend;
+use crate::backend::{Backend, CreateStream, DeadLettersRequest, FetchRequest, Partitions};
+use crate::clock::{FrozenClock, SharedClock};
+use crate::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName, Timestamp};
+
+async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+    let backend = SqliteBackend::open_temporary(clock)
+        .await
+        .expect("open a SQLite database file");
+    Some(Arc::new(backend))
+}
+
+crate::backend_conformance!(factory);
+
+fn names() -> (StreamName, GroupName) {
+    (
+        StreamName::parse("orders").unwrap(),
+        GroupName::parse("billing").unwrap(),
+    )
+}
+
+fn fetch(limit: u32) -> FetchRequest {
+    let (s, g) = names();
+    FetchRequest {
+        stream: s,
+        group: g,
+        limit,
+        consumer_id: ConsumerId::parse("c1").unwrap(),
+        lease_ms: 60_000,
+        partitions: Partitions::All,
+    }
+}
+
+/// `sqlite::memory:` (one connection serves reads and writes) works too.
+#[tokio::test]
+async fn an_in_memory_database_serves_reads_and_writes() {
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let b = SqliteBackend::open("sqlite::memory:", clock, true)
+        .await
+        .unwrap();
+    let (s, g) = names();
+    b.create_stream(CreateStream {
+        name: s.clone(),
+        partition_count: 2,
+    })
+    .await
+    .unwrap();
+    b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+    b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
+    let leases = b.fetch(fetch(10)).await.unwrap();
+    assert_eq!(leases.len(), 3);
+    for lease in leases {
+        b.ack(&s, &g, lease.into_target()).await.unwrap();
+    }
+    let lag = b.lag(&s, &g, &Partitions::All).await.unwrap();
+    assert_eq!((lag.lag, lag.inflight), (0, 0));
+}
+
+/// A restarted process finds streams, events, groups, leases and dead
+/// letters as they were.
+#[tokio::test]
+async fn everything_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let (s, g) = names();
+    let (appended, held) = {
+        let b = SqliteBackend::open(&url, clock.clone(), true)
+            .await
+            .unwrap();
+        b.create_stream(CreateStream {
+            name: s.clone(),
+            partition_count: 2,
+        })
+        .await
+        .unwrap();
+        b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+        let appended = b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
+        let mut leases = b.fetch(fetch(2)).await.unwrap();
+        let rejected = leases.remove(0);
+        b.reject(&s, &g, rejected.target(), Some("bad".into()))
+            .await
+            .unwrap();
+        (appended, leases.remove(0))
+    };
+
+    let b = SqliteBackend::open(&url, clock.clone(), true)
+        .await
+        .unwrap();
+    let stream = b.get_stream(&s).await.unwrap();
+    assert_eq!(stream.partition_count, 2);
+    assert_eq!(stream.high_watermarks.iter().sum::<u64>(), 3);
+    let groups = b.list_groups(&s).await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].name, g);
+    let dead = b
+        .dead_letters(DeadLettersRequest {
+            stream: s.clone(),
+            group: g.clone(),
+            limit: 10,
+            after: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(dead.dead_letters.len(), 1);
+    assert_eq!(dead.dead_letters[0].reason, "bad");
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.inflight, info.dead_letters), (1, 1));
+    // The lease taken before the restart is still the live one.
+    b.ack(&s, &g, held.target()).await.unwrap();
+    let rest = b.fetch(fetch(2)).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    let mut ids: Vec<_> = appended.iter().map(|a| a.event.id.clone()).collect();
+    ids.retain(|id| *id == rest[0].event_id);
+    assert_eq!(ids.len(), 1, "the third event, unchanged");
+}
