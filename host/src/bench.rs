@@ -13,7 +13,6 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
-use crate::clock::{Clock, SystemClock};
 use crate::model::{
     ConsumerId, EventInput, GroupName, GroupSpec, HandlerName, Lease, SettleOp, Settlement,
     StreamName,
@@ -232,7 +231,6 @@ impl Handler for Timed {
 pub async fn through_handler(
     backend: Arc<dyn Backend>,
     handler: Arc<dyn Handler>,
-    digest: &str,
     workload: &HandlerWorkload,
     mut progress: impl FnMut(usize),
 ) -> Result<WorkloadResult> {
@@ -260,12 +258,10 @@ pub async fn through_handler(
     let runtime = Runtime::new(Arc::clone(&backend));
     let version = Version {
         number: 1,
-        digest: digest.to_owned(),
-        deployed_at: SystemClock.now(),
         handler: timed.clone(),
     };
     let start = Instant::now();
-    let deployed = runtime.deploy(name.clone(), settings, version).await;
+    let deployed = runtime.run(&name, settings, version, false).await;
     let mut counters = CountersSnapshot::default();
     let outcome = match deployed {
         Err(e) => Err(crate::backend::Error::Failed(format!(
@@ -273,10 +269,12 @@ pub async fn through_handler(
         ))),
         Ok(_) => loop {
             tokio::time::sleep(Duration::from_millis(2)).await;
-            match runtime.get(&name) {
-                Ok(status) => counters = status.counters,
-                Err(e) => {
-                    break Err(crate::backend::Error::Failed(e.to_string()));
+            match runtime.counters(&name) {
+                Some(running) => counters = running.snapshot(),
+                None => {
+                    break Err(crate::backend::Error::Failed(
+                        "the handler stopped running".into(),
+                    ));
                 }
             }
             progress(counters.processed as usize);

@@ -3,11 +3,11 @@
 //!
 //! Crate map:
 //! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
-//! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, the handlers directory and its watcher.
+//! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, versions, status and rollback (their one owner), the handlers directory and its watcher.
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
-//! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops, versions and hot swap.
+//! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops; runs the version it is given (hot swap), counts per version.
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).

@@ -224,7 +224,6 @@ impl BenchArgs {
             .load(bytes, None)
             .await
             .with_context(|| format!("{} is not a usable handler", path.display()))?;
-        let digest = module.digest().to_hex();
         let modes: &[InstanceMode] = match self.instance {
             InstanceChoice::Reuse => &[InstanceMode::Reuse],
             InstanceChoice::Fresh => &[InstanceMode::Fresh],
@@ -251,7 +250,6 @@ impl BenchArgs {
             let result = bench::through_handler(
                 std::sync::Arc::clone(store),
                 std::sync::Arc::new(runner),
-                &digest,
                 &workload,
                 |n| bar.set_position(n as u64),
             )

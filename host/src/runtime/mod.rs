@@ -27,10 +27,14 @@
 //!   was being written — so a durable store sees one transaction per batch,
 //!   not per delivery; each item keeps its own result. Retries and rejects
 //!   are written one by one.
-//! * **Versions.** The handler to call is read from an atomic cell at the
-//!   start of each delivery. Deploying a new version swaps the cell:
-//!   deliveries already running finish on the version they started with,
-//!   new ones get the new one. Nothing is paused for a swap.
+//! * **Versions.** The runtime runs the one version it was last given and
+//!   keeps no history: which version is current, which one a rollback
+//!   restores and whether a handler is paused are the caller's to know
+//!   ([`crate::handlers`] owns them) and to tell. The handler to call is
+//!   read from an atomic cell at the start of each delivery; running a new
+//!   version swaps the cell, so deliveries already running finish on the
+//!   version they started with and new ones get the new one. Nothing is
+//!   paused for a swap.
 //! * **Draining.** Stop fetching, let in-flight deliveries finish and
 //!   settle, bounded by a timeout; what is still running then is abandoned
 //!   and its leases expire (at-least-once: another consumer gets them).
@@ -48,11 +52,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use counters::{Counters, CountersSnapshot};
-pub use supervisor::{HandlerStatus, Runtime, RuntimeError};
+pub use supervisor::{Runtime, RuntimeError};
 pub use worker::{Worker, WorkerControl};
 
 use crate::backend::Partitions;
-use crate::model::{ConsumerId, GroupName, Lease, StreamName, Timestamp};
+use crate::model::{ConsumerId, GroupName, Lease, StreamName};
 use crate::settle::HandlerOutcome;
 
 /// Something that handles one delivery. The WebAssembly runner implements
@@ -63,15 +67,11 @@ pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
     async fn handle(&self, lease: &Lease) -> HandlerOutcome;
 }
 
-/// One deployed version of a handler.
+/// The code a handler runs, and the number its deliveries are counted under.
 #[derive(Debug, Clone)]
 pub struct Version {
-    /// 1 for the first deploy, then +1 per swap.
+    /// The version number the caller gave it (counters are kept per number).
     pub number: u64,
-    /// Content digest of what runs (sha256 hex for WebAssembly modules).
-    pub digest: String,
-    /// When it was deployed.
-    pub deployed_at: Timestamp,
     /// The code.
     pub handler: Arc<dyn Handler>,
 }

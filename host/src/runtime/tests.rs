@@ -2,6 +2,7 @@
 //! frozen clock. (The WebAssembly handlers are tested end to end with real
 //! guests in `wasm::tests` and the `tests/` crate.)
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
 
-use super::{Handler, HandlerSettings, Runtime, Version};
+use super::{CountersSnapshot, Handler, HandlerSettings, Runtime, Version};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, CreateStream, DeadLettersRequest, Partitions, Replay};
 use crate::clock::FrozenClock;
@@ -99,6 +100,14 @@ impl Env {
             .unwrap();
     }
 
+    fn counters(&self, h: &HandlerName) -> CountersSnapshot {
+        self.runtime.counters(h).expect("running").snapshot()
+    }
+
+    fn by_version(&self, h: &HandlerName) -> BTreeMap<u64, CountersSnapshot> {
+        self.runtime.counters(h).expect("running").by_version()
+    }
+
     async fn lag(&self) -> u64 {
         self.backend
             .lag(&self.stream, &self.group, &Partitions::All)
@@ -111,8 +120,6 @@ impl Env {
 fn version(number: u64, handler: impl Handler) -> Version {
     Version {
         number,
-        digest: format!("digest-{number}"),
-        deployed_at: Timestamp::EPOCH,
         handler: Arc::new(handler),
     }
 }
@@ -138,22 +145,23 @@ async fn acks_every_event_and_counts_them() {
     e.append(100).await;
     let h = name("echo");
     e.runtime
-        .deploy(
-            h.clone(),
+        .run(
+            &h,
             e.settings(),
             version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+            false,
         )
         .await
         .unwrap();
     eventually("all acked", async || e.lag().await == 0).await;
-    eventually("counted", async || {
-        e.runtime.get(&h).unwrap().counters.acked == 100
-    })
-    .await;
-    let status = e.runtime.get(&h).unwrap();
-    assert_eq!(status.counters.processed, 100);
-    assert_eq!(status.counters.inflight, 0);
-    assert_eq!((status.version, status.status), (1, "running"));
+    eventually("counted", async || e.counters(&h).acked == 100).await;
+    let counters = e.counters(&h);
+    assert_eq!((counters.processed, counters.inflight), (100, 0));
+    assert_eq!(
+        e.by_version(&h)[&1].acked,
+        100,
+        "counted under the version it ran"
+    );
     e.runtime.shutdown().await;
 }
 
@@ -173,13 +181,10 @@ async fn a_retry_with_a_delay_waits_for_the_clock() {
         }
     });
     e.runtime
-        .deploy(h.clone(), e.settings(), version(1, handler))
+        .run(&h, e.settings(), version(1, handler), false)
         .await
         .unwrap();
-    eventually("retried", async || {
-        e.runtime.get(&h).unwrap().counters.retried == 1
-    })
-    .await;
+    eventually("retried", async || e.counters(&h).retried == 1).await;
     let lag = e
         .backend
         .lag(&e.stream, &e.group, &Partitions::All)
@@ -188,7 +193,7 @@ async fn a_retry_with_a_delay_waits_for_the_clock() {
     assert_eq!(lag.waiting_retry, 1, "waiting on the frozen clock");
     e.clock.advance(5_000);
     eventually("acked on attempt 2", async || e.lag().await == 0).await;
-    let c = e.runtime.get(&h).unwrap().counters;
+    let c = e.counters(&h);
     assert_eq!((c.retried, c.acked, c.processed), (1, 1, 2));
     e.runtime.shutdown().await;
 }
@@ -230,7 +235,7 @@ async fn rejects_and_failures_reach_the_dead_letters() {
         _ => HandlerOutcome::Failed(HandlerFailure::Trap("boom".into())),
     });
     e.runtime
-        .deploy(h.clone(), e.settings(), version(1, handler))
+        .run(&h, e.settings(), version(1, handler), false)
         .await
         .unwrap();
     eventually("both dead", async || e.lag().await == 0).await;
@@ -250,11 +255,8 @@ async fn rejects_and_failures_reach_the_dead_letters() {
         reasons,
         ["max_attempts: handler_error: trap: boom", "poison event"]
     );
-    eventually("counted", async || {
-        e.runtime.get(&h).unwrap().counters.processed == 3
-    })
-    .await;
-    let c = e.runtime.get(&h).unwrap().counters;
+    eventually("counted", async || e.counters(&h).processed == 3).await;
+    let c = e.counters(&h);
     assert_eq!((c.rejected, c.trapped, c.retried), (1, 2, 2));
     e.runtime.shutdown().await;
 }
@@ -271,12 +273,12 @@ async fn a_lease_lost_mid_flight_is_not_settled() {
         started: started.clone(),
     };
     e.runtime
-        .deploy(h.clone(), e.settings(), version(1, handler))
+        .run(&h, e.settings(), version(1, handler), false)
         .await
         .unwrap();
     eventually("started", async || started.load(Ordering::SeqCst) == 1).await;
     // Paused first, so the worker does not claim the replayed delivery again.
-    e.runtime.pause(&h).unwrap();
+    e.runtime.set_paused(&h, true).unwrap();
     // An operator replays the group: the worker's lease is superseded.
     let n = e
         .backend
@@ -292,11 +294,8 @@ async fn a_lease_lost_mid_flight_is_not_settled() {
         .unwrap();
     assert_eq!(n, 1);
     gate.add_permits(1);
-    eventually("lost", async || {
-        e.runtime.get(&h).unwrap().counters.lost == 1
-    })
-    .await;
-    let c = e.runtime.get(&h).unwrap().counters;
+    eventually("lost", async || e.counters(&h).lost == 1).await;
+    let c = e.counters(&h);
     assert_eq!(c.acked, 0, "the stale result was dropped, not acked");
     assert_eq!(e.lag().await, 1, "the delivery is still open");
     e.runtime.shutdown().await;
@@ -316,35 +315,29 @@ async fn a_hot_swap_lets_in_flight_work_finish_on_the_old_version() {
         started: started.clone(),
     };
     e.runtime
-        .deploy(h.clone(), settings.clone(), version(1, v1))
+        .run(&h, settings.clone(), version(1, v1), false)
         .await
         .unwrap();
     eventually("v1 started", async || started.load(Ordering::SeqCst) == 1).await;
-    let status = e
-        .runtime
-        .deploy(
-            h.clone(),
+    e.runtime
+        .run(
+            &h,
             settings,
             version(2, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+            false,
         )
         .await
         .unwrap();
-    assert_eq!((status.version, status.previous_version), (2, Some(1)));
     e.append(3).await;
     gate.add_permits(1);
     eventually("all acked", async || e.lag().await == 0).await;
-    eventually("counted", async || {
-        e.runtime.get(&h).unwrap().counters.acked == 4
-    })
-    .await;
-    let by_version = e.runtime.get(&h).unwrap().counters_by_version;
+    eventually("counted", async || e.counters(&h).acked == 4).await;
+    let by_version = e.by_version(&h);
     assert_eq!(
         by_version[&1].acked, 1,
         "the in-flight delivery finished on v1"
     );
     assert_eq!(by_version[&2].acked, 3);
-    let rolled = e.runtime.rollback(&h).unwrap();
-    assert_eq!((rolled.version, rolled.previous_version), (1, Some(2)));
     e.runtime.shutdown().await;
 }
 
@@ -360,7 +353,7 @@ async fn removing_a_handler_drains_in_flight_work_first() {
         started: started.clone(),
     };
     e.runtime
-        .deploy(h.clone(), e.settings(), version(1, handler))
+        .run(&h, e.settings(), version(1, handler), false)
         .await
         .unwrap();
     eventually("both started", async || started.load(Ordering::SeqCst) == 2).await;
@@ -368,18 +361,17 @@ async fn removing_a_handler_drains_in_flight_work_first() {
     let removing = tokio::spawn({
         let runtime = runtime.clone();
         let h = h.clone();
-        async move { runtime.remove(&h).await }
+        async move { runtime.stop(&h).await }
     });
     gate.add_permits(2);
-    let status = removing.await.unwrap().unwrap();
-    assert_eq!(status.name, h);
+    removing.await.unwrap().unwrap();
     let lag = e
         .backend
         .lag(&e.stream, &e.group, &Partitions::All)
         .await
         .unwrap();
     assert_eq!((lag.lag, lag.inflight), (0, 0), "drained work was settled");
-    assert!(runtime.get(&h).is_err(), "gone after removal");
+    assert!(runtime.counters(&h).is_none(), "gone after removal");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,11 +388,11 @@ async fn a_drain_that_times_out_abandons_its_leases() {
         started: started.clone(),
     };
     e.runtime
-        .deploy(h.clone(), settings, version(1, handler))
+        .run(&h, settings, version(1, handler), false)
         .await
         .unwrap();
     eventually("started", async || started.load(Ordering::SeqCst) == 1).await;
-    e.runtime.remove(&h).await.unwrap();
+    e.runtime.stop(&h).await.unwrap();
     let lag = e
         .backend
         .lag(&e.stream, &e.group, &Partitions::All)
@@ -414,12 +406,14 @@ async fn deploying_on_a_missing_stream_is_refused() {
     let e = env().await;
     let mut settings = e.settings();
     settings.stream = StreamName::parse("nope").unwrap();
+    let h = name("x");
     let err = e
         .runtime
-        .deploy(
-            name("x"),
+        .run(
+            &h,
             settings,
             version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+            false,
         )
         .await
         .unwrap_err();
@@ -427,22 +421,20 @@ async fn deploying_on_a_missing_stream_is_refused() {
         err.to_string().contains("stream \"nope\" not found"),
         "{err}"
     );
-    assert!(e.runtime.list().is_empty());
+    assert!(e.runtime.counters(&h).is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_handler_fetches_nothing_until_resumed() {
     let e = env().await;
     let h = name("pausable");
-    e.runtime
-        .deploy(
-            h.clone(),
-            e.settings(),
-            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
-        )
-        .await
-        .unwrap();
-    assert_eq!(e.runtime.pause(&h).unwrap().status, "paused");
+    let ack = || version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack));
+    e.runtime.run(&h, e.settings(), ack(), false).await.unwrap();
+    e.runtime.set_paused(&h, true).unwrap();
+    // New settings restart the worker: it starts in the state it is told.
+    let mut settings = e.settings();
+    settings.concurrency = 2;
+    e.runtime.run(&h, settings, ack(), true).await.unwrap();
     e.append(5).await;
     // A paused worker's wait has no timeout to miss: give it real time to
     // (wrongly) act, then check nothing was claimed.
@@ -453,7 +445,7 @@ async fn a_paused_handler_fetches_nothing_until_resumed() {
         .await
         .unwrap();
     assert_eq!((lag.pending, lag.inflight), (5, 0));
-    e.runtime.resume(&h).unwrap();
+    e.runtime.set_paused(&h, false).unwrap();
     eventually("resumed and acked", async || e.lag().await == 0).await;
     e.runtime.shutdown().await;
 }

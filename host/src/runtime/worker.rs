@@ -28,19 +28,10 @@ pub struct WorkerControl {
 }
 
 impl WorkerControl {
-    /// Stops fetching; in-flight deliveries still finish.
-    pub fn pause(&self) {
-        self.paused.send_replace(true);
-    }
-
-    /// Fetches again.
-    pub fn resume(&self) {
-        self.paused.send_replace(false);
-    }
-
-    /// Whether it is paused.
-    pub fn is_paused(&self) -> bool {
-        *self.paused.borrow()
+    /// Paused: stops fetching (in-flight deliveries still finish).
+    /// Not paused: fetches again.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.send_replace(paused);
     }
 
     /// Asks the worker to drain and stop; await its join handle to know when
@@ -85,16 +76,18 @@ struct SettleRequest {
 }
 
 impl Worker {
-    /// Spawns the loop for one handler. It runs until [`WorkerControl::stop`],
-    /// then drains (bounded by `settings.drain_timeout`) and returns.
+    /// Spawns the loop for one handler, paused or not. It runs until
+    /// [`WorkerControl::stop`], then drains (bounded by
+    /// `settings.drain_timeout`) and returns.
     pub fn spawn(
         backend: Arc<dyn Backend>,
         settings: HandlerSettings,
         version: Arc<ArcSwap<Version>>,
         counters: Arc<Counters>,
+        paused: bool,
     ) -> (JoinHandle<()>, WorkerControl) {
         let control = WorkerControl {
-            paused: Arc::new(watch::Sender::new(false)),
+            paused: Arc::new(watch::Sender::new(paused)),
             stop: CancellationToken::new(),
         };
         let (settles, requests) = mpsc::unbounded_channel();

@@ -1,4 +1,6 @@
-//! Compiled modules cached on disk by content digest.
+//! Compiled modules cached on disk by content [`Digest`] (the SHA-256 of
+//! a module's bytes, defined here because it is the cache's key; modules
+//! and handler versions are identified by it too).
 //!
 //! Compiling a Python or JavaScript component takes seconds; loading the
 //! precompiled code back takes about a millisecond (it is mapped, not
@@ -19,6 +21,7 @@
 //! that fails to load (corrupt, or from another engine) is deleted (which
 //! leaves existing mappings intact) and recompiled.
 
+use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,40 @@ use wasmtime::component::Component;
 
 use super::WasmError;
 use super::engine::WasmEngine;
-use super::module::Digest;
+
+/// The SHA-256 of a module's bytes: its identity across uploads, versions
+/// and the compile cache.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    /// The digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(Sha256::digest(bytes).into())
+    }
+
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lower-case hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({self})")
+    }
+}
 
 /// A directory of precompiled modules.
 #[derive(Debug, Clone)]
@@ -144,4 +180,17 @@ fn engine_key(engine: &Engine) -> String {
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let digest = hasher.0.finalize();
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_sha256_in_hex() {
+        assert_eq!(
+            Digest::of(b"abc").to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

@@ -51,8 +51,9 @@
 //! - `bindings` — the one `bindgen!` call.
 //! - `host/`    — host state and one file per capability (log, config,
 //!   append, clock, WASI).
-//! - `module`   — compile and validate; content digests.
-//! - `cache`    — precompiled modules on disk (the one `unsafe` block).
+//! - `module`   — compile and validate.
+//! - `cache`    — content digests and precompiled modules on disk by digest
+//!   (the one `unsafe` block).
 //! - `limits`   — per-handler limits and the memory limiter.
 //! - `instance` — one instance in its store; the warm pool.
 //! - `invoke`   — the runner: lease in, outcome out.
@@ -69,7 +70,7 @@ mod module;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use cache::ModuleCache;
+pub use cache::{Digest, ModuleCache};
 pub use engine::{EngineOptions, PoolingOptions, WasmEngine};
 pub use host::{HandlerEnv, LOG_TARGET, MAX_LINE_BYTES};
 pub use invoke::{HandlerRunner, RunnerStats};
@@ -77,7 +78,7 @@ pub use limits::{
     DEFAULT_MAX_INVOCATIONS, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_MS, InstanceMode, Limits,
     MAX_TIMEOUT_MS,
 };
-pub use module::{Digest, HandlerModule, MAX_COMPONENT_BYTES};
+pub use module::{HandlerModule, MAX_COMPONENT_BYTES};
 
 /// Why a module could not be loaded or a runner not built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,58 +5,23 @@
 //! validates before anything can run it: the bytes must be a component, the
 //! linker must satisfy every import, and the `handle` export must have the
 //! right type. The result, a [`HandlerModule`], is an `InstancePre` with the
-//! content digest of the bytes: cheap to clone, shared by every instance and
+//! content [`Digest`] of the bytes (the compile cache's key): cheap to clone, shared by every instance and
 //! every runner of that version. A module that fails any step is an error
 //! and nothing else changes, so a hot reload can keep the old version.
 
 use std::fmt;
 use std::sync::Arc;
 
-use sha2::{Digest as _, Sha256};
 use wasmtime::component::Component;
 
 use super::WasmError;
 use super::bindings::HandlerPre;
-use super::cache::ModuleCache;
+use super::cache::{Digest, ModuleCache};
 use super::engine::WasmEngine;
 use super::host::HostState;
 
 /// Largest component accepted, in bytes (Python components are 18–35 MB).
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
-
-/// The SHA-256 of a module's bytes: its identity across uploads, versions
-/// and the compile cache.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest([u8; 32]);
-
-impl Digest {
-    /// The digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Self {
-        Self(Sha256::digest(bytes).into())
-    }
-
-    /// The raw 32 bytes.
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// Lower-case hex, 64 characters.
-    pub fn to_hex(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl fmt::Display for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Digest({self})")
-    }
-}
 
 /// A compiled, validated handler component, ready to instantiate.
 #[derive(Clone)]
@@ -204,14 +169,6 @@ fn check_component_header(bytes: &[u8]) -> Result<(), WasmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn digests_are_sha256_in_hex() {
-        assert_eq!(
-            Digest::of(b"abc").to_hex(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
 
     #[test]
     fn headers_tell_modules_components_and_junk_apart() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::handlers::HandlerView;
+use crate::handlers::{HandlerStatus, HandlerView};
 use crate::model::Timestamp;
 use crate::runtime::CountersSnapshot;
 
@@ -46,7 +46,7 @@ pub(crate) struct HandlerBody {
     stream: String,
     group: String,
     /// `running`, `paused`, or `failed` (see `last_error`).
-    status: String,
+    status: HandlerStatus,
     version: Option<u64>,
     /// sha256 of the module, hex.
     digest: Option<String>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{Fixture, eventually, hn, sn};
-use crate::handlers::{HandlerRegistry, RegistryError, watch_directory};
+use crate::handlers::{HandlerRegistry, HandlerStatus, RegistryError, watch_directory};
 use crate::wasm::tests::{engine, guest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,7 @@ async fn handlers_survive_a_restart_with_their_versions_and_rollback() {
     assert_eq!(again.sync_directory().await, 1);
     let view = again.get(&hn("keep")).await.unwrap();
     assert_eq!((view.version, view.previous_version), (Some(2), Some(1)));
-    assert_eq!(view.status, "running");
+    assert_eq!(view.status, HandlerStatus::Running);
     let rolled = again.rollback(&hn("keep")).await.unwrap();
     assert_eq!(rolled.version, Some(1));
     again.shutdown().await;

@@ -5,6 +5,7 @@
 mod deploy;
 mod guests;
 mod swap;
+mod versions;
 
 use std::sync::Arc;
 use std::time::Duration;

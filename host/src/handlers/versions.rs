@@ -1,0 +1,176 @@
+//! A handler's versions: which one runs, which one a rollback restores,
+//! whether the handler is paused, and why the last change was refused.
+//!
+//! This is the only record of them. The runtime runs the one version it is
+//! told to run and keeps no history; the API's view and the handlers
+//! directory's `state.json` are both read from here, so they cannot
+//! disagree about which version is current or what a rollback restores.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::Manifest;
+use crate::model::Timestamp;
+use crate::wasm::Digest;
+
+/// What a handler is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HandlerStatus {
+    /// Its current version consumes its group.
+    Running,
+    /// It has a current version, but fetches nothing until resumed.
+    Paused,
+    /// No version of it runs: its first deploy or load was refused (see
+    /// `last_error`).
+    Failed,
+}
+
+impl HandlerStatus {
+    /// The name the API shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandlerStatus::Running => "running",
+            HandlerStatus::Paused => "paused",
+            HandlerStatus::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for HandlerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One version of a handler's module.
+#[derive(Debug, Clone)]
+pub(super) struct Loaded {
+    /// Its number: 1 for the first version, then one above any in use.
+    pub(super) number: u64,
+    pub(super) digest: Digest,
+    /// Kept so a rollback (and the handlers directory) can use it again.
+    pub(super) bytes: Arc<[u8]>,
+}
+
+/// Everything known about one handler.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) manifest: Manifest,
+    pub(super) current: Option<Loaded>,
+    /// When the current version became current.
+    pub(super) deployed_at: Option<Timestamp>,
+    pub(super) previous: Option<Loaded>,
+    /// Kept across swaps and worker restarts: a paused handler stays paused
+    /// until resumed, whatever is deployed meanwhile.
+    pub(super) paused: bool,
+    pub(super) last_error: Option<String>,
+}
+
+impl Entry {
+    /// A handler no version of which runs yet.
+    pub(super) fn new(manifest: Manifest) -> Self {
+        Self {
+            manifest,
+            current: None,
+            deployed_at: None,
+            previous: None,
+            paused: false,
+            last_error: None,
+        }
+    }
+
+    /// Its status, derived from what runs and the pause flag.
+    pub(super) fn status(&self) -> HandlerStatus {
+        match (&self.current, self.paused) {
+            (None, _) => HandlerStatus::Failed,
+            (Some(_), true) => HandlerStatus::Paused,
+            (Some(_), false) => HandlerStatus::Running,
+        }
+    }
+
+    /// The number of the next new version: above every number in use, so
+    /// a deploy after a rollback does not reuse the number (and the
+    /// per-version counters) of the version rolled away from.
+    pub(super) fn next_number(&self) -> u64 {
+        [&self.current, &self.previous]
+            .into_iter()
+            .flatten()
+            .map(|v| v.number)
+            .max()
+            .map_or(1, |n| n + 1)
+    }
+
+    /// `version` runs since `at`, under `manifest`. The version it replaced
+    /// becomes the previous one (so after a rollback the two have swapped
+    /// places, and a second rollback undoes the first); the last error is
+    /// cleared.
+    pub(super) fn installed(&mut self, manifest: Manifest, version: Loaded, at: Timestamp) {
+        let number = version.number;
+        if let Some(old) = self.current.replace(version)
+            && old.number != number
+        {
+            self.previous = Some(old);
+        }
+        self.deployed_at = Some(at);
+        self.manifest = manifest;
+        self.last_error = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(number: u64) -> Loaded {
+        let bytes: Arc<[u8]> = number.to_le_bytes().into();
+        Loaded {
+            number,
+            digest: Digest::of(&bytes),
+            bytes,
+        }
+    }
+
+    fn numbers(e: &Entry) -> (Option<u64>, Option<u64>, HandlerStatus) {
+        let number = |v: &Option<Loaded>| v.as_ref().map(|v| v.number);
+        (number(&e.current), number(&e.previous), e.status())
+    }
+
+    #[test]
+    fn the_status_is_shown_by_its_lowercase_name() {
+        for (status, name) in [
+            (HandlerStatus::Running, "running"),
+            (HandlerStatus::Paused, "paused"),
+            (HandlerStatus::Failed, "failed"),
+        ] {
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+            assert_eq!(status.to_string(), name);
+        }
+    }
+
+    #[test]
+    fn versions_advance_swap_places_on_rollback_and_are_never_reused() {
+        let manifest = || {
+            Manifest::new(
+                crate::model::StreamName::parse("in").unwrap(),
+                crate::model::GroupName::parse("g").unwrap(),
+            )
+        };
+        let mut e = Entry::new(manifest());
+        assert_eq!(numbers(&e), (None, None, HandlerStatus::Failed));
+        assert_eq!(e.next_number(), 1);
+        e.installed(manifest(), version(1), Timestamp::EPOCH);
+        e.installed(manifest(), version(e.next_number()), Timestamp::EPOCH);
+        assert_eq!(numbers(&e), (Some(2), Some(1), HandlerStatus::Running));
+        // A rollback installs the previous version under its own number.
+        e.installed(manifest(), version(1), Timestamp::EPOCH);
+        assert_eq!(numbers(&e), (Some(1), Some(2), HandlerStatus::Running));
+        assert_eq!(e.next_number(), 3, "2 is taken by the previous version");
+        e.paused = true;
+        e.installed(manifest(), version(e.next_number()), Timestamp::EPOCH);
+        assert_eq!(numbers(&e), (Some(3), Some(1), HandlerStatus::Paused));
+    }
+}
