@@ -1,5 +1,5 @@
 //! The settle policy: what the runtime does with a handler's result, and
-//! with a settle call that failed (SPEC §4).
+//! with a settle call that failed (`docs/handlers.md#outcomes`).
 //!
 //! Both are pure functions over values, so the whole table is tested here
 //! without a backend, a runtime or a WebAssembly engine.

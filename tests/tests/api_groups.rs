@@ -1,4 +1,4 @@
-//! The consumer-group routes of SPEC §6 against the real `rheo serve` on
+//! The consumer-group routes (`docs/groups.md`) against the real `rheo serve` on
 //! SQLite with `--test-clock`: groups, lag, fetch (with long polls), ack,
 //! nack, reject, renew, batch settle, the fencing story, the poison guard,
 //! replay, reset, dead letters and redrive. Expiry is reached by moving the

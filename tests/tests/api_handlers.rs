@@ -1,4 +1,4 @@
-//! The handler routes of SPEC §6 against the real `rheo serve`: deploys
+//! The handler routes (`docs/handlers.md`) against the real `rheo serve`: deploys
 //! over multipart, hot swaps under load (a refused module leaves the old
 //! version running), rollback, pause, resume and delete; and a restart on
 //! the same SQLite file and handlers directory that keeps streams, groups,

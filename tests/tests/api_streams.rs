@@ -1,4 +1,4 @@
-//! The stream, event and query routes of SPEC §6 against the real
+//! The stream, event and query routes (`docs/log.md`) against the real
 //! `rheo serve` on SQLite, plus what every route shares: JSON errors for bad
 //! requests, unknown routes and methods, the body limit, bearer-token auth,
 //! the probes and metrics, and the test clock routes being absent without

@@ -1,8 +1,8 @@
 //! One error type for every way a request can fail, and one JSON shape for
 //! all of them: `{"error": {"code": "...", "message": "..."}}`.
 //!
-//! Backend errors keep their portable code (SPEC §5) and get the status of
-//! SPEC §6. Extractor rejections (bad JSON, wrong content type, oversized
+//! Backend errors keep their portable code and get the status listed in
+//! `docs/errors.md#http-statuses`. Extractor rejections (bad JSON, wrong content type, oversized
 //! bodies, bad path or query parameters) are converted here too, so no
 //! plain-text axum rejection ever reaches a client. Server-side failures
 //! answer with a generic message; the detail travels to the metrics
@@ -52,7 +52,7 @@ impl ApiError {
         ApiError::Refused(Error::invalid(field, message))
     }
 
-    /// The HTTP status (SPEC §6).
+    /// The HTTP status (`docs/errors.md#http-statuses`).
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Backend(e) | ApiError::Refused(e) => backend_status(e),
@@ -236,7 +236,7 @@ impl From<ValidationError> for ApiError {
 
 /// Sorts a body rejection by its status: too large, wrong media type, or
 /// bad input (axum's 422 for well-formed JSON of the wrong shape is a 400
-/// here, as SPEC §6 has one status for invalid input).
+/// here, as all invalid input has one status: `docs/errors.md#http-statuses`).
 fn body_rejection(status: StatusCode, text: String) -> ApiError {
     match status {
         StatusCode::PAYLOAD_TOO_LARGE => {
@@ -294,7 +294,7 @@ mod tests {
     use crate::model::{GroupName, StreamName};
 
     #[test]
-    fn every_backend_error_gets_the_status_of_spec_section_6() {
+    fn every_backend_error_gets_its_documented_status() {
         let stream = StreamName::parse("s").unwrap();
         let cases = [
             (Error::StreamNotFound(stream.clone()), 404),

@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §6): axum routers per resource over one
+//! The HTTP API: axum routers per resource over one
 //! [`AppState`], one [`ApiError`] for every failure, and the OpenAPI
 //! document generated from the handlers.
 //!

@@ -1,4 +1,4 @@
-//! The portable error vocabulary (SPEC §5).
+//! The portable error vocabulary (`docs/errors.md#codes`).
 //!
 //! Every backend maps its driver's errors into this one enum at a single
 //! chokepoint, so callers (the runtime's settle policy, the HTTP layer)
@@ -71,7 +71,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// The stable, machine-readable code of SPEC §5 (`stale_lease`, …).
+    /// The stable, machine-readable code (`stale_lease`, …), listed in
+    /// `docs/errors.md#codes`.
     pub fn code(&self) -> &'static str {
         match self {
             Error::StreamNotFound(_) => "stream_not_found",

@@ -56,7 +56,7 @@ pub enum FieldRef {
 }
 
 impl FieldRef {
-    /// Resolves a filter name as SPEC §2 describes.
+    /// Resolves a filter name (`docs/log.md#filters`).
     pub fn parse(name: &str) -> Result<Self, ValidationError> {
         let field = format!("where.{name}");
         let path = |rest: &str| -> Result<Vec<String>, ValidationError> {

@@ -111,8 +111,8 @@ pub struct HandlerSettings {
 }
 
 impl HandlerSettings {
-    /// Settings with the SPEC defaults: concurrency 1, max_demand 10,
-    /// 30 s leases, all partitions.
+    /// Settings with the manifest's defaults (`docs/handlers.md#manifest`):
+    /// concurrency 1, max_demand 10, 30 s leases, all partitions.
     pub fn new(stream: StreamName, group: GroupName, consumer_id: ConsumerId) -> Self {
         Self {
             stream,

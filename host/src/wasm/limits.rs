@@ -15,9 +15,10 @@ use wasmtime::ResourceLimiter;
 
 use super::WasmError;
 
-/// Default deadline of one call (SPEC §4).
+/// Default deadline of one call (`docs/handlers.md#sandbox-and-limits`).
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
-/// Default memory cap of one instance, in MiB (SPEC §4).
+/// Default memory cap of one instance, in MiB
+/// (`docs/handlers.md#sandbox-and-limits`).
 pub const DEFAULT_MEMORY_MB: u64 = 128;
 /// Default number of calls a warm instance serves before it is replaced.
 pub const DEFAULT_MAX_INVOCATIONS: u64 = 10_000;

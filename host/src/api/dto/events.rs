@@ -220,7 +220,7 @@ pub(crate) struct OrderKeyBody {
     dir: Option<String>,
 }
 
-/// A history query (SPEC §2).
+/// A history query: filters, bounds, order and a page cursor.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct QueryBody {

@@ -1,4 +1,4 @@
-//! The request and response bodies of the HTTP API (SPEC §6).
+//! The request and response bodies of the HTTP API.
 //!
 //! These are the wire format, kept apart from the model so that a change to
 //! a domain type cannot silently change what clients see. Requests refuse

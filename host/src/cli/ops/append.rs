@@ -23,7 +23,7 @@ use crate::cli::client::{Client, segment};
 /// default body limit (1 MiB).
 const MAX_BATCH_BYTES: usize = 512 << 10;
 
-/// The fields of an event input (SPEC §2).
+/// The fields of an event input (`docs/log.md#events`).
 const EVENT_FIELDS: [&str; 7] = [
     "id",
     "type",

@@ -1,6 +1,7 @@
-//! The ops commands: thin clients of a running server's HTTP API (SPEC §6,
-//! §7). Each sends one request (or a few, when paging or appending a file)
-//! and prints the answer as a table, or as the server's JSON with `--json`.
+//! The ops commands: thin clients of a running server's HTTP API (the
+//! semantics in `docs/`, the routes in `GET /v1/openapi.json`). Each sends
+//! one request (or a few, when paging or appending a file) and prints the
+//! answer as a table, or as the server's JSON with `--json`.
 //!
 //! They are blocking and run without an async runtime. A failure is one
 //! `error: …` line on stderr and exit code 1: the server's
