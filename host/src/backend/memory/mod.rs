@@ -455,6 +455,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        how.validate()?;
         let (state, group) = self.stream_and_group(stream, group)?;
         let count = {
             let mut g = group.lock();
@@ -493,9 +494,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
-        if !req.confirm {
-            return Err(Error::ConfirmRequired);
-        }
+        req.validate()?;
         let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
         let parts = req.partitions.resolve(state.partition_count)?;
         {

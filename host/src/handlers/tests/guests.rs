@@ -188,3 +188,40 @@ async fn the_sandbox_probe_finds_nothing_to_read() {
     );
     f.registry.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_sees_payload_numbers_exactly_as_sent() {
+    // Past 2^64 either way, and a decimal: an f64 anywhere on the way
+    // (storage, the delivery's JSON text, the guest's parser) would change them.
+    let sent = r#"{"f":1.5,"n":18446744073709551617,"neg":-18446744073709551617}"#;
+    let f = Fixture::new().await;
+    f.backend
+        .create_stream(crate::backend::CreateStream {
+            name: sn("out"),
+            partition_count: 1,
+        })
+        .await
+        .unwrap();
+    f.append(vec![serde_json::from_str(sent).unwrap()]).await;
+    let mut m = f.manifest("transform");
+    m.config.insert("target_stream".into(), "out".into());
+    f.deploy("transform", m, "transform").await;
+    eventually("processed", async || f.lag("transform").await == 0).await;
+    let read = |stream| ReadRequest {
+        stream: sn(stream),
+        partition: 0,
+        after: 0,
+        limit: 10,
+    };
+    let source = f.backend.read(read("in")).await.unwrap();
+    let derived = f.backend.read(read("out")).await.unwrap();
+    assert_eq!(derived.len(), 1);
+    // The transform guest copies the payload it was delivered and adds `source`.
+    let mut payload = derived[0].payload.clone();
+    assert_eq!(
+        payload.remove("source"),
+        Some(json!(source[0].id.as_str()))
+    );
+    assert_eq!(serde_json::to_string(&payload).unwrap(), sent);
+    f.registry.shutdown().await;
+}

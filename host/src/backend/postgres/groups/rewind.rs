@@ -6,7 +6,7 @@ use super::{first_at_or_after, locate_all, positions, start_points};
 use crate::backend::postgres::{
     PostgresBackend, int, log, parts, read_err, u32_col, u64_col, write_err,
 };
-use crate::backend::{Error, Redrive, Replay, ResetRequest, Result};
+use crate::backend::{Redrive, Replay, ResetRequest, Result};
 use crate::model::{GroupName, StreamName};
 
 pub(in crate::backend::postgres) async fn redrive(
@@ -126,6 +126,7 @@ pub(in crate::backend::postgres) async fn replay(
     g: &GroupName,
     how: Replay,
 ) -> Result<u64> {
+    how.validate()?;
     let meta = b.meta(s).await?;
     // A query replay reads the (immutable) log before the transaction.
     let matched = match &how {
@@ -185,9 +186,7 @@ pub(in crate::backend::postgres) async fn reset(
     b: &PostgresBackend,
     req: ResetRequest,
 ) -> Result<()> {
-    if !req.confirm {
-        return Err(Error::ConfirmRequired);
-    }
+    req.validate()?;
     let meta = b.meta(&req.stream).await?;
     let (s, g) = (&req.stream, &req.group);
     let mut tx = b.pool.begin().await.map_err(read_err)?;

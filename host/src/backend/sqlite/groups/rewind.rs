@@ -4,7 +4,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::{locate_all, positions, set_cursor, start_points};
 use crate::backend::sqlite::{SqliteBackend, int, log, read_err, ts_text, write_err};
-use crate::backend::{Error, Redrive, Replay, ResetRequest, Result};
+use crate::backend::{Redrive, Replay, ResetRequest, Result};
 use crate::model::{GroupName, StreamName};
 
 pub(in crate::backend::sqlite) async fn redrive(
@@ -94,6 +94,7 @@ pub(in crate::backend::sqlite) async fn replay(
     g: &GroupName,
     how: Replay,
 ) -> Result<u64> {
+    how.validate()?;
     let meta = b.meta(s).await?;
     // A query replay reads the (immutable) log before taking the writer.
     let matched = match &how {
@@ -149,9 +150,7 @@ pub(in crate::backend::sqlite) async fn replay(
 }
 
 pub(in crate::backend::sqlite) async fn reset(b: &SqliteBackend, req: ResetRequest) -> Result<()> {
-    if !req.confirm {
-        return Err(Error::ConfirmRequired);
-    }
+    req.validate()?;
     let meta = b.meta(&req.stream).await?;
     let (s, g) = (&req.stream, &req.group);
     let mut tx = b
