@@ -280,7 +280,10 @@ mod tests {
     fn sequences_are_bounded_by_what_every_store_holds_exactly() {
         assert!(validate_sequence("after", 0).is_ok());
         assert!(validate_sequence("after", MAX_SEQUENCE).is_ok());
-        assert_eq!(MAX_SEQUENCE as f64 as u64, MAX_SEQUENCE, "exact as a double");
+        assert_eq!(
+            MAX_SEQUENCE as f64 as u64, MAX_SEQUENCE,
+            "exact as a double"
+        );
         assert!(i64::try_from(MAX_SEQUENCE).is_ok());
         for bad in [MAX_SEQUENCE + 1, u64::MAX] {
             let err = validate_sequence("start_after", bad).unwrap_err();

@@ -89,9 +89,9 @@ pub(crate) fn start_position(
                         format!("map keys are partition numbers (got {key:?})"),
                     )
                 })?;
-                let seq = value
-                    .as_u64()
-                    .ok_or_else(|| ApiError::invalid(format!("start_after.{key}"), not_a_sequence()))?;
+                let seq = value.as_u64().ok_or_else(|| {
+                    ApiError::invalid(format!("start_after.{key}"), not_a_sequence())
+                })?;
                 per_partition.insert(partition, seq);
             }
             Ok(StartPosition::After(StartAfter::PerPartition(

@@ -74,7 +74,10 @@ async fn the_test_clock_never_leaves_the_printable_range() {
     ] {
         let a = app.post("/v1/test/clock", body.clone()).await;
         let (status, code, error) = refused(&a);
-        assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "invalid"));
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid")
+        );
         assert!(error.to_string().contains("advance_ms"), "{body}: {error}");
         assert_eq!(app.clock.now(), START, "a refused move changes nothing");
     }

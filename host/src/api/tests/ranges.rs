@@ -21,7 +21,10 @@ async fn out_of_range_start_points_are_400_on_create_and_reset() {
         (r#"{"start_after": 9007199254740992}"#, "start_after"),
         (r#"{"start_after": 18446744073709551616}"#, "start_after"),
         (r#"{"start_after": 1e3}"#, "start_after"),
-        (r#"{"start_after": {"0": 18446744073709551615}}"#, "start_after.0"),
+        (
+            r#"{"start_after": {"0": 18446744073709551615}}"#,
+            "start_after.0",
+        ),
         // refused by the timestamp parser, which names no field
         (r#"{"start_at": "+10000-01-01T00:00:00Z"}"#, ""),
     ];
@@ -46,7 +49,11 @@ async fn out_of_range_start_points_are_400_on_create_and_reset() {
     }
     let groups = app.get("/v1/streams/s/groups").await;
     assert_eq!(groups.body["groups"].as_array().map(Vec::len), Some(1));
-    assert_eq!(app.fetch("s", "g", json!({})).await.len(), 2, "g is untouched");
+    assert_eq!(
+        app.fetch("s", "g", json!({})).await.len(),
+        2,
+        "g is untouched"
+    );
 
     let at_max = app
         .post(
@@ -70,20 +77,44 @@ async fn out_of_range_positions_are_400_naming_the_field() {
     let beyond = "18446744073709551615";
     let reads = [
         (format!("/v1/streams/s/events?after={beyond}"), "after"),
-        ("/v1/streams/s/events?after=9007199254740992".into(), "after"),
+        (
+            "/v1/streams/s/events?after=9007199254740992".into(),
+            "after",
+        ),
         (format!("/v1/streams/s/events?after={beyond}0"), ""),
     ];
     for (uri, field) in reads {
         let a = app.get(&uri).await;
-        assert_eq!((a.status, code(&a)), (StatusCode::BAD_REQUEST, "invalid"), "{uri}");
-        assert!(a.body["error"]["message"].as_str().unwrap_or_default().contains(field));
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{uri}"
+        );
+        assert!(
+            a.body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(field)
+        );
     }
     let posts = [
-        ("query", format!(r#"{{"after_sequence": {beyond}}}"#), "after_sequence"),
-        ("query", format!(r#"{{"until_sequence": {beyond}}}"#), "until_sequence"),
+        (
+            "query",
+            format!(r#"{{"after_sequence": {beyond}}}"#),
+            "after_sequence",
+        ),
+        (
+            "query",
+            format!(r#"{{"until_sequence": {beyond}}}"#),
+            "until_sequence",
+        ),
         ("query", format!(r#"{{"after_sequence": {beyond}0}}"#), ""),
         ("query", r#"{"to": "+10000-01-01T00:00:00Z"}"#.into(), ""),
-        ("groups/g/replay", format!(r#"{{"from_sequence": {beyond}}}"#), "from_sequence"),
+        (
+            "groups/g/replay",
+            format!(r#"{{"from_sequence": {beyond}}}"#),
+            "from_sequence",
+        ),
         (
             "groups/g/replay",
             format!(r#"{{"query": {{"until_sequence": {beyond}}}}}"#),
@@ -91,7 +122,9 @@ async fn out_of_range_positions_are_400_naming_the_field() {
         ),
     ];
     for (path, request, field) in posts {
-        let a = app.post(&format!("/v1/streams/s/{path}"), body(&request)).await;
+        let a = app
+            .post(&format!("/v1/streams/s/{path}"), body(&request))
+            .await;
         assert_eq!(
             (a.status, code(&a)),
             (StatusCode::BAD_REQUEST, "invalid"),
@@ -100,7 +133,11 @@ async fn out_of_range_positions_are_400_naming_the_field() {
         let message = a.body["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(field), "{path} {request}: {message}");
     }
-    assert_eq!(app.fetch("s", "g", json!({})).await.len(), 2, "nothing moved");
+    assert_eq!(
+        app.fetch("s", "g", json!({})).await.len(),
+        2,
+        "nothing moved"
+    );
 }
 
 /// The payload and metadata of the exact-number test, as sent.
@@ -116,7 +153,10 @@ async fn payload_numbers_read_back_exactly_from_every_route() {
     let read = app.get("/v1/streams/s/events").await.body;
     let queried = app.post("/v1/streams/s/query", json!({})).await.body;
     let filtered = app
-        .post("/v1/streams/s/query", json!({"where": {"correlation_id": "c1"}}))
+        .post(
+            "/v1/streams/s/query",
+            json!({"where": {"correlation_id": "c1"}}),
+        )
         .await
         .body;
     let leases = app.fetch("s", "g", json!({})).await;

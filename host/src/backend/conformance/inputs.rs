@@ -4,7 +4,9 @@
 //! is refused with `invalid`, naming the field, before anything is written —
 //! the same on every backend, whatever its own integer or text types could
 //! have clamped or wrapped it into. Numbers inside payloads and metadata go
-//! the other way: they are kept exactly as sent, however large or long.
+//! the other way: their values are kept exactly, however large or long, and
+//! so is their text as long as it has no exponent (PostgreSQL's jsonb writes
+//! `1e-7` out as `0.0000001`, the same value).
 
 use std::collections::BTreeMap;
 
@@ -84,7 +86,9 @@ pub async fn start_points_beyond_the_maximum_are_refused(h: &Harness) {
         let r = h.b().create_group(&s, spec("g", per_partition)).await;
         assert_eq!(invalid_field(r), "start_after.1", "{seq}");
     }
-    let late = h.b().create_group(&s, spec("g", StartPosition::At(TOO_LATE)));
+    let late = h
+        .b()
+        .create_group(&s, spec("g", StartPosition::At(TOO_LATE)));
     assert_eq!(invalid_field(late.await), "start_at");
     assert_eq!(h.b().list_groups(&s).await.expect("list").len(), 0);
     // the validation comes first: an unknown stream does not hide it
@@ -106,7 +110,10 @@ pub async fn start_after_the_maximum_waits_for_nothing(h: &Harness) {
         lag_view(h, &s, &g).await,
         (vec![(MAX_SEQUENCE, 2, 0), (MAX_SEQUENCE, 1, 0)], 0)
     );
-    assert!(h.fetch(&s, &g, 10).await.is_empty(), "nothing lies after it");
+    assert!(
+        h.fetch(&s, &g, 10).await.is_empty(),
+        "nothing lies after it"
+    );
     let info = h.b().group_info(&s, &g).await.expect("group info");
     assert_eq!(
         info.cursors,
@@ -164,10 +171,7 @@ pub async fn reset_beyond_the_maximum_is_refused_and_changes_nothing(h: &Harness
     // a reset to the maximum itself is honoured: nothing is left to deliver
     let to_max = reset_req(&s, &g, true, after_all(MAX_SEQUENCE));
     h.b().reset(to_max).await.expect("reset to the maximum");
-    assert_eq!(
-        lag_view(h, &s, &g).await,
-        (vec![(MAX_SEQUENCE, 3, 0)], 0)
-    );
+    assert_eq!(lag_view(h, &s, &g).await, (vec![(MAX_SEQUENCE, 3, 0)], 0));
     assert!(h.fetch(&s, &g, 10).await.is_empty());
     for lease in &next {
         assert_eq!(code(h.ack(lease).await), "stale_lease");
@@ -241,7 +245,10 @@ pub async fn positions_beyond_the_maximum_are_refused_everywhere(h: &Harness) {
         after_sequence: Some(MAX_SEQUENCE),
         ..Query::default()
     };
-    assert_eq!(h.b().query(&s, &after_max).await.expect("query").events, vec![]);
+    assert_eq!(
+        h.b().query(&s, &after_max).await.expect("query").events,
+        vec![]
+    );
     let until_max = Query {
         until_sequence: Some(MAX_SEQUENCE),
         ..Query::default()

@@ -148,8 +148,7 @@ fn cursors_round_trip_and_refuse_garbage() {
         "cursor"
     );
     assert!(
-        QueryCursor::decode(&URL_SAFE_NO_PAD.encode("c1|sa|0:x:1"), OrderBy::default())
-            .is_err()
+        QueryCursor::decode(&URL_SAFE_NO_PAD.encode("c1|sa|0:x:1"), OrderBy::default()).is_err()
     );
 }
 
@@ -165,16 +164,26 @@ fn bounds_and_cursors_beyond_the_representable_range_are_refused() {
         ..Query::default()
     };
     assert_eq!(at_max.validate(), Ok(()));
-    let (seq, time) = (Some(MAX_SEQUENCE + 1), Some(Timestamp::from_millis(-1)));
-    let bad: [(&str, fn(&mut Query, Option<u64>, Option<Timestamp>)); 4] = [
-        ("after_sequence", |q, seq, _| q.after_sequence = seq),
-        ("until_sequence", |q, seq, _| q.until_sequence = seq),
-        ("from", |q, _, time| q.from = time),
-        ("to", |q, _, time| q.to = time),
+    let spoiled = [
+        Query {
+            after_sequence: Some(MAX_SEQUENCE + 1),
+            ..at_max.clone()
+        },
+        Query {
+            until_sequence: Some(u64::MAX),
+            ..at_max.clone()
+        },
+        Query {
+            from: Some(Timestamp::from_millis(-1)),
+            ..at_max.clone()
+        },
+        Query {
+            to: Some(Timestamp::from_millis(i64::MAX)),
+            ..at_max.clone()
+        },
     ];
-    for (name, spoil) in bad {
-        let mut q = at_max.clone();
-        spoil(&mut q, seq, time);
+    let names = ["after_sequence", "until_sequence", "from", "to"];
+    for (q, name) in spoiled.iter().zip(names) {
         assert_eq!(q.validate().unwrap_err().field, name);
     }
     for (timestamp, sequence) in [(0, MAX_SEQUENCE + 1), (-1, 1), (i64::MAX, 1)] {
