@@ -79,7 +79,8 @@ impl FrozenClock {
         self.now.send_replace(t);
     }
 
-    /// Moves the clock forward by `ms`, waking sleepers whose deadline passed.
+    /// Moves the clock forward by `ms`, waking sleepers whose deadline
+    /// passed; it stops at [`Timestamp::MAX`] (see [`Timestamp::add_ms`]).
     pub fn advance(&self, ms: u64) -> Timestamp {
         let mut after = Timestamp::EPOCH;
         self.now.send_modify(|t| {

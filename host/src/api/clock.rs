@@ -30,7 +30,8 @@ struct ClockMoveBody {
     /// Jump to this instant (backwards too).
     #[schema(value_type = Option<String>, format = DateTime)]
     set: Option<Timestamp>,
-    /// Then move forward this many milliseconds, waking what became due.
+    /// Then move forward this many milliseconds, waking what became due
+    /// (never past 9999-12-31T23:59:59.999Z).
     advance_ms: Option<u64>,
 }
 
@@ -74,6 +75,16 @@ async fn clock_move(
     // Without the test clock the route does not exist, whatever the body.
     let clock = test_clock(&state)?;
     let JsonOrEmpty(body) = body?;
+    // Checked before anything moves, so a refused request changes nothing.
+    let base = body.set.unwrap_or_else(|| clock.now());
+    if let Some(ms) = body.advance_ms
+        && base.checked_add_ms(ms).is_none()
+    {
+        return Err(ApiError::invalid(
+            "advance_ms",
+            format!("{ms} ms after {base} is past {}", Timestamp::MAX),
+        ));
+    }
     if let Some(at) = body.set {
         clock.set(at);
     }

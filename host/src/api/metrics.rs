@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,6 @@ use axum::response::Response;
 use parking_lot::Mutex;
 
 use super::error::ErrorReport;
-use super::state::AppState;
 
 /// Upper bounds (seconds) of the latency histogram buckets; long polls
 /// wait up to 30 s, hence the top bucket.
@@ -179,14 +179,18 @@ impl Drop for InFlight<'_> {
 
 /// Middleware: counts and times every request, and logs server-side errors
 /// with the detail their response withheld.
-pub(crate) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
     let method = request.method().clone();
     let started = Instant::now();
-    let in_flight = InFlight::enter(&state.metrics.in_flight);
+    let in_flight = InFlight::enter(&metrics.in_flight);
     let response = next.run(request).await;
     drop(in_flight);
     let report = response.extensions().get::<ErrorReport>();
@@ -195,7 +199,7 @@ pub(crate) async fn track(State(state): State<AppState>, request: Request, next:
     {
         tracing::error!(%method, route, code = report.code, "{}", report.detail);
     }
-    state.metrics.record(
+    metrics.record(
         &method,
         &route,
         response.status(),

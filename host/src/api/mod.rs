@@ -72,7 +72,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.settings.body_limit))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(from_fn_with_state(state.clone(), auth::require_token))
-        .layer(from_fn_with_state(state.clone(), metrics::track))
+        .layer(from_fn_with_state(state.metrics.clone(), metrics::track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

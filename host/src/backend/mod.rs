@@ -35,7 +35,7 @@ use crate::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
     GroupSpec, Lag, Lease, MAX_FETCH_LIMIT, MAX_PARTITIONS, MAX_QUERY_LIMIT, MAX_SETTLE_BATCH,
     Page, Query, SettleOp, SettleTarget, Settlement, StartPosition, Stream, StreamName, Timestamp,
-    ValidationError, validate_lease_ms, validate_limit,
+    ValidationError, validate_lease_ms, validate_limit, validate_sequence,
 };
 
 /// What a backend can promise beyond the invariants every backend keeps.
@@ -108,8 +108,9 @@ pub struct ReadRequest {
 }
 
 impl ReadRequest {
-    /// Checks the limit (the partition is checked against the stream).
+    /// Checks the limit and `after` (the partition is checked against the stream).
     pub fn validate(&self) -> Result<()> {
+        validate_sequence("after", self.after)?;
         Ok(validate_limit(self.limit, MAX_QUERY_LIMIT)?)
     }
 }
@@ -243,6 +244,20 @@ pub enum Replay {
     EventIds(Vec<EventId>),
 }
 
+impl Replay {
+    /// Checks the sequences and instants it names (partitions and event ids
+    /// are checked against the stream).
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Replay::FromSequence { after, .. } => validate_sequence("from_sequence", *after)?,
+            Replay::FromTime { from, .. } => drop(from.validate("from")?),
+            Replay::Query(query) => query.validate_bounds()?,
+            Replay::EventIds(_) => {}
+        }
+        Ok(())
+    }
+}
+
 /// Forget a group's delivery state and start it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResetRequest {
@@ -259,13 +274,13 @@ pub struct ResetRequest {
 }
 
 impl ResetRequest {
-    /// Checks the confirmation, before anything else.
+    /// Checks `confirm` first, then the start point (partitions are checked
+    /// against the stream).
     pub fn validate(&self) -> Result<()> {
-        if self.confirm {
-            Ok(())
-        } else {
-            Err(Error::ConfirmRequired)
+        if !self.confirm {
+            return Err(Error::ConfirmRequired);
         }
+        Ok(self.start.validate()?)
     }
 }
 

@@ -25,6 +25,27 @@ pub const MAX_TYPE_LEN: usize = 256;
 /// Longest routing `key`, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// The largest sequence a partition can reach, and so the largest one a
+/// caller may name (as a start point, a replay or read position, a query
+/// bound): 2^53 − 1. Every store must hold it exactly — the SQL stores keep
+/// an `i64`, a Lua-scripted store a double — and so must every JSON client
+/// (it is JavaScript's `Number.MAX_SAFE_INTEGER`). A value above it could
+/// never name an event, and a store that cannot represent it would clamp or
+/// wrap it into a different position, so it is refused, on every backend alike.
+pub const MAX_SEQUENCE: u64 = (1 << 53) - 1;
+
+/// Checks a sequence a caller named in `field`: at most [`MAX_SEQUENCE`].
+pub fn validate_sequence(field: &str, sequence: u64) -> Result<(), ValidationError> {
+    if sequence <= MAX_SEQUENCE {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("must be at most {MAX_SEQUENCE} (got {sequence})"),
+        ))
+    }
+}
+
 /// One immutable record of a stream. Consumption never changes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -77,9 +98,12 @@ impl EventInput {
         }
     }
 
-    /// Checks the free-text fields. Partitions are checked by [`route`]
-    /// because the valid range depends on the stream.
+    /// Checks the free-text fields and the timestamp's range. Partitions
+    /// are checked by [`route`] because the valid range depends on the stream.
     pub fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(t) = self.timestamp {
+            t.validate("timestamp")?;
+        }
         if let Some(t) = &self.event_type
             && (t.is_empty() || t.len() > MAX_TYPE_LEN)
         {
@@ -253,6 +277,22 @@ mod tests {
     }
 
     #[test]
+    fn sequences_are_bounded_by_what_every_store_holds_exactly() {
+        assert!(validate_sequence("after", 0).is_ok());
+        assert!(validate_sequence("after", MAX_SEQUENCE).is_ok());
+        assert_eq!(
+            MAX_SEQUENCE as f64 as u64, MAX_SEQUENCE,
+            "exact as a double"
+        );
+        assert!(i64::try_from(MAX_SEQUENCE).is_ok());
+        for bad in [MAX_SEQUENCE + 1, u64::MAX] {
+            let err = validate_sequence("start_after", bad).unwrap_err();
+            assert_eq!(err.field, "start_after");
+            assert!(err.message.contains(&bad.to_string()), "{err}");
+        }
+    }
+
+    #[test]
     fn free_text_fields_are_bounded() {
         let long_type = EventInput {
             event_type: Some("t".repeat(MAX_TYPE_LEN + 1)),
@@ -269,5 +309,10 @@ mod tests {
             ..EventInput::default()
         };
         assert_eq!(long_key.validate().unwrap_err().field, "key");
+        let far_future = EventInput {
+            timestamp: Some(Timestamp::from_millis(i64::MAX)),
+            ..EventInput::default()
+        };
+        assert_eq!(far_future.validate().unwrap_err().field, "timestamp");
     }
 }

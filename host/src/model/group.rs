@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{GroupName, StreamName, Timestamp, ValidationError};
+use super::{GroupName, StreamName, Timestamp, ValidationError, validate_sequence};
 
 /// `max_attempts` when the caller gives none: enough for transient faults,
 /// few enough that a poison event reaches the dead letters quickly.
@@ -62,6 +62,22 @@ pub enum StartPosition {
     At(Timestamp),
 }
 
+impl StartPosition {
+    /// Checks that every sequence is at most [`MAX_SEQUENCE`](super::MAX_SEQUENCE)
+    /// and the instant lies in the accepted range. Partitions named in a
+    /// per-partition map are checked by the backend, which knows the stream.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match self {
+            StartPosition::Beginning => Ok(()),
+            StartPosition::After(StartAfter::All(seq)) => validate_sequence("start_after", *seq),
+            StartPosition::After(StartAfter::PerPartition(map)) => map
+                .iter()
+                .try_for_each(|(p, seq)| validate_sequence(&format!("start_after.{p}"), *seq)),
+            StartPosition::At(t) => t.validate("start_at").map(drop),
+        }
+    }
+}
+
 /// `start_after`: one sequence for all partitions, or one per partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartAfter {
@@ -105,9 +121,10 @@ impl GroupSpec {
         }
     }
 
-    /// Checks the numeric options. Partitions in `start` are checked by the
-    /// backend, which knows the stream.
+    /// Checks the numeric options and the start point (see
+    /// [`StartPosition::validate`]).
     pub fn validate(&self) -> Result<(), ValidationError> {
+        self.start.validate()?;
         if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
             return Err(ValidationError::new(
                 "max_attempts",
@@ -162,6 +179,34 @@ mod tests {
         spec.max_attempts = 3;
         spec.retry_backoff_ms = vec![MAX_DELAY_MS + 1];
         assert_eq!(spec.validate().unwrap_err().field, "retry_backoff_ms");
+    }
+
+    #[test]
+    fn start_points_beyond_the_representable_range_are_refused() {
+        use crate::model::MAX_SEQUENCE;
+        let field = |start: StartPosition| start.validate().map_err(|e| e.field);
+        assert_eq!(field(StartPosition::Beginning), Ok(()));
+        assert_eq!(
+            field(StartPosition::After(StartAfter::All(MAX_SEQUENCE))),
+            Ok(())
+        );
+        assert_eq!(
+            field(StartPosition::After(StartAfter::All(u64::MAX))),
+            Err("start_after".into())
+        );
+        let map = BTreeMap::from([(0, 1), (3, MAX_SEQUENCE + 1)]);
+        assert_eq!(
+            field(StartPosition::After(StartAfter::PerPartition(map))),
+            Err("start_after.3".into())
+        );
+        assert_eq!(field(StartPosition::At(Timestamp::MAX)), Ok(()));
+        assert_eq!(
+            field(StartPosition::At(Timestamp::from_millis(i64::MAX))),
+            Err("start_at".into())
+        );
+        let mut spec = GroupSpec::new(GroupName::parse("g").unwrap());
+        spec.start = StartPosition::After(StartAfter::All(u64::MAX));
+        assert_eq!(spec.validate().unwrap_err().field, "start_after");
     }
 
     #[test]

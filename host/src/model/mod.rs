@@ -14,8 +14,8 @@ mod stream;
 mod time;
 
 pub use event::{
-    Appended, Event, EventInput, JsonObject, LINEAGE_KEYS, MAX_KEY_LEN, MAX_TYPE_LEN,
-    PartitionOutOfRange, kafka_partition, murmur2, route,
+    Appended, Event, EventInput, JsonObject, LINEAGE_KEYS, MAX_KEY_LEN, MAX_SEQUENCE, MAX_TYPE_LEN,
+    PartitionOutOfRange, kafka_partition, murmur2, route, validate_sequence,
 };
 pub use group::{
     DEFAULT_MAX_ATTEMPTS, Group, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS, MAX_MAX_ATTEMPTS,

@@ -22,7 +22,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 
-use super::{Event, LINEAGE_KEYS, Timestamp, ValidationError};
+use super::{Event, LINEAGE_KEYS, Timestamp, ValidationError, validate_sequence};
 
 /// Events per page when the caller gives no limit.
 pub const DEFAULT_QUERY_LIMIT: u32 = 100;
@@ -428,6 +428,17 @@ pub struct Position {
     pub sequence: u64,
 }
 
+impl Position {
+    /// Checks that the position names an event that can exist: a sequence
+    /// of at most [`MAX_SEQUENCE`](super::MAX_SEQUENCE) and an instant in
+    /// the accepted range.
+    fn validate(self) -> Result<(), ValidationError> {
+        validate_sequence("cursor", self.sequence)?;
+        Timestamp::from_millis(self.timestamp).validate("cursor")?;
+        Ok(())
+    }
+}
+
 /// A decoded page cursor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueryCursor {
@@ -484,16 +495,14 @@ impl QueryCursor {
             let partition = nums.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
             let timestamp = nums.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
             let sequence = nums.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-            if nums.next().is_some() {
+            let position = Position {
+                timestamp,
+                sequence,
+            };
+            if nums.next().is_some() || position.validate().is_err() {
                 return Err(bad());
             }
-            positions.insert(
-                partition,
-                Position {
-                    timestamp,
-                    sequence,
-                },
-            );
+            positions.insert(partition, position);
         }
         Ok(Self { order, positions })
     }
@@ -544,16 +553,45 @@ impl Default for Query {
 }
 
 impl Query {
-    /// Checks the limit, and that the cursor was made for this ordering.
+    /// Checks the limit, the bounds (see [`Query::validate_bounds`]), and
+    /// that the cursor was made for this ordering and names positions that
+    /// can exist.
     pub fn validate(&self) -> Result<(), ValidationError> {
         super::validate_limit(self.limit, MAX_QUERY_LIMIT)?;
-        match &self.cursor {
-            Some(c) if c.order != self.order => Err(ValidationError::new(
+        self.validate_bounds()?;
+        let Some(cursor) = &self.cursor else {
+            return Ok(());
+        };
+        if cursor.order != self.order {
+            return Err(ValidationError::new(
                 "cursor",
                 "the cursor was made for a different order_by",
-            )),
-            _ => Ok(()),
+            ));
         }
+        cursor
+            .positions
+            .values()
+            .try_for_each(|position| position.validate())
+    }
+
+    /// Checks the sequence bounds (at most
+    /// [`MAX_SEQUENCE`](super::MAX_SEQUENCE)) and the time bounds (in the
+    /// accepted range): all a replay by query uses, since it ignores the
+    /// limit and the cursor.
+    pub fn validate_bounds(&self) -> Result<(), ValidationError> {
+        if let Some(after) = self.after_sequence {
+            validate_sequence("after_sequence", after)?;
+        }
+        if let Some(until) = self.until_sequence {
+            validate_sequence("until_sequence", until)?;
+        }
+        if let Some(from) = self.from {
+            from.validate("from")?;
+        }
+        if let Some(to) = self.to {
+            to.validate("to")?;
+        }
+        Ok(())
     }
 
     /// Whether `event` passes the bounds, the filters and the cursor.
@@ -603,172 +641,4 @@ pub struct Page {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::model::{EventId, StreamName};
-
-    fn event(partition: u32, sequence: u64, ts: i64, payload: Value) -> Event {
-        Event {
-            id: EventId::parse(format!("e{partition}-{sequence}")).unwrap(),
-            stream: StreamName::parse("s").unwrap(),
-            partition,
-            sequence,
-            key: Some("k1".into()),
-            event_type: Some("t".into()),
-            timestamp: Timestamp::from_millis(ts),
-            payload: payload.as_object().unwrap().clone(),
-            metadata: json!({"correlation_id": "c1", "trace": {"span": 7}})
-                .as_object()
-                .unwrap()
-                .clone(),
-        }
-    }
-
-    fn passes(filter: Value, e: &Event) -> bool {
-        parse_where(&filter).unwrap().iter().all(|f| f.matches(e))
-    }
-
-    #[test]
-    fn field_names_resolve_as_documented() {
-        assert_eq!(
-            FieldRef::parse("type").unwrap(),
-            FieldRef::Event(EventField::Type)
-        );
-        assert_eq!(
-            FieldRef::parse("causation_id").unwrap(),
-            FieldRef::Metadata(vec!["causation_id".into()])
-        );
-        assert_eq!(
-            FieldRef::parse("payload.a.b").unwrap(),
-            FieldRef::Payload(vec!["a".into(), "b".into()])
-        );
-        assert_eq!(
-            FieldRef::parse("metadata.trace.span").unwrap(),
-            FieldRef::Metadata(vec!["trace".into(), "span".into()])
-        );
-        assert_eq!(
-            FieldRef::parse("currency").unwrap(),
-            FieldRef::Payload(vec!["currency".into()])
-        );
-        assert!(FieldRef::parse("payload.a..b").is_err());
-        assert!(FieldRef::parse("payload.a\"b").is_err());
-        assert!(FieldRef::parse("").is_err());
-    }
-
-    #[test]
-    fn conditions_follow_json_semantics() {
-        let e = event(
-            0,
-            1,
-            10,
-            json!({"n": 3, "s": "b", "nested": {"x": [1, 2]}, "z": null}),
-        );
-        assert!(passes(json!({"n": 3.0}), &e));
-        assert!(passes(json!({"payload.nested.x": [1, 2]}), &e));
-        assert!(passes(json!({"n": {"$gt": 2, "$lte": 3}}), &e));
-        assert!(!passes(json!({"n": {"$gt": 3}}), &e));
-        assert!(passes(json!({"s": {"$in": ["a", "b"]}}), &e));
-        assert!(passes(json!({"s": {"$gte": "b", "$lt": "c"}}), &e));
-        assert!(
-            !passes(json!({"s": {"$gt": 1}}), &e),
-            "string vs number never matches"
-        );
-        assert!(passes(
-            json!({"z": {"$exists": true}, "missing": {"$exists": false}}),
-            &e
-        ));
-        assert!(passes(
-            json!({"type": "t", "key": "k1", "partition": 0, "id": "e0-1"}),
-            &e
-        ));
-        assert!(passes(
-            json!({"correlation_id": "c1", "metadata.trace.span": 7}),
-            &e
-        ));
-        assert!(!passes(json!({"correlation_id": "c2"}), &e));
-        assert!(!passes(json!({"missing": 1}), &e));
-    }
-
-    #[test]
-    fn bad_filters_name_the_problem() {
-        let err = parse_where(&json!({"n": {"$regex": "x"}})).unwrap_err();
-        assert_eq!(err.field, "where.n");
-        assert!(err.message.contains("unknown operator $regex"), "{err}");
-        assert!(parse_where(&json!({"n": {"$in": 3}})).is_err());
-        assert!(parse_where(&json!({"n": {"$exists": 1}})).is_err());
-        assert!(parse_where(&json!({"n": {"$gt": [1]}})).is_err());
-        assert!(parse_where(&json!({"n": {"$gt": 1, "plain": 2}})).is_err());
-        assert!(parse_where(&json!([1])).is_err());
-    }
-
-    #[test]
-    fn order_is_field_then_partition_then_sequence() {
-        let a = event(1, 5, 100, json!({}));
-        let b = event(0, 5, 200, json!({}));
-        let c = event(0, 6, 100, json!({}));
-        let seq_asc = OrderBy::default();
-        assert_eq!(seq_asc.compare(&b, &a), Ordering::Less);
-        assert_eq!(seq_asc.compare(&a, &c), Ordering::Less);
-        let ts_desc = OrderBy::parse("timestamp", Some("desc")).unwrap();
-        assert_eq!(ts_desc.compare(&b, &a), Ordering::Less);
-        assert_eq!(
-            ts_desc.compare(&c, &a),
-            Ordering::Less,
-            "tie on timestamp → partition asc"
-        );
-        assert!(OrderBy::parse("type", None).is_err());
-        assert!(OrderBy::parse("sequence", Some("sideways")).is_err());
-    }
-
-    #[test]
-    fn cursors_round_trip_and_refuse_garbage() {
-        let order = OrderBy::parse("timestamp", Some("desc")).unwrap();
-        let cursor = QueryCursor {
-            order,
-            positions: BTreeMap::from([
-                (
-                    0,
-                    Position {
-                        timestamp: 5,
-                        sequence: 9,
-                    },
-                ),
-                (
-                    3,
-                    Position {
-                        timestamp: 7,
-                        sequence: 1,
-                    },
-                ),
-            ]),
-        };
-        let text = cursor.encode();
-        assert_eq!(QueryCursor::decode(&text, order).unwrap(), cursor);
-        assert!(QueryCursor::decode(&text, OrderBy::default()).is_err());
-        assert_eq!(
-            QueryCursor::decode("!!!", order).unwrap_err().field,
-            "cursor"
-        );
-        assert!(
-            QueryCursor::decode(&URL_SAFE_NO_PAD.encode("c1|sa|0:x:1"), OrderBy::default())
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn a_full_page_yields_a_cursor_that_admits_only_the_rest() {
-        let q = Query {
-            limit: 2,
-            ..Query::default()
-        };
-        let page = q.page(vec![event(0, 1, 0, json!({})), event(1, 1, 0, json!({}))]);
-        let cursor = QueryCursor::decode(page.next_cursor.as_deref().unwrap(), q.order).unwrap();
-        assert!(!cursor.admits(&event(0, 1, 0, json!({}))));
-        assert!(cursor.admits(&event(0, 2, 0, json!({}))));
-        assert!(cursor.admits(&event(2, 1, 0, json!({}))));
-        let short = q.page(vec![event(0, 1, 0, json!({}))]);
-        assert_eq!(short.next_cursor, None);
-    }
-}
+mod tests;

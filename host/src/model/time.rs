@@ -21,10 +21,15 @@ pub struct Timestamp(i64);
 const MAX_MILLIS: i64 = 253_402_300_799_999;
 
 impl Timestamp {
-    /// The Unix epoch.
+    /// The Unix epoch, the earliest instant Rheo accepts.
     pub const EPOCH: Timestamp = Timestamp(0);
 
-    /// From milliseconds since the Unix epoch.
+    /// The latest instant Rheo accepts: 9999-12-31T23:59:59.999Z.
+    pub const MAX: Timestamp = Timestamp(MAX_MILLIS);
+
+    /// From milliseconds since the Unix epoch, unchecked: for values that
+    /// come from a clock or a store. Input from callers goes through
+    /// [`Timestamp::checked`] or [`Timestamp::parse_rfc3339`].
     pub const fn from_millis(ms: i64) -> Self {
         Timestamp(ms)
     }
@@ -34,9 +39,20 @@ impl Timestamp {
         self.0
     }
 
-    /// This instant plus `ms` milliseconds (saturating).
+    /// This instant plus `ms` milliseconds, or `None` past [`Timestamp::MAX`].
+    pub fn checked_add_ms(self, ms: u64) -> Option<Self> {
+        let sum = self.0.checked_add(i64::try_from(ms).ok()?)?;
+        (sum <= MAX_MILLIS).then_some(Timestamp(sum))
+    }
+
+    /// This instant plus `ms` milliseconds, held at [`Timestamp::MAX`]: a
+    /// lease expiry or retry due time computed from a clock within a day of
+    /// the year 10000 ends with the representable range instead of leaving
+    /// it (a time past it has no four-digit year, so it would neither print
+    /// nor sort like the others). Callers bound `ms` (leases, delays), and
+    /// the clock is refused a move past the range, so nothing else reaches it.
     pub fn add_ms(self, ms: u64) -> Self {
-        Timestamp(self.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+        self.checked_add_ms(ms).unwrap_or(Self::MAX.max(self))
     }
 
     /// Milliseconds from `earlier` to `self`, 0 when `earlier` is later.
@@ -58,12 +74,18 @@ impl Timestamp {
 
     /// Accepts `ms` when it lies between the epoch and the end of year 9999.
     pub fn checked(ms: i64) -> Result<Self, ValidationError> {
-        if (0..=MAX_MILLIS).contains(&ms) {
-            Ok(Timestamp(ms))
+        Timestamp(ms).validate("timestamp")
+    }
+
+    /// Checks that this instant, given by a caller in `field`, lies between
+    /// [`Timestamp::EPOCH`] and [`Timestamp::MAX`]; returns it.
+    pub fn validate(self, field: &str) -> Result<Self, ValidationError> {
+        if (Self::EPOCH..=Self::MAX).contains(&self) {
+            Ok(self)
         } else {
             Err(ValidationError::new(
-                "timestamp",
-                "must lie between 1970-01-01 and 9999-12-31",
+                field,
+                "must lie between 1970-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z",
             ))
         }
     }
@@ -123,16 +145,31 @@ mod tests {
     }
 
     #[test]
-    fn arithmetic_saturates() {
+    fn arithmetic_stays_within_the_printable_range() {
         let t = Timestamp::from_millis(1000);
         assert_eq!(t.add_ms(500).as_millis(), 1500);
         assert_eq!(t.ms_since(Timestamp::from_millis(400)), 600);
         assert_eq!(Timestamp::from_millis(400).ms_since(t), 0);
+        assert_eq!(t.checked_add_ms(500), Some(Timestamp::from_millis(1500)));
+        let late = Timestamp::from_millis(MAX_MILLIS - 10);
+        assert_eq!(late.checked_add_ms(10), Some(Timestamp::MAX));
+        assert_eq!(late.checked_add_ms(11), None);
+        assert_eq!(late.checked_add_ms(u64::MAX), None);
+        for ms in [11, 86_400_000, u64::MAX] {
+            assert_eq!(late.add_ms(ms), Timestamp::MAX, "{ms}");
+        }
         assert_eq!(
-            Timestamp::from_millis(i64::MAX - 1)
-                .add_ms(u64::MAX)
-                .as_millis(),
-            i64::MAX
+            Timestamp::MAX.add_ms(u64::MAX).to_rfc3339(),
+            "9999-12-31T23:59:59.999Z"
         );
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!(Timestamp::MAX.validate("from").is_ok());
+        assert!(Timestamp::EPOCH.validate("from").is_ok());
+        let err = Timestamp::from_millis(-1).validate("start_at").unwrap_err();
+        assert_eq!(err.field, "start_at");
+        assert!(Timestamp::from_millis(i64::MAX).validate("to").is_err());
     }
 }

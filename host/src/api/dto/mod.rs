@@ -37,7 +37,7 @@ pub(crate) use leases::{
 
 use super::error::ApiError;
 use crate::backend::Partitions;
-use crate::model::{StartAfter, StartPosition, Timestamp};
+use crate::model::{MAX_SEQUENCE, StartAfter, StartPosition, Timestamp};
 
 /// `{"ok": true}`: the answer of operations with nothing else to say.
 #[derive(Debug, Serialize, ToSchema)]
@@ -56,8 +56,15 @@ pub(crate) fn partitions(list: Option<Vec<u32>>) -> Partitions {
     list.map_or(Partitions::All, Partitions::Only)
 }
 
+/// Why a `start_after` value that is no `u64` is refused.
+fn not_a_sequence() -> String {
+    format!("must be an integer between 0 and {MAX_SEQUENCE}")
+}
+
 /// A start point from `start_after` (an integer, or a map of partition to
-/// sequence) and `start_at` (a timestamp); at most one may be given.
+/// sequence) and `start_at` (a timestamp); at most one may be given. The
+/// range of each sequence is checked with the rest of the request, by
+/// [`StartPosition::validate`]; numbers no `u64` holds are refused here.
 pub(crate) fn start_position(
     start_after: Option<Value>,
     start_at: Option<Timestamp>,
@@ -70,12 +77,7 @@ pub(crate) fn start_position(
         (None, Some(at)) => Ok(StartPosition::At(at)),
         (None, None) => Ok(StartPosition::Beginning),
         (Some(Value::Number(n)), None) => n.as_u64().map_or_else(
-            || {
-                Err(ApiError::invalid(
-                    "start_after",
-                    "must be a non-negative integer",
-                ))
-            },
+            || Err(ApiError::invalid("start_after", not_a_sequence())),
             |seq| Ok(StartPosition::After(StartAfter::All(seq))),
         ),
         (Some(Value::Object(map)), None) => {
@@ -88,10 +90,7 @@ pub(crate) fn start_position(
                     )
                 })?;
                 let seq = value.as_u64().ok_or_else(|| {
-                    ApiError::invalid(
-                        format!("start_after.{key}"),
-                        "must be a non-negative integer",
-                    )
+                    ApiError::invalid(format!("start_after.{key}"), not_a_sequence())
                 })?;
                 per_partition.insert(partition, seq);
             }

@@ -64,6 +64,42 @@ async fn bad_clock_moves_are_400() {
 }
 
 #[tokio::test]
+async fn the_test_clock_never_leaves_the_printable_range() {
+    let app = TestApp::new();
+    let refused = |a: &super::Answer| (a.status, code(a).to_owned(), a.body["error"].clone());
+    for body in [
+        json!({"advance_ms": u64::MAX}),
+        json!({"advance_ms": i64::MAX}),
+        json!({"set": "9999-12-31T23:59:59.999Z", "advance_ms": 1}),
+    ] {
+        let a = app.post("/v1/test/clock", body.clone()).await;
+        let (status, code, error) = refused(&a);
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid")
+        );
+        assert!(error.to_string().contains("advance_ms"), "{body}: {error}");
+        assert_eq!(app.clock.now(), START, "a refused move changes nothing");
+    }
+    for set in ["+10000-01-01T00:00:00Z", "1969-12-31T23:59:59Z"] {
+        let a = app.post("/v1/test/clock", json!({ "set": set })).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{set}: {}", a.body);
+    }
+    let last = app
+        .post(
+            "/v1/test/clock",
+            json!({"set": "9999-12-31T23:59:58.999Z", "advance_ms": 1000}),
+        )
+        .await;
+    assert_eq!(
+        (last.status, last.body),
+        (StatusCode::OK, json!({"now": "9999-12-31T23:59:59.999Z"}))
+    );
+    let read = app.get("/v1/test/clock").await;
+    assert_eq!(read.body["now"], "9999-12-31T23:59:59.999Z");
+}
+
+#[tokio::test]
 async fn without_the_test_clock_the_routes_are_404() {
     let app = TestApp::without_test_clock();
     let get = app.get("/v1/test/clock").await;

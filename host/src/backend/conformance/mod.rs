@@ -19,6 +19,7 @@
 pub mod concurrency;
 pub mod frontier;
 pub mod groups;
+pub mod inputs;
 pub mod log;
 pub mod nodes;
 pub mod outage;
@@ -371,6 +372,12 @@ macro_rules! __conformance_list {
             concurrency::append_wakes_subscribers,
             concurrency::immediate_nack_wakes_subscribers,
             concurrency::next_due_reports_expiry_and_retry_times,
+            // inputs at the edge of what every store holds
+            inputs::start_points_beyond_the_maximum_are_refused,
+            inputs::start_after_the_maximum_waits_for_nothing,
+            inputs::reset_beyond_the_maximum_is_refused_and_changes_nothing,
+            inputs::positions_beyond_the_maximum_are_refused_everywhere,
+            inputs::payload_numbers_are_kept_exactly,
         ] }
     };
 }

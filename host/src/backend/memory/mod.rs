@@ -421,6 +421,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        how.validate()?;
         let (state, group) = self.stream_and_group(stream, group)?;
         let count = {
             let mut g = group.lock();

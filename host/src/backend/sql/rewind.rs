@@ -103,6 +103,7 @@ impl<D: Dialect> SqlBackend<D> {
         g: &GroupName,
         how: Replay,
     ) -> Result<u64> {
+        how.validate()?;
         let meta = self.meta(s).await?;
         // A query replay reads the (immutable) log before the transaction.
         let matched = match &how {

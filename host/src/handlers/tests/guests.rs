@@ -67,9 +67,9 @@ async fn poison_events_land_in_the_dead_letters_with_the_guests_reason() {
     f.registry.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transform_appends_once_even_when_the_source_is_retried() {
-    let f = Fixture::new().await;
+/// Creates stream `out`, appends `payloads` to `in`, deploys the transform
+/// guest from `in` to `out` and waits until it has processed them all.
+async fn transform_into_out(f: &Fixture, payloads: Vec<serde_json::Value>) {
     f.backend
         .create_stream(crate::backend::CreateStream {
             name: sn("out"),
@@ -77,11 +77,17 @@ async fn transform_appends_once_even_when_the_source_is_retried() {
         })
         .await
         .unwrap();
-    f.append(vec![json!({"n": 1}), json!({"n": 2})]).await;
+    f.append(payloads).await;
     let mut m = f.manifest("transform");
     m.config.insert("target_stream".into(), "out".into());
     f.deploy("transform", m, "transform").await;
     eventually("processed", async || f.lag("transform").await == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transform_appends_once_even_when_the_source_is_retried() {
+    let f = Fixture::new().await;
+    transform_into_out(&f, vec![json!({"n": 1}), json!({"n": 2})]).await;
     // Process every source event a second time, as a retry would.
     f.backend
         .replay(
@@ -186,5 +192,28 @@ async fn the_sandbox_probe_finds_nothing_to_read() {
         "the probe rejects when a file, socket or variable yields data: {:?}",
         f.dead_letters("probe").await
     );
+    f.registry.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_sees_payload_numbers_exactly_as_sent() {
+    // Past 2^64 either way, and a decimal: an f64 anywhere on the way
+    // (storage, the delivery's JSON text, the guest's parser) would change them.
+    let sent = r#"{"f":1.5,"n":18446744073709551617,"neg":-18446744073709551617}"#;
+    let f = Fixture::new().await;
+    transform_into_out(&f, vec![serde_json::from_str(sent).unwrap()]).await;
+    let read = |stream| ReadRequest {
+        stream: sn(stream),
+        partition: 0,
+        after: 0,
+        limit: 10,
+    };
+    let source = f.backend.read(read("in")).await.unwrap();
+    let derived = f.backend.read(read("out")).await.unwrap();
+    assert_eq!(derived.len(), 1);
+    // The transform guest copies the payload it was delivered and adds `source`.
+    let mut payload = derived[0].payload.clone();
+    assert_eq!(payload.remove("source"), Some(json!(source[0].id.as_str())));
+    assert_eq!(serde_json::to_string(&payload).unwrap(), sent);
     f.registry.shutdown().await;
 }
