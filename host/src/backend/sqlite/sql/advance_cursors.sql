@@ -2,4 +2,7 @@
 -- (SQLite keeps no scan floor: see migrations/sqlite/0003_scan_floors.sql.)
 UPDATE rheo_group_partitions SET cursor = c.value ->> 1
 FROM json_each(?3) AS c
-WHERE stream = ?1 AND group_name = ?2 AND partition = c.value ->> 0 AND cursor <> c.value ->> 1
+WHERE rheo_group_partitions.rowid = (
+        SELECT gp.rowid FROM rheo_group_partitions AS gp
+        WHERE gp.stream = ?1 AND gp.group_name = ?2 AND gp.partition = c.value ->> 0)
+  AND cursor <> c.value ->> 1
