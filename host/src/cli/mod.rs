@@ -24,10 +24,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-/// Where Rheo keeps its data when no backend is given: a SQLite file in the
-/// current directory.
-pub const DEFAULT_BACKEND: &str = "sqlite://rheo.db";
-
 /// Durable, searchable, replayable consumer groups with WebAssembly handlers.
 #[derive(Debug, Parser)]
 #[command(name = "rheo", version, about, long_about = None)]
