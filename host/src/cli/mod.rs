@@ -11,8 +11,6 @@ mod bench;
 mod client;
 #[cfg(all(feature = "sqlite", feature = "wasm"))]
 mod demo;
-#[cfg(feature = "wasm")]
-mod guests;
 mod migrate;
 mod multipart;
 mod ops;
