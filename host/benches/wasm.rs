@@ -2,14 +2,12 @@
 //! (`reuse`), a new instance per call (`fresh`), and a warm `transform`
 //! guest whose call appends an event to the memory backend.
 //!
-//! Run: `cargo bench -p rheo --bench wasm` (builds the example guests with
-//! `guests/build.sh` first; needs `rustup target add wasm32-wasip2`).
+//! Run: `cargo bench -p rheo --bench wasm` (the example guests come from
+//! `rheo::example_guests`, built with the crate).
 
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,21 +22,11 @@ use rheo::settle::HandlerOutcome;
 use rheo::wasm::{EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine};
 use serde_json::json;
 
-/// Builds the guests and returns the bytes of `name`.
+/// The bytes of the example guest `name`.
 fn guest(name: &str) -> Vec<u8> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
-    let output = Command::new("bash").arg(&script).output().unwrap();
-    assert!(
-        output.status.success(),
-        "guests/build.sh failed (rustup target add wasm32-wasip2?):\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let path = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find(|l| l.ends_with(&format!("/{name}.wasm")))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("no {name}.wasm"));
-    std::fs::read(path).unwrap()
+    rheo::example_guests::get(name)
+        .unwrap_or_else(|| panic!("no example guest {name}"))
+        .to_vec()
 }
 
 /// A lease on an event like the ones the memory benchmark appends.

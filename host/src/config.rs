@@ -22,8 +22,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::api::ApiSettings;
-use crate::cli::DEFAULT_BACKEND;
 use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
+
+/// Where Rheo keeps its data when no backend is given: a SQLite file in the
+/// current directory.
+pub const DEFAULT_BACKEND: &str = "sqlite://rheo.db";
 
 /// Where the server listens when nothing else is configured.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";

@@ -11,6 +11,7 @@
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
+//! - [`example_guests`] — the example guests of `guests/`, built by `build/main.rs` and embedded (feature `wasm`).
 //! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
 //! - [`telemetry`] — log setup.
 //! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
@@ -21,6 +22,8 @@ pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "wasm")]
+pub mod example_guests;
 #[cfg(feature = "wasm")]
 pub mod handlers;
 pub mod model;

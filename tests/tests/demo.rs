@@ -1,11 +1,24 @@
 //! `rheo demo`, run as the README tells a new user to.
 
-use rheo_e2e::run_rheo;
+use rheo_e2e::rheo_binary;
 
 #[test]
 fn the_demo_tells_the_whole_story_and_ends_caught_up() {
-    let (ok, stdout, stderr) = run_rheo(&["demo", "--swap-events", "600"]);
-    assert!(ok, "rheo demo failed:\n{stdout}\n{stderr}");
+    // From an empty folder, as an installed `rheo` would run: the binary
+    // carries its example guests and needs no source tree.
+    let folder = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(rheo_binary())
+        .args(["demo", "--swap-events", "600"])
+        .current_dir(folder.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run rheo demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "rheo demo failed:\n{stdout}\n{stderr}"
+    );
     for expected in [
         "created stream `orders` with 3 partitions",
         "duplicate = true",

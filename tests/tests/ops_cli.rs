@@ -4,10 +4,9 @@
 //! SQLite file. Deliveries are fetched and settled over HTTP where a test
 //! needs leases or dead letters.
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
 
-use rheo_e2e::{Run, Server, ServerOptions, agent, answer, repo_root, run_rheo_with};
+use rheo_e2e::{Run, Server, ServerOptions, agent, answer, run_rheo_with};
 use serde_json::{Value, json};
 
 /// Runs `rheo ARGS --server <server>`.
@@ -437,35 +436,23 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     );
 }
 
-/// `guests/build.sh`'s modules, built once per test run.
-fn guest(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let out = std::process::Command::new(repo_root().join("guests/build.sh"))
-            .output()
-            .expect("run guests/build.sh");
-        assert!(
-            out.status.success(),
-            "guests/build.sh failed (rustup target add wasm32-wasip2?):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .collect()
-    });
-    built
-        .iter()
-        .find(|p| p.file_stem().is_some_and(|s| s == name))
-        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"))
-        .clone()
+/// Writes the example guest `name` (see `rheo::example_guests`) to
+/// `<dir>/<name>.wasm`, the file the CLI uploads.
+fn guest(dir: &Path, name: &str) -> PathBuf {
+    let bytes =
+        rheo::example_guests::get(name).unwrap_or_else(|| panic!("no example guest {name}"));
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::write(&path, bytes).unwrap();
+    path
 }
 
 #[test]
 fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
     let (dir, server) = start();
-    let echo = guest("echo");
-    let flaky = guest("flaky");
+    // Outside the server's folder, where nothing else reads them.
+    let modules = tempfile::tempdir().unwrap();
+    let echo = guest(modules.path(), "echo");
+    let flaky = guest(modules.path(), "flaky");
     ok(&server, &["streams", "create", "jobs"]);
     for i in 0..3 {
         ok(&server, &["append", "jobs", "--id", &format!("j{i}")]);

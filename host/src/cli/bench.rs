@@ -42,7 +42,7 @@ pub(crate) struct BenchArgs {
     json: bool,
 
     /// WebAssembly handler to measure end to end (default: the example
-    /// `echo` guest, built if missing).
+    /// `echo` guest, embedded in this binary).
     #[cfg(feature = "wasm")]
     #[arg(long, value_name = "FILE.wasm")]
     handler: Option<std::path::PathBuf>,
@@ -207,23 +207,28 @@ impl BenchArgs {
             "--max-demand must be between 1 and {}",
             crate::model::MAX_FETCH_LIMIT
         );
-        let path = match &self.handler {
-            Some(path) => path.clone(),
-            None => super::guests::example_guests()?
-                .remove("echo")
-                .context("the example guests have no echo")?,
+        let (bytes, label, shown) = match &self.handler {
+            Some(path) => (
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+                path.file_stem().map_or_else(
+                    || "handler".to_owned(),
+                    |s| s.to_string_lossy().into_owned(),
+                ),
+                path.display().to_string(),
+            ),
+            None => (
+                crate::example_guests::get("echo")
+                    .context("the example guests have no echo")?
+                    .to_vec(),
+                "echo".to_owned(),
+                "the example guest echo".to_owned(),
+            ),
         };
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let label = path.file_stem().map_or_else(
-            || "handler".to_owned(),
-            |s| s.to_string_lossy().into_owned(),
-        );
         let engine = WasmEngine::new(EngineOptions::default())?;
         let module = engine
             .load(bytes, None)
             .await
-            .with_context(|| format!("{} is not a usable handler", path.display()))?;
+            .with_context(|| format!("{shown} is not a usable handler"))?;
         let modes: &[InstanceMode] = match self.instance {
             InstanceChoice::Reuse => &[InstanceMode::Reuse],
             InstanceChoice::Fresh => &[InstanceMode::Fresh],

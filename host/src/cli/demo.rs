@@ -3,11 +3,9 @@
 //!
 //! It drives the same library the server runs — backend, handler registry,
 //! WebAssembly runtime — in this process, with the example guests from
-//! `guests/` (built on first use).
+//! `guests/` that the binary embeds ([`crate::example_guests`]).
 
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +13,6 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::guests::example_guests;
 use crate::backend::{
     self, Backend, CreateStream, DeadLettersRequest, FetchRequest, Partitions, Redrive, Replay,
 };
@@ -51,8 +48,7 @@ impl DemoArgs {
             .tempdir()
             .context("cannot create a temporary folder")?;
         let dir = temp.path().to_path_buf();
-        let guests = example_guests()?;
-        let demo = Demo::open(&dir, guests).await?;
+        let demo = Demo::open(&dir).await?;
         demo.story(self.swap_events).await?;
         demo.registry.shutdown().await;
         if self.keep {
@@ -74,7 +70,6 @@ impl DemoArgs {
 struct Demo {
     backend: Arc<dyn Backend>,
     registry: HandlerRegistry,
-    guests: BTreeMap<String, PathBuf>,
     step: std::cell::Cell<u32>,
 }
 
@@ -120,10 +115,7 @@ fn compact(value: &JsonObject) -> String {
 }
 
 impl Demo {
-    async fn open(
-        dir: &std::path::Path,
-        guests: BTreeMap<String, PathBuf>,
-    ) -> anyhow::Result<Self> {
+    async fn open(dir: &std::path::Path) -> anyhow::Result<Self> {
         let url = format!("sqlite://{}", dir.join("rheo.db").display());
         println!("Rheo demo — everything runs in this process, on SQLite at {url}");
         println!("(the embedded default: nothing to install, durable on disk).");
@@ -136,7 +128,6 @@ impl Demo {
         Ok(Self {
             backend,
             registry,
-            guests,
             step: std::cell::Cell::new(0),
         })
     }
@@ -148,11 +139,9 @@ impl Demo {
     }
 
     fn guest(&self, name: &str) -> anyhow::Result<Vec<u8>> {
-        let path = self
-            .guests
-            .get(name)
-            .with_context(|| format!("the example guest {name} is missing"))?;
-        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        crate::example_guests::get(name)
+            .map(<[u8]>::to_vec)
+            .with_context(|| format!("the example guest {name} is missing"))
     }
 
     async fn story(&self, swap_events: usize) -> anyhow::Result<()> {

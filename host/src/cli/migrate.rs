@@ -10,7 +10,7 @@ use crate::clock::SystemClock;
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
     /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name], memory://
-    #[arg(long, env = "RHEO_BACKEND", default_value = super::DEFAULT_BACKEND)]
+    #[arg(long, env = "RHEO_BACKEND", default_value = crate::config::DEFAULT_BACKEND)]
     backend: String,
 }
 

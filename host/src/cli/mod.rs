@@ -11,8 +11,6 @@ mod bench;
 mod client;
 #[cfg(all(feature = "sqlite", feature = "wasm"))]
 mod demo;
-#[cfg(feature = "wasm")]
-mod guests;
 mod migrate;
 mod multipart;
 mod ops;
@@ -23,10 +21,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-
-/// Where Rheo keeps its data when no backend is given: a SQLite file in the
-/// current directory.
-pub const DEFAULT_BACKEND: &str = "sqlite://rheo.db";
 
 /// Durable, searchable, replayable consumer groups with WebAssembly handlers.
 #[derive(Debug, Parser)]

@@ -4,13 +4,9 @@
 //! Each test binary uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rheo_e2e::{Server, answer, repo_root};
+use rheo_e2e::{Server, answer};
 use serde_json::Value;
 use ureq::Agent;
 
@@ -134,35 +130,11 @@ pub(crate) fn wait_for_in_flight(http: &Agent, server: &Server, n: u32) {
     });
 }
 
-/// The example guests, built once per test process by `guests/build.sh`.
-fn guest_paths() -> &'static BTreeMap<String, PathBuf> {
-    static PATHS: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
-    PATHS.get_or_init(|| {
-        let script = repo_root().join("guests").join("build.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .output()
-            .expect("run guests/build.sh");
-        assert!(
-            output.status.success(),
-            "guests/build.sh failed ({}):\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p.clone())))
-            .collect()
-    })
-}
-
-/// The `.wasm` bytes of the example guest `name`.
+/// The `.wasm` bytes of the example guest `name` (see `rheo::example_guests`).
 pub(crate) fn guest(name: &str) -> Vec<u8> {
-    let path = guest_paths()
-        .get(name)
-        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"));
-    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    rheo::example_guests::get(name)
+        .unwrap_or_else(|| panic!("no example guest {name}"))
+        .to_vec()
 }
 
 /// A `multipart/form-data` body of named parts `(name, content type, bytes)`;

@@ -1,5 +1,5 @@
-//! Tests of the handler host with real guests from `guests/`, built once per
-//! test process by `guests/build.sh`. Nothing here is mocked: every test
+//! Tests of the handler host with the real example guests from `guests/`
+//! (see [`crate::example_guests`]). Nothing here is mocked: every test
 //! compiles a real component and runs it on a real engine; appends go to
 //! the memory backend.
 
@@ -9,9 +9,6 @@ mod modules;
 mod outcomes;
 mod sandbox;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -27,46 +24,11 @@ use crate::model::{
     Timestamp,
 };
 
-/// The hint printed when the guests cannot be built for lack of the target.
-const RUSTUP_HINT: &str = "rustup target add wasm32-wasip2";
-
-/// The .wasm file of each example guest, by name. Builds them on first use;
-/// a failed build fails every test that needs a guest (never a skip).
-fn guest_paths() -> &'static BTreeMap<String, PathBuf> {
-    static GUESTS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
-    let built = GUESTS.get_or_init(|| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !output.status.success() {
-            return Err(format!(
-                "{} failed ({}):\n{}\nIf the wasm32-wasip2 target is missing: {RUSTUP_HINT}",
-                script.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
-        let paths = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p.clone())))
-            .collect();
-        Ok(paths)
-    });
-    match built {
-        Ok(paths) => paths,
-        Err(message) => panic!("building the example guests failed: {message}"),
-    }
-}
-
-/// The bytes of guest `name`.
+/// The bytes of the example guest `name` (embedded by the build script).
 pub(crate) fn guest(name: &str) -> Vec<u8> {
-    let path = guest_paths()
-        .get(name)
-        .unwrap_or_else(|| panic!("guests/build.sh printed no {name}.wasm"));
-    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    crate::example_guests::get(name)
+        .unwrap_or_else(|| panic!("no example guest {name}"))
+        .to_vec()
 }
 
 /// Pooling sizes small enough that many test processes and engines fit in
