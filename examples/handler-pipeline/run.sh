@@ -9,7 +9,8 @@
 # RHEO_URL (default http://127.0.0.1:7070) names the server, RHEO_AUTH_TOKEN
 # its token if it has one. RHEO names the rheo binary (default: `rheo` on
 # PATH). The module defaults to TRANSFORM_WASM, else to where
-# guests/build.sh puts it. COUNT (default 20) events are appended.
+# `cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml`
+# puts it. COUNT (default 20) events are appended.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -18,7 +19,8 @@ rheo="${RHEO:-rheo}"
 count="${COUNT:-20}"
 module="${1:-${TRANSFORM_WASM:-$here/../../guests/target/wasm32-wasip2/release/transform.wasm}}"
 if [[ ! -f "$module" ]]; then
-  echo "error: no module at $module; build the example guests with guests/build.sh" >&2
+  echo "error: no module at $module; build the example guests with:" >&2
+  echo "  cargo build --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml" >&2
   exit 1
 fi
 auth=()
