@@ -386,9 +386,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// restarts them at `start`.
     async fn reset(&self, req: ResetRequest) -> Result<()>;
 
-    /// A wake-up handle that fires when something may have become claimable
-    /// on `stream` (an append, an immediate nack, a replay, a redrive, a reset).
-    fn subscribe(&self, stream: &StreamName) -> Wakeup;
+    /// The wake-ups of this backend's process: the backend bumps a stream
+    /// when something may have become claimable on it (an append, an
+    /// immediate nack, a replay, a redrive, a reset).
+    fn notifier(&self) -> &Notifier;
+
+    /// A wake-up handle that fires when something may have become
+    /// claimable on `stream`.
+    fn subscribe(&self, stream: &StreamName) -> Wakeup {
+        self.notifier().subscribe(stream)
+    }
 
     /// When the next delivery becomes claimable by time alone (a lease
     /// expiring, a retry delay ending): `now` if something is claimable

@@ -84,6 +84,32 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The lease `lease_id` on `event` for `group`, held by `consumer_id`
+    /// on its `attempt`th claim. Its receipt is the lease id: backends with
+    /// a native settle identity set their own.
+    pub fn new(
+        group: GroupName,
+        event: Arc<Event>,
+        lease_id: LeaseId,
+        consumer_id: ConsumerId,
+        attempt: u32,
+        leased_at: Timestamp,
+        expires_at: Timestamp,
+    ) -> Self {
+        Lease {
+            receipt: Some(lease_id.as_str().to_owned()),
+            lease_id,
+            stream: event.stream.clone(),
+            group,
+            event_id: event.id.clone(),
+            consumer_id,
+            attempt,
+            leased_at,
+            expires_at,
+            event,
+        }
+    }
+
     /// What a settle call needs to name this lease, taking it apart.
     pub fn into_target(self) -> SettleTarget {
         SettleTarget {

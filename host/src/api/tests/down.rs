@@ -13,7 +13,7 @@ use super::{START, TestApp, code};
 use crate::api::ApiSettings;
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
 };
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{
@@ -112,8 +112,8 @@ impl Backend for DownBackend {
     async fn reset(&self, _: ResetRequest) -> Result<()> {
         self.fail()
     }
-    fn subscribe(&self, stream: &StreamName) -> Wakeup {
-        self.notifier.subscribe(stream)
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
     }
     async fn next_due(
         &self,

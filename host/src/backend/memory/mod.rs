@@ -20,7 +20,7 @@ use self::log::Log;
 use super::policy::{LagBuilder, Marks, route_batch, start_lookup, start_points};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
     validate_settlements,
 };
 use crate::clock::SharedClock;
@@ -145,6 +145,10 @@ impl Backend for MemoryBackend {
         &self.clock
     }
 
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
     async fn ping(&self) -> Result<()> {
         Ok(())
     }
@@ -265,18 +269,17 @@ impl Backend for MemoryBackend {
                 let event = log
                     .get(c.partition, c.sequence)
                     .expect("claimed events exist");
-                Lease {
-                    receipt: Some(c.lease_id.as_str().to_owned()),
-                    lease_id: c.lease_id,
-                    stream: req.stream.clone(),
-                    group: req.group.clone(),
-                    event_id: event.id.clone(),
-                    consumer_id: req.consumer_id.clone(),
-                    attempt: c.attempt,
-                    leased_at: c.leased_at,
-                    expires_at: c.expires_at,
-                    event: Arc::clone(event),
-                }
+                let (group, consumer) = (req.group.clone(), req.consumer_id.clone());
+                let (attempt, leased_at) = (c.attempt, c.leased_at);
+                Lease::new(
+                    group,
+                    Arc::clone(event),
+                    c.lease_id,
+                    consumer,
+                    attempt,
+                    leased_at,
+                    c.expires_at,
+                )
             })
             .collect())
     }
@@ -290,18 +293,18 @@ impl Backend for MemoryBackend {
         let (p, seq) = log.locate(&req.target.event_id).ok_or(Error::StaleLease)?;
         let renewed = g.renew(p, seq, &req.target, req.lease_ms, now)?;
         let event = log.get(p, seq).expect("located events exist");
-        Ok(Lease {
-            receipt: Some(req.target.lease_id.as_str().to_owned()),
-            lease_id: req.target.lease_id,
-            stream: req.stream,
-            group: req.group,
-            event_id: event.id.clone(),
-            consumer_id: renewed.consumer_id,
-            attempt: renewed.attempt,
-            leased_at: renewed.leased_at,
-            expires_at: renewed.expires_at,
-            event: Arc::clone(event),
-        })
+        let (lease_id, r) = (req.target.lease_id, renewed);
+        let event = Arc::clone(event);
+        let lease = Lease::new(
+            req.group,
+            event,
+            lease_id,
+            r.consumer_id,
+            r.attempt,
+            r.leased_at,
+            r.expires_at,
+        );
+        Ok(lease)
     }
 
     async fn settle(
@@ -473,10 +476,6 @@ impl Backend for MemoryBackend {
         }
         self.notifier.notify(&req.stream);
         Ok(())
-    }
-
-    fn subscribe(&self, stream: &StreamName) -> Wakeup {
-        self.notifier.subscribe(stream)
     }
 
     async fn next_due(

@@ -144,18 +144,18 @@ impl<D: Dialect> SqlBackend<D> {
                 .remove(&(p, seq))
                 .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
             let lease_id = LeaseId::parse(lease_id).map_err(|e| super::corrupt("lease id", e))?;
-            leases.push(Lease {
-                receipt: Some(lease_id.as_str().to_owned()),
+            let consumer = req.consumer_id.clone();
+            let event = Arc::new(event);
+            let lease = Lease::new(
+                g.clone(),
+                event,
                 lease_id,
-                stream: s.clone(),
-                group: g.clone(),
-                event_id: event.id.clone(),
-                consumer_id: req.consumer_id.clone(),
+                consumer,
                 attempt,
-                leased_at: now,
+                now,
                 expires_at,
-                event: Arc::new(event),
-            });
+            );
+            leases.push(lease);
         }
         leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
         Ok(leases)
@@ -212,18 +212,14 @@ impl<D: Dialect> SqlBackend<D> {
             .remove(&position)
             .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
         Self::commit(tx).await?;
-        Ok(Lease {
-            receipt: Some(req.target.lease_id.as_str().to_owned()),
-            lease_id: req.target.lease_id,
-            stream: req.stream,
-            group: req.group,
-            event_id: event.id.clone(),
-            consumer_id: ConsumerId::parse(held.consumer_id.unwrap_or_default())
-                .map_err(|e| super::corrupt("consumer id", e))?,
-            attempt: held.attempt,
-            leased_at: held.leased_at.unwrap_or(now),
-            expires_at,
-            event: Arc::new(event),
-        })
+        let consumer = ConsumerId::parse(held.consumer_id.unwrap_or_default())
+            .map_err(|e| super::corrupt("consumer id", e))?;
+        let leased_at = held.leased_at.unwrap_or(now);
+        let (lease_id, attempt) = (req.target.lease_id, held.attempt);
+        let event = Arc::new(event);
+        let lease = Lease::new(
+            req.group, event, lease_id, consumer, attempt, leased_at, expires_at,
+        );
+        Ok(lease)
     }
 }

@@ -13,7 +13,7 @@ use super::{Access, Arg, Conn, DbRow, Dialect, Execute, Phase, Statement, has_sq
 use crate::backend::policy::GroupConfig;
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
 };
 use crate::clock::SharedClock;
 use crate::model::{
@@ -300,6 +300,10 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         &self.clock
     }
 
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
     async fn ping(&self) -> Result<()> {
         let mut conn = self.conn(Access::Read).await?;
         conn.execute(D::bind("SELECT 1", Vec::new()))
@@ -408,10 +412,6 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         self.reset_tx(req).await?;
         self.notifier.notify(&stream);
         Ok(())
-    }
-
-    fn subscribe(&self, stream: &StreamName) -> Wakeup {
-        self.notifier.subscribe(stream)
     }
 
     async fn next_due(

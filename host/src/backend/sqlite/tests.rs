@@ -36,6 +36,18 @@ fn fetch(limit: u32) -> FetchRequest {
     }
 }
 
+/// Stream `orders` (two partitions) with three events, group `billing`.
+async fn three_events_and_a_group(b: &SqliteBackend) -> Vec<crate::model::Appended> {
+    let (s, g) = names();
+    let stream = CreateStream {
+        name: s.clone(),
+        partition_count: 2,
+    };
+    b.create_stream(stream).await.unwrap();
+    b.create_group(&s, GroupSpec::new(g)).await.unwrap();
+    b.append(&s, vec![EventInput::default(); 3]).await.unwrap()
+}
+
 /// `sqlite::memory:` (one connection serves reads and writes) works too.
 #[tokio::test]
 async fn an_in_memory_database_serves_reads_and_writes() {
@@ -44,14 +56,7 @@ async fn an_in_memory_database_serves_reads_and_writes() {
         .await
         .unwrap();
     let (s, g) = names();
-    b.create_stream(CreateStream {
-        name: s.clone(),
-        partition_count: 2,
-    })
-    .await
-    .unwrap();
-    b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
-    b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
+    three_events_and_a_group(&b).await;
     let leases = b.fetch(fetch(10)).await.unwrap();
     assert_eq!(leases.len(), 3);
     for lease in leases {
@@ -73,14 +78,7 @@ async fn everything_survives_a_restart() {
         let b = SqliteBackend::open(&url, clock.clone(), true)
             .await
             .unwrap();
-        b.create_stream(CreateStream {
-            name: s.clone(),
-            partition_count: 2,
-        })
-        .await
-        .unwrap();
-        b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
-        let appended = b.append(&s, vec![EventInput::default(); 3]).await.unwrap();
+        let appended = three_events_and_a_group(&b).await;
         let mut leases = b.fetch(fetch(2)).await.unwrap();
         let rejected = leases.remove(0);
         b.reject(&s, &g, rejected.target(), Some("bad".into()))
