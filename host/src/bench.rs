@@ -52,10 +52,17 @@ pub struct WorkloadResult {
 
 /// Latency samples of one workload.
 #[derive(Debug, Default)]
-struct Samples(Vec<Duration>);
+pub struct Samples(Vec<Duration>);
 
 impl Samples {
-    fn result(mut self, name: &str, events: usize, total: Duration) -> WorkloadResult {
+    /// Records one call's latency.
+    pub fn push(&mut self, took: Duration) {
+        self.0.push(took);
+    }
+
+    /// The workload's figures: `events` processed in `total`, with the
+    /// percentiles of the recorded calls.
+    pub fn result(mut self, name: &str, events: usize, total: Duration) -> WorkloadResult {
         self.0.sort_unstable();
         let pct = |p: f64| {
             let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
@@ -71,7 +78,9 @@ impl Samples {
     }
 }
 
-fn input(i: usize) -> EventInput {
+/// The `i`-th event every workload appends: a type, one of 1,000 keys and
+/// a small order payload.
+pub fn input(i: usize) -> EventInput {
     EventInput {
         event_type: Some("bench.order".into()),
         key: Some(format!("customer-{}", i % 1000)),
@@ -114,7 +123,7 @@ pub async fn append_single(
     for i in 0..count {
         let t = Instant::now();
         backend.append_one(stream, input(i)).await?;
-        samples.0.push(t.elapsed());
+        samples.push(t.elapsed());
     }
     Ok(samples.result("append (single)", count, start.elapsed()))
 }
@@ -136,7 +145,7 @@ pub async fn append_batched(
         let inputs = (done..done + n).map(input).collect();
         let t = Instant::now();
         backend.append(stream, inputs).await?;
-        samples.0.push(t.elapsed());
+        samples.push(t.elapsed());
         done += n;
         progress(done);
     }
@@ -183,7 +192,7 @@ pub async fn fetch_ack(
         for r in backend.settle(stream, group, acks).await? {
             r?;
         }
-        samples.0.push(t.elapsed());
+        samples.push(t.elapsed());
         done += n;
         progress(done);
     }

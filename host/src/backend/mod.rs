@@ -295,6 +295,21 @@ pub fn validate_settlements(items: &[Settlement]) -> Result<()> {
     Ok(())
 }
 
+/// Checks a batch renewal: at most [`MAX_SETTLE_BATCH`] leases, and the
+/// lease duration.
+pub fn validate_renewals(targets: &[SettleTarget], lease_ms: u64) -> Result<()> {
+    if targets.len() > MAX_SETTLE_BATCH {
+        return Err(Error::Invalid(ValidationError::new(
+            "targets",
+            format!(
+                "at most {MAX_SETTLE_BATCH} per batch (got {})",
+                targets.len()
+            ),
+        )));
+    }
+    Ok(validate_lease_ms(lease_ms)?)
+}
+
 /// A store of streams and consumer groups.
 ///
 /// Streams are checked before groups everywhere: an unknown stream is
@@ -350,6 +365,18 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Extends a lease (fenced).
     async fn renew(&self, req: RenewRequest) -> Result<Lease>;
+
+    /// Extends several leases of one group in one call, each fenced like
+    /// [`Backend::renew`]: what a handler's renewer sends each round. The
+    /// outer error is for the call as a whole; each item has its own
+    /// result — the lease's new expiry — in input order.
+    async fn renew_many(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>>;
 
     /// Applies acks, nacks and rejects (each fenced). The outer error is for
     /// the call as a whole (unknown stream, backend down); each item has its

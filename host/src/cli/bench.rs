@@ -62,10 +62,11 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, default_value_t = InstanceChoice::Both)]
     instance: InstanceChoice,
 
-    /// Deliveries the handler runs at once.
+    /// Deliveries the handler runs at once; several values (`16,64`)
+    /// measure each in turn.
     #[cfg(feature = "wasm")]
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    concurrency: Vec<usize>,
 
     /// Leases the handler holds at most.
     #[cfg(feature = "wasm")]
@@ -197,11 +198,13 @@ impl BenchArgs {
             EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine,
         };
 
-        anyhow::ensure!(
-            (1..=crate::handlers::MAX_CONCURRENCY).contains(&self.concurrency),
-            "--concurrency must be between 1 and {}",
-            crate::handlers::MAX_CONCURRENCY
-        );
+        for &concurrency in &self.concurrency {
+            anyhow::ensure!(
+                (1..=crate::handlers::MAX_CONCURRENCY).contains(&concurrency),
+                "--concurrency must be between 1 and {} (got {concurrency})",
+                crate::handlers::MAX_CONCURRENCY
+            );
+        }
         anyhow::ensure!(
             (1..=crate::model::MAX_FETCH_LIMIT as usize).contains(&self.max_demand),
             "--max-demand must be between 1 and {}",
@@ -235,19 +238,30 @@ impl BenchArgs {
             InstanceChoice::Both => &[InstanceMode::Reuse, InstanceMode::Fresh],
         };
         let mut results = Vec::new();
-        for &mode in modes {
-            let name = format!("{label} e2e ({})", mode_name(mode));
+        let several = self.concurrency.len() > 1;
+        for (&mode, &concurrency) in modes
+            .iter()
+            .flat_map(|m| self.concurrency.iter().map(move |c| (m, c)))
+        {
+            let name = if several {
+                format!(
+                    "{label} e2e ({}, concurrency {concurrency})",
+                    mode_name(mode)
+                )
+            } else {
+                format!("{label} e2e ({})", mode_name(mode))
+            };
             let env = HandlerEnv::new(HandlerName::parse("bench")?, std::sync::Arc::clone(store));
             let limits = Limits {
                 instance: mode,
-                max_warm: self.concurrency,
+                max_warm: concurrency,
                 ..Limits::default()
             };
             let runner = HandlerRunner::new(module.clone(), env, limits)?;
             let workload = bench::HandlerWorkload {
                 name: name.clone(),
                 events: self.handler_events,
-                concurrency: self.concurrency,
+                concurrency,
                 max_demand: self.max_demand,
                 partitions: self.partitions,
             };

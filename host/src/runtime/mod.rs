@@ -4,29 +4,34 @@
 //! ```text
 //!            ┌──────── wake-up (append, nack, replay…) / due time / idle poll
 //!            ▼
-//!   fetch(min(max_demand − inflight, free concurrency)) ──▶ dispatch ──▶ handler
-//!            ▲                                                │
-//!            │      renew every max(lease_ms / 2, 50 ms)      ▼
-//!            └──────────────────── settle (policy) ◀────── outcome
+//!   fetch(free of max_demand) ──▶ held ──▶ dispatch (≤ concurrency) ──▶ handler
+//!            ▲                      │                                    │
+//!            │   renew_many(held) every max(lease_ms / 2, 50 ms)         ▼
+//!            └────────────── settler: one settle call per batch ◀──── outcome
 //! ```
 //!
-//! * **Claiming.** A worker fetches only as many leases as it can start
-//!   right away, so every lease it holds is being worked on. When a fetch
-//!   comes back empty it asks the backend when something next becomes due
-//!   (a lease expiring, a retry delay ending) and sleeps until then, or
-//!   until the backend's wake-up hook fires, or at most an idle interval —
-//!   never a busy loop. Failed fetches back off 100 ms doubling to 5 s.
-//! * **Leases stay alive** while the handler runs: a renewer extends every
-//!   in-flight lease each half lease. A renewal that finds the lease taken
-//!   (`stale_lease`) marks it lost; its handler's result is then dropped
-//!   unsettled, since someone else owns the delivery now.
+//! * **Claiming.** A worker holds at most `max_demand` leases (fetched,
+//!   not yet settled) and runs at most `concurrency` at once. It fetches
+//!   again when half of `max_demand` is free — one claim call for all the
+//!   free places, in the background while held leases run — so a durable
+//!   store sees one transaction per batch, not per finished delivery.
+//!   When a fetch comes back empty it asks the backend when something next
+//!   becomes due (a lease expiring, a retry delay ending) and rests until
+//!   then, or until the backend's wake-up hook fires, or at most an idle
+//!   interval — never a busy loop. Failed fetches back off 100 ms doubling
+//!   to 5 s.
+//! * **Leases stay alive** while held: a renewer extends every held lease
+//!   each half lease in one `renew_many` call. A renewal that finds the
+//!   lease taken (`stale_lease`) marks it lost; its handler's result is
+//!   then dropped unsettled, since someone else owns the delivery now.
 //! * **Settling** follows [`crate::settle`]: the outcome becomes ack, nack
 //!   (with the guest's delay, clamped) or reject; a failed settle is lost,
 //!   left to expire, or nacked, by its error. One settler task per worker
-//!   writes acks in batches — whatever finished while the previous batch
-//!   was being written — so a durable store sees one transaction per batch,
-//!   not per delivery; each item keeps its own result. Retries and rejects
-//!   are written one by one.
+//!   writes outcomes in batches — whatever finished while the previous
+//!   batch was being written, acks, nacks and rejects together (a group
+//!   commit) — each item with its own result. A delivery's place in
+//!   `concurrency` is free once its handler returned; its place in
+//!   `max_demand` once its outcome is written.
 //! * **Versions.** The runtime runs the one version it was last given and
 //!   keeps no history: which version is current, which one a rollback
 //!   restores and whether a handler is paused are the caller's to know
@@ -35,8 +40,8 @@
 //!   version swaps the cell, so deliveries already running finish on the
 //!   version they started with and new ones get the new one. Nothing is
 //!   paused for a swap.
-//! * **Draining.** Stop fetching, let in-flight deliveries finish and
-//!   settle, bounded by a timeout; what is still running then is abandoned
+//! * **Draining.** Stop fetching, let held leases run and settle (a fetch
+//!   in flight included), bounded by a timeout; what is still running then is abandoned
 //!   and its leases expire (at-least-once: another consumer gets them).
 
 mod counters;
@@ -128,9 +133,16 @@ impl HandlerSettings {
         }
     }
 
-    /// Leases to hold at once: never more than can run.
-    pub(crate) fn window(&self) -> usize {
-        self.max_demand.max(1).min(self.concurrency.max(1))
+    /// Leases held at once (fetched and not yet settled): `max_demand`.
+    pub(crate) fn hold(&self) -> usize {
+        self.max_demand.max(1)
+    }
+
+    /// How many places must be free before the next fetch: half of
+    /// [`Self::hold`], so a durable store sees one claim transaction per
+    /// batch rather than one per finished delivery.
+    pub(crate) fn refill(&self) -> usize {
+        (self.hold() / 2).max(1)
     }
 
     /// Interval between renewals: half a lease, at least 50 ms.

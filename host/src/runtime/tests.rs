@@ -449,3 +449,78 @@ async fn a_paused_handler_fetches_nothing_until_resumed() {
     eventually("resumed and acked", async || e.lag().await == 0).await;
     e.runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_batch_runs_partition_by_partition() {
+    let e = env().await;
+    let inputs = (0..6)
+        .map(|i| EventInput {
+            partition: Some(i / 3),
+            ..EventInput::default()
+        })
+        .collect();
+    e.backend.append(&e.stream, inputs).await.unwrap();
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let record = {
+        let seen = seen.clone();
+        FnHandler(move |l: &Lease| {
+            seen.lock().push((l.event.partition, l.event.sequence));
+            HandlerOutcome::Ack
+        })
+    };
+    let mut settings = e.settings();
+    settings.concurrency = 1;
+    let h = name("fair");
+    e.runtime
+        .run(&h, settings, version(1, record), false)
+        .await
+        .unwrap();
+    eventually("all acked", async || e.lag().await == 0).await;
+    assert_eq!(
+        *seen.lock(),
+        [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)],
+        "one fetch of both partitions, run in turns, each in order"
+    );
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_leases_are_renewed_while_they_wait_to_run() {
+    let e = env().await;
+    e.append(3).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let handler = Gated {
+        gate: gate.clone(),
+        started: started.clone(),
+    };
+    let mut settings = e.settings();
+    (settings.concurrency, settings.max_demand, settings.lease_ms) = (1, 3, 100);
+    let h = name("patient");
+    e.runtime
+        .run(&h, settings, version(1, handler), false)
+        .await
+        .unwrap();
+    eventually("one runs", async || started.load(Ordering::SeqCst) == 1).await;
+    let lag = e
+        .backend
+        .lag(&e.stream, &e.group, &Partitions::All)
+        .await
+        .unwrap();
+    assert_eq!(lag.inflight, 3, "one lease runs, two wait, all held");
+    // Each step moves the clock past most of a lease; the renewer (one
+    // call for all three) pushes the earliest expiry to `now + 100`.
+    for _ in 0..3 {
+        let renewed = Some(e.clock.advance(60).add_ms(100));
+        eventually("renewed", async || {
+            let due = e.backend.next_due(&e.stream, &e.group, &Partitions::All);
+            due.await.unwrap() == renewed
+        })
+        .await;
+    }
+    gate.add_permits(3);
+    eventually("all acked", async || e.counters(&h).acked == 3).await;
+    assert_eq!(e.counters(&h).lost, 0, "no held lease expired");
+    assert_eq!(e.lag().await, 0);
+    e.runtime.shutdown().await;
+}

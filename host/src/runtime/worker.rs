@@ -1,20 +1,24 @@
-//! One handler's claim loop, its dispatches and its lease renewer.
+//! One handler's claim loop, its dispatches, its settler and its lease
+//! renewer (`docs/handlers.md#the-runtime-loop`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::counters::{Counters, Fate};
 use super::{HandlerSettings, Version};
-use crate::backend::{Backend, FetchRequest, RenewRequest};
-use crate::model::{EventId, Lease, SettleOp, SettleTarget, Settlement};
-use crate::settle::{self, Action, SettleFailure};
+use crate::backend::{Backend, FetchRequest};
+use crate::model::{EventId, Lease, MAX_SETTLE_BATCH, SettleOp, SettleTarget, Settlement};
+use crate::settle::{self, Action, HandlerOutcome, SettleFailure};
 
 /// Starts and stops handler loops.
 #[derive(Debug)]
@@ -28,7 +32,7 @@ pub struct WorkerControl {
 }
 
 impl WorkerControl {
-    /// Paused: stops fetching (in-flight deliveries still finish).
+    /// Paused: stops fetching (leases already held still run and settle).
     /// Not paused: fetches again.
     pub fn set_paused(&self, paused: bool) {
         self.paused.send_replace(paused);
@@ -41,7 +45,7 @@ impl WorkerControl {
     }
 }
 
-/// In-flight leases, for the renewer and for dropping lost ones.
+/// Held leases, for the renewer and for dropping lost ones.
 type Inflight = Arc<Mutex<HashMap<EventId, Tracked>>>;
 
 #[derive(Debug)]
@@ -51,7 +55,7 @@ struct Tracked {
     lost: bool,
 }
 
-/// Everything a dispatch needs, shared by the worker's tasks.
+/// Everything the worker's tasks share.
 #[derive(Debug)]
 struct Shared {
     backend: Arc<dyn Backend>,
@@ -61,18 +65,63 @@ struct Shared {
     inflight: Inflight,
     /// Outcomes on their way to the settler, which writes them in batches.
     settles: mpsc::UnboundedSender<SettleRequest>,
+    /// Leases held: fetched and not yet settled or given up.
+    held: AtomicUsize,
+    /// Signalled each time a held lease is let go.
+    released: Notify,
 }
 
 /// Most settlements the settler writes in one backend call.
 const SETTLE_BATCH: usize = 256;
 
-/// One outcome to settle, and where to say what became of it.
+/// One outcome to settle, and what to count once it is written.
 #[derive(Debug)]
 struct SettleRequest {
     target: SettleTarget,
     op: SettleOp,
     fate: Fate,
-    reply: oneshot::Sender<Fate>,
+    version: u64,
+    outcome: HandlerOutcome,
+}
+
+impl Shared {
+    /// Starts tracking freshly fetched leases.
+    fn hold(&self, leases: &[Lease]) {
+        let mut inflight = self.inflight.lock();
+        for lease in leases {
+            let target = lease.target();
+            let tracked = Tracked {
+                target,
+                lost: false,
+            };
+            inflight.insert(lease.event_id.clone(), tracked);
+        }
+        self.held.fetch_add(leases.len(), Ordering::AcqRel);
+    }
+
+    /// Lets go of one lease: counts what became of it and frees its place.
+    fn release(&self, target: &SettleTarget, version: u64, outcome: &HandlerOutcome, fate: Fate) {
+        {
+            // Entries are keyed by event, and the same event may be leased
+            // again (after this delivery's nack) before this lease is let
+            // go: only the entry of this very lease is removed.
+            let mut inflight = self.inflight.lock();
+            if inflight
+                .get(&target.event_id)
+                .is_some_and(|t| t.target.lease_id == target.lease_id)
+            {
+                inflight.remove(&target.event_id);
+            }
+        }
+        self.counters.record(version, outcome, fate);
+        self.counters.finished();
+        self.held.fetch_sub(1, Ordering::AcqRel);
+        self.released.notify_one();
+    }
+
+    fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
 }
 
 impl Worker {
@@ -98,9 +147,114 @@ impl Worker {
             counters,
             inflight: Arc::default(),
             settles,
+            held: AtomicUsize::new(0),
+            released: Notify::new(),
         });
         let handle = tokio::spawn(run(shared, requests, control.clone()));
         (handle, control)
+    }
+}
+
+/// A wait before the next fetch: after an empty fetch (ended early by a
+/// wake-up) or after a failed one (not).
+struct Rest {
+    until: Pin<Box<dyn Future<Output = ()> + Send>>,
+    wakes: bool,
+}
+
+/// The claim loop's state: leases fetched but not started, deliveries
+/// running, and the fetch in flight.
+struct Claims {
+    shared: Arc<Shared>,
+    ready: VecDeque<Lease>,
+    running: JoinSet<()>,
+    fetching: Option<JoinHandle<crate::backend::Result<Vec<Lease>>>>,
+}
+
+impl Claims {
+    /// Starts held leases while fewer than `concurrency` deliveries run.
+    fn dispatch(&mut self) {
+        let concurrency = self.shared.settings.concurrency.max(1);
+        while self.running.len() < concurrency
+            && let Some(lease) = self.ready.pop_front()
+        {
+            self.shared.counters.started();
+            self.running
+                .spawn(dispatch(Arc::clone(&self.shared), lease));
+        }
+    }
+
+    /// Fetches up to `limit` leases in the background.
+    fn fetch(&mut self, limit: usize) {
+        let shared = Arc::clone(&self.shared);
+        let s = &shared.settings;
+        let req = FetchRequest {
+            stream: s.stream.clone(),
+            group: s.group.clone(),
+            limit: u32::try_from(limit)
+                .unwrap_or(u32::MAX)
+                .min(crate::model::MAX_FETCH_LIMIT),
+            consumer_id: s.consumer_id.clone(),
+            lease_ms: s.lease_ms,
+            partitions: s.partitions.clone(),
+        };
+        self.fetching = Some(tokio::spawn(async move { shared.backend.fetch(req).await }));
+    }
+
+    /// Takes what a finished fetch brought, queued to run one partition
+    /// after another (each partition's leases keep their order): a batch
+    /// comes sorted by partition, and a slow handler must not work through
+    /// all of one partition's share before the next partition gets a turn.
+    fn fetched(&mut self, leases: Vec<Lease>) {
+        self.shared.hold(&leases);
+        self.ready.extend(interleave(leases));
+    }
+
+    /// Whether nothing is held, running or being fetched.
+    fn is_empty(&self) -> bool {
+        self.ready.is_empty()
+            && self.running.is_empty()
+            && self.fetching.is_none()
+            && self.shared.held() == 0
+    }
+}
+
+/// `leases` reordered round-robin by partition, each partition's leases in
+/// the order given.
+fn interleave(leases: Vec<Lease>) -> Vec<Lease> {
+    let mut by_partition: Vec<VecDeque<Lease>> = Vec::new();
+    for lease in leases {
+        let p = lease.event.partition;
+        match by_partition.iter_mut().find(|q| q[0].event.partition == p) {
+            Some(queue) => queue.push_back(lease),
+            None => by_partition.push(VecDeque::from([lease])),
+        }
+    }
+    let mut out = Vec::new();
+    while !by_partition.is_empty() {
+        by_partition.retain_mut(|queue| match queue.pop_front() {
+            Some(lease) => {
+                out.push(lease);
+                true
+            }
+            None => false,
+        });
+    }
+    out
+}
+
+/// Waits for the fetch in flight, if any.
+async fn fetch_done(
+    fetching: &mut Option<JoinHandle<crate::backend::Result<Vec<Lease>>>>,
+) -> crate::backend::Result<Vec<Lease>> {
+    match fetching.as_mut() {
+        Some(handle) => match handle.await {
+            Ok(result) => result,
+            Err(e) => Err(crate::backend::Error::Failed(format!(
+                "the fetch task ended: {e}"
+            ))),
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -114,147 +268,150 @@ async fn run(
     let settler = tokio::spawn(settle_loop(Arc::clone(&shared), requests));
     let mut paused = control.paused.subscribe();
     let mut wakeup = shared.backend.subscribe(&s.stream);
-    let mut tasks: JoinSet<()> = JoinSet::new();
+    let (hold, refill) = (s.hold(), s.refill());
+    let mut claims = Claims {
+        shared: Arc::clone(&shared),
+        ready: VecDeque::new(),
+        running: JoinSet::new(),
+        fetching: None,
+    };
+    let mut rest: Option<Rest> = None;
     let mut failures = 0u32;
-    let window = s.window();
     tracing::info!(stream = %s.stream, group = %s.group, consumer = %s.consumer_id, "handler worker started");
 
     loop {
-        while tasks.try_join_next().is_some() {}
+        while claims.running.try_join_next().is_some() {}
         if control.stop.is_cancelled() {
             break;
         }
-        if *paused.borrow_and_update() {
-            tokio::select! {
-                _ = control.stop.cancelled() => break,
-                _ = paused.changed() => continue,
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            }
+        claims.dispatch();
+        let free = hold.saturating_sub(shared.held());
+        if claims.fetching.is_none()
+            && rest.is_none()
+            && !*paused.borrow_and_update()
+            && free >= refill
+        {
+            wakeup.mark_seen();
+            claims.fetch(free);
         }
-        let free = window.saturating_sub(tasks.len());
-        if free == 0 {
-            tokio::select! {
-                _ = control.stop.cancelled() => break,
-                Some(_) = tasks.join_next() => continue,
-            }
-        }
-        wakeup.mark_seen();
-        let fetched = shared
-            .backend
-            .fetch(FetchRequest {
-                stream: s.stream.clone(),
-                group: s.group.clone(),
-                limit: u32::try_from(free)
-                    .unwrap_or(u32::MAX)
-                    .min(crate::model::MAX_FETCH_LIMIT),
-                consumer_id: s.consumer_id.clone(),
-                lease_ms: s.lease_ms,
-                partitions: s.partitions.clone(),
-            })
-            .await;
-        match fetched {
-            Ok(leases) if !leases.is_empty() => {
-                failures = 0;
-                for lease in leases {
-                    shared.inflight.lock().insert(
-                        lease.event_id.clone(),
-                        Tracked {
-                            target: lease.target(),
-                            lost: false,
-                        },
-                    );
-                    shared.counters.started();
-                    tasks.spawn(dispatch(Arc::clone(&shared), lease));
-                }
-            }
-            Ok(_) => {
-                failures = 0;
-                let now = shared.backend.clock().now();
-                let due = shared
-                    .backend
-                    .next_due(&s.stream, &s.group, &s.partitions)
-                    .await
-                    .unwrap_or(None);
-                // Something is claimable yet nothing came back (other
-                // consumers hold it for a moment): pause briefly, don't spin.
-                let idle = match due {
-                    Some(t) if t <= now => Duration::from_millis(20),
-                    _ => s.idle_poll,
-                };
-                let until_due = async {
-                    match due {
-                        Some(t) if t > now => shared.backend.clock().sleep_until(t).await,
-                        _ => std::future::pending().await,
+        let resting = rest.is_some();
+        let wakes = rest.as_ref().is_some_and(|r| r.wakes);
+        tokio::select! {
+            _ = control.stop.cancelled() => break,
+            _ = paused.changed() => {}
+            Some(_) = claims.running.join_next(), if !claims.running.is_empty() => {}
+            _ = shared.released.notified() => {}
+            fetched = fetch_done(&mut claims.fetching) => {
+                claims.fetching = None;
+                match fetched {
+                    Ok(leases) if !leases.is_empty() => {
+                        failures = 0;
+                        claims.fetched(leases);
                     }
-                };
-                tokio::select! {
-                    _ = control.stop.cancelled() => break,
-                    _ = wakeup.changed() => {}
-                    _ = until_due => {}
-                    _ = tokio::time::sleep(idle) => {}
-                    _ = paused.changed() => {}
-                    Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                    Ok(_) => {
+                        failures = 0;
+                        rest = Some(Rest { until: Box::pin(idle(Arc::clone(&shared))), wakes: true });
+                    }
+                    Err(e) => {
+                        failures = failures.saturating_add(1);
+                        let delay = settle::fetch_backoff(failures);
+                        tracing::warn!(stream = %s.stream, group = %s.group, error = %e, retry_in_ms = delay.as_millis() as u64, "fetch failed");
+                        rest = Some(Rest { until: Box::pin(tokio::time::sleep(delay)), wakes: false });
+                    }
                 }
             }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = settle::fetch_backoff(failures);
-                tracing::warn!(stream = %s.stream, group = %s.group, error = %e, retry_in_ms = delay.as_millis() as u64, "fetch failed");
-                tokio::select! {
-                    _ = control.stop.cancelled() => break,
-                    _ = tokio::time::sleep(delay) => {}
-                }
+            _ = async { if let Some(r) = rest.as_mut() { r.until.as_mut().await } }, if resting => {
+                rest = None;
+            }
+            _ = wakeup.changed(), if wakes => {
+                rest = None;
             }
         }
     }
 
-    // Drain: no more fetches; give in-flight deliveries time to finish.
+    // Drain: no new fetches; what is held (and what a fetch in flight
+    // brings) runs and settles, within the drain timeout.
     let drained = tokio::time::timeout(s.drain_timeout, async {
-        while tasks.join_next().await.is_some() {}
+        if claims.fetching.is_some() {
+            let fetched = fetch_done(&mut claims.fetching).await;
+            claims.fetching = None;
+            if let Ok(leases) = fetched {
+                claims.fetched(leases);
+            }
+        }
+        loop {
+            while claims.running.try_join_next().is_some() {}
+            claims.dispatch();
+            if claims.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some(_) = claims.running.join_next(), if !claims.running.is_empty() => {}
+                _ = shared.released.notified() => {}
+            }
+        }
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(stream = %s.stream, group = %s.group, abandoned = tasks.len(), "drain timed out; abandoned leases will expire");
-        tasks.abort_all();
+        let abandoned = shared.held();
+        tracing::warn!(stream = %s.stream, group = %s.group, abandoned, "drain timed out; abandoned leases will expire");
+        claims.running.abort_all();
+        if let Some(fetching) = claims.fetching.take() {
+            fetching.abort();
+        }
     }
     renewer.abort();
     settler.abort();
     tracing::info!(stream = %s.stream, group = %s.group, "handler worker stopped");
 }
 
-/// Runs the current version on one lease and settles the outcome.
+/// After an empty fetch: sleeps until something becomes claimable by time
+/// (a lease expiring, a retry falling due) or at most the idle poll; when
+/// something is claimable already but another consumer holds it for a
+/// moment, 20 ms — never a busy loop. A wake-up ends the rest early.
+async fn idle(shared: Arc<Shared>) {
+    let s = &shared.settings;
+    let now = shared.backend.clock().now();
+    let due = shared
+        .backend
+        .next_due(&s.stream, &s.group, &s.partitions)
+        .await
+        .unwrap_or(None);
+    let longest = match due {
+        Some(t) if t <= now => Duration::from_millis(20),
+        _ => s.idle_poll,
+    };
+    let until_due = async {
+        match due {
+            Some(t) if t > now => shared.backend.clock().sleep_until(t).await,
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = until_due => {}
+        _ = tokio::time::sleep(longest) => {}
+    }
+}
+
+/// Runs the current version on one lease and hands the outcome to the
+/// settler; the delivery's place in `concurrency` is free once the
+/// handler returned.
 async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     let version = shared.version.load_full();
     let outcome = version.handler.handle(&lease).await;
     let decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
-    // Entries are keyed by event, and the same event may be leased again
-    // (after this delivery's nack) before this task finishes: only the
-    // entry of this very lease counts, and only it is removed.
-    let mine = |t: &Tracked| t.target.lease_id == lease.lease_id;
+    let target = lease.target();
     let lost = shared
         .inflight
         .lock()
         .get(&lease.event_id)
-        .filter(|t| mine(t))
+        .filter(|t| t.target.lease_id == lease.lease_id)
         .is_none_or(|t| t.lost);
-    let fate = if lost {
-        Fate::Lost
-    } else {
-        settle_outcome(&shared, &lease, decision.action).await
-    };
-    {
-        let mut inflight = shared.inflight.lock();
-        if inflight.get(&lease.event_id).is_some_and(mine) {
-            inflight.remove(&lease.event_id);
-        }
+    if lost {
+        shared.release(&target, version.number, &outcome, Fate::Lost);
+        return;
     }
-    shared.counters.record(version.number, &outcome, fate);
-    shared.counters.finished();
-}
-
-/// Hands the outcome to the settler and waits for what became of it.
-async fn settle_outcome(shared: &Shared, lease: &Lease, action: Action) -> Fate {
-    let (op, fate) = match action {
+    let (op, fate) = match decision.action {
         Action::Ack => (SettleOp::Ack, Fate::Acked),
         Action::Nack { reason, delay_ms } => (
             SettleOp::Nack {
@@ -270,84 +427,56 @@ async fn settle_outcome(shared: &Shared, lease: &Lease, action: Action) -> Fate 
             Fate::Rejected,
         ),
     };
-    let (reply, fate_of) = oneshot::channel();
     let request = SettleRequest {
-        target: lease.target(),
+        target,
         op,
         fate,
-        reply,
+        version: version.number,
+        outcome,
     };
-    if shared.settles.send(request).is_err() {
-        return Fate::SettleError;
+    if let Err(mpsc::error::SendError(r)) = shared.settles.send(request) {
+        // The settler only goes away once the worker has stopped; the
+        // lease then expires and the delivery comes back.
+        shared.release(&r.target, r.version, &r.outcome, Fate::SettleError);
     }
-    // The settler only goes away once the worker has stopped; the lease
-    // then expires and the delivery comes back.
-    fate_of.await.unwrap_or(Fate::SettleError)
 }
 
 /// Writes outcomes in batches: whatever queued while the previous batch
-/// was being written goes in the next call (a group commit), so a handler
-/// on a durable store is not bound to one transaction per delivery.
-/// Each item keeps its own result: a failure is handled per the policy.
+/// was being written goes in the next call (a group commit) — acks, nacks
+/// and rejects alike — so a handler on a durable store is not bound to one
+/// transaction per delivery. Each item keeps its own result: a failure is
+/// handled per the policy.
 async fn settle_loop(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<SettleRequest>) {
     let s = &shared.settings;
     let mut batch: Vec<SettleRequest> = Vec::with_capacity(SETTLE_BATCH);
     while requests.recv_many(&mut batch, SETTLE_BATCH).await > 0 {
-        // Acks go in one call; retries and rejects (rarer, and each moving
-        // a delivery elsewhere) one call each.
-        let (acks, others): (Vec<SettleRequest>, Vec<SettleRequest>) =
-            batch.drain(..).partition(|r| matches!(r.op, SettleOp::Ack));
-        if !acks.is_empty() {
-            let items = acks
-                .iter()
-                .map(|r| Settlement {
-                    target: r.target.clone(),
-                    op: r.op.clone(),
-                })
-                .collect();
-            let results = match shared.backend.settle(&s.stream, &s.group, items).await {
-                Ok(results) if results.len() != acks.len() => {
-                    Err(crate::backend::Error::Failed(format!(
-                        "the backend answered {} results for {} settlements",
-                        results.len(),
-                        acks.len()
-                    )))
-                }
-                other => other,
-            };
-            match results {
-                Ok(results) => {
-                    for (request, result) in acks.into_iter().zip(results) {
-                        let fate = match result {
-                            Ok(()) => request.fate,
-                            Err(error) => settle_failed(&shared, &request.target, &error).await,
-                        };
-                        let _ = request.reply.send(fate);
-                    }
-                }
-                Err(error) => {
-                    for request in acks {
-                        let fate = settle_failed(&shared, &request.target, &error).await;
-                        let _ = request.reply.send(fate);
-                    }
-                }
+        let items = batch
+            .iter()
+            .map(|r| Settlement {
+                target: r.target.clone(),
+                op: r.op.clone(),
+            })
+            .collect();
+        let results = match shared.backend.settle(&s.stream, &s.group, items).await {
+            Ok(results) if results.len() != batch.len() => {
+                Err(crate::backend::Error::Failed(format!(
+                    "the backend answered {} results for {} settlements",
+                    results.len(),
+                    batch.len()
+                )))
             }
-        }
-        for request in others {
-            let result = shared
-                .backend
-                .settle_one(
-                    &s.stream,
-                    &s.group,
-                    request.target.clone(),
-                    request.op.clone(),
-                )
-                .await;
+            other => other,
+        };
+        let results: Vec<crate::backend::Result<()>> = match results {
+            Ok(results) => results,
+            Err(error) => batch.iter().map(|_| Err(error.clone())).collect(),
+        };
+        for (request, result) in batch.drain(..).zip(results) {
             let fate = match result {
                 Ok(()) => request.fate,
                 Err(error) => settle_failed(&shared, &request.target, &error).await,
             };
-            let _ = request.reply.send(fate);
+            shared.release(&request.target, request.version, &request.outcome, fate);
         }
     }
 }
@@ -379,9 +508,10 @@ async fn settle_failed(
     }
 }
 
-/// Extends every in-flight lease each half lease; marks lost ones.
-/// It runs until the worker aborts it after draining, so in-flight work
-/// keeps its leases during a drain too.
+/// Extends every held lease each half lease, in one backend call per
+/// round (per [`MAX_SETTLE_BATCH`] leases); marks lost ones. It runs until
+/// the worker aborts it after draining, so held leases stay alive during
+/// a drain too.
 async fn renew_loop(shared: Arc<Shared>) {
     let s = &shared.settings;
     let mut tick = tokio::time::interval(s.renew_every());
@@ -396,25 +526,29 @@ async fn renew_loop(shared: Arc<Shared>) {
             .filter(|t| !t.lost)
             .map(|t| t.target.clone())
             .collect();
-        for target in targets {
+        for chunk in targets.chunks(MAX_SETTLE_BATCH) {
             let renewed = shared
                 .backend
-                .renew(RenewRequest {
-                    stream: s.stream.clone(),
-                    group: s.group.clone(),
-                    target: target.clone(),
-                    lease_ms: s.lease_ms,
-                })
+                .renew_many(&s.stream, &s.group, chunk.to_vec(), s.lease_ms)
                 .await;
-            if let Err(e) = renewed {
-                if settle::on_settle_error(&e) == SettleFailure::LeaseLost {
-                    if let Some(t) = shared.inflight.lock().get_mut(&target.event_id)
-                        && t.target.lease_id == target.lease_id
-                    {
-                        t.lost = true;
-                    }
-                } else {
+            let results = match renewed {
+                Ok(results) => results,
+                Err(e) => {
+                    tracing::debug!(stream = %s.stream, group = %s.group, error = %e, "lease renewal failed; retrying next round");
+                    continue;
+                }
+            };
+            let mut inflight = shared.inflight.lock();
+            for (target, result) in chunk.iter().zip(results) {
+                let Err(e) = result else { continue };
+                if settle::on_settle_error(&e) != SettleFailure::LeaseLost {
                     tracing::debug!(event = %target.event_id, error = %e, "lease renewal failed; retrying next round");
+                    continue;
+                }
+                if let Some(t) = inflight.get_mut(&target.event_id)
+                    && t.target.lease_id == target.lease_id
+                {
+                    t.lost = true;
                 }
             }
         }

@@ -18,7 +18,7 @@ use crate::backend::{
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, Settlement, Stream, StreamName, Timestamp,
+    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 #[derive(Debug)]
@@ -84,6 +84,15 @@ impl Backend for DownBackend {
         self.fail()
     }
     async fn renew(&self, _: RenewRequest) -> Result<Lease> {
+        self.fail()
+    }
+    async fn renew_many(
+        &self,
+        _: &StreamName,
+        _: &GroupName,
+        _: Vec<SettleTarget>,
+        _: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
         self.fail()
     }
     async fn settle(

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::json;
 
-use super::{Harness, START, cid, code, eid, gn, obj};
+use super::{Harness, START, cid, code, eid, gn, obj, sn};
 use crate::backend::{DeadLettersRequest, FetchRequest, Partitions, Redrive, RenewRequest, Result};
 use crate::model::{
     DeadLetter, DeadLetterPage, Event, EventInput, Group, GroupName, GroupSpec, Lease, LeaseId,
@@ -583,6 +583,65 @@ pub async fn renew_after_ack_is_stale(h: &Harness) {
         [(0, 2)],
         "renew changed nothing"
     );
+}
+
+/// One call renews several leases, each fenced on its own: live ones are
+/// extended, stale, forged and mismatched ones answer their error and
+/// change nothing.
+pub async fn renew_many_has_per_item_results(h: &Harness) {
+    let (s, g, _) = setup(h, 4).await;
+    let l = h.fetch_as(&s, &g, 10, "c1", 200).await;
+    h.ack(&l[3]).await.unwrap();
+    let b = h.b();
+    assert!(b.renew_many(&s, &g, vec![], 1000).await.unwrap().is_empty());
+    for bad in [0, 43_200_001] {
+        let r = b.renew_many(&s, &g, vec![l[0].target()], bad).await;
+        assert_eq!(code(r), "invalid", "lease_ms {bad}");
+    }
+    let too_many = vec![l[0].target(); crate::model::MAX_SETTLE_BATCH + 1];
+    assert_eq!(code(b.renew_many(&s, &g, too_many, 1000).await), "invalid");
+    assert_eq!(
+        code(b.renew_many(&sn("nope"), &g, vec![], 1000).await),
+        "stream_not_found"
+    );
+    assert_eq!(
+        code(b.renew_many(&s, &gn("nope"), vec![], 1000).await),
+        "group_not_found"
+    );
+
+    h.clock.advance(50);
+    let mut mismatched = l[2].target();
+    mismatched.receipt = Some("not-the-receipt".into());
+    let targets = vec![
+        l[0].target(),
+        forge(&l[1], "forged", None),
+        mismatched,
+        l[3].target(),
+        l[1].target(),
+    ];
+    let results = b
+        .renew_many(&s, &g, targets, 5000)
+        .await
+        .expect("renew_many");
+    let got: Vec<&str> = results
+        .iter()
+        .map(|r| r.as_ref().map_or_else(|e| e.code(), |_| "ok"))
+        .collect();
+    assert_eq!(
+        got,
+        ["ok", "stale_lease", "receipt_mismatch", "stale_lease", "ok"]
+    );
+    let expiry = h.now().add_ms(5000);
+    assert_eq!(results[0].as_ref().ok(), Some(&expiry));
+    assert_eq!(results[4].as_ref().ok(), Some(&expiry));
+
+    // Past the first expiry: only the lease that was not renewed comes back.
+    h.clock.advance(300);
+    let again = h.fetch_as(&s, &g, 10, "other", 1000).await;
+    assert_eq!(pos(&again), [(0, 3)]);
+    for lease in [&l[0], &l[1]] {
+        h.ack(lease).await.expect("renewed leases still ack");
+    }
 }
 
 pub async fn forged_lease_is_stale(h: &Harness) {

@@ -314,6 +314,7 @@ macro_rules! __conformance_list {
             groups::duplicate_ack_is_stale,
             groups::renew_extends_the_expiry,
             groups::renew_after_ack_is_stale,
+            groups::renew_many_has_per_item_results,
             groups::forged_lease_is_stale,
             groups::receipt_mismatch_is_detected,
             groups::expiry_alone_does_not_fence,

@@ -21,12 +21,13 @@ use super::policy::{LagBuilder, Marks, route_batch, start_lookup, start_points};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
     Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
-    validate_settlements,
+    validate_renewals, validate_settlements,
 };
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetter, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, Page, Query, Settlement, StartPosition, Stream, StreamName, Timestamp,
+    GroupSpec, Lag, Lease, Page, Query, SettleTarget, Settlement, StartPosition, Stream,
+    StreamName, Timestamp,
 };
 
 /// Streams and groups kept in process memory.
@@ -305,6 +306,25 @@ impl Backend for MemoryBackend {
             r.expires_at,
         );
         Ok(lease)
+    }
+
+    async fn renew_many(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        validate_renewals(&targets, lease_ms)?;
+        let (state, group) = self.stream_and_group(stream, group)?;
+        let now = self.clock.now();
+        let mut g = group.lock();
+        let log = state.log.read();
+        let renew = |target: &SettleTarget| {
+            let (p, seq) = log.locate(&target.event_id).ok_or(Error::StaleLease)?;
+            Ok(g.renew(p, seq, target, lease_ms, now)?.expires_at)
+        };
+        Ok(targets.iter().map(renew).collect())
     }
 
     async fn settle(

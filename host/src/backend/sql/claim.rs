@@ -17,7 +17,7 @@ use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
 use crate::backend::policy::{POISON_REASON, claim_capacity, round_robin};
-use crate::backend::{Error, FetchRequest, RenewRequest, Result};
+use crate::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use crate::model::{ConsumerId, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp};
 
 /// Positions and fresh lease ids as the columns `fetch_claim.sql` and
@@ -199,13 +199,8 @@ impl<D: Dialect> SqlBackend<D> {
         let (s, g) = (&req.stream, &req.group);
         let mut tx = self.begin(Access::Write).await?;
         self.group_config(&mut tx, s, g).await?;
-        let held = Self::fence(&mut tx, s, g, &req.target).await??;
-        let expires_at = now.add_ms(req.lease_ms);
-        let (t, p, seq) = (&req.target, small(held.partition), big(held.sequence));
-        let args = args![s, g, &t.event_id, &t.lease_id, expires_at, p, seq];
-        if exec::<D>(&mut tx, Statement::renew, args).await? != 1 {
-            return Err(Error::StaleLease);
-        }
+        let (held, expires_at) =
+            Self::renew_in(&mut tx, s, g, &req.target, req.lease_ms, now).await??;
         let position = (held.partition, held.sequence);
         let event = Self::events_at(&mut tx, s, &[position])
             .await?
@@ -221,5 +216,50 @@ impl<D: Dialect> SqlBackend<D> {
             req.group, event, lease_id, consumer, attempt, leased_at, expires_at,
         );
         Ok(lease)
+    }
+
+    /// Renews each lease in one transaction; per-item results.
+    pub(super) async fn renew_many_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        validate_renewals(&targets, lease_ms)?;
+        self.meta(s).await?;
+        let now = self.now();
+        let mut tx = self.begin(Access::Write).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let mut results = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let renewed = Self::renew_in(&mut tx, s, g, target, lease_ms, now).await?;
+            results.push(renewed.map(|(_, expires_at)| expires_at));
+        }
+        Self::commit(tx).await?;
+        Ok(results)
+    }
+
+    /// Fences `target` and moves its expiry to `now + lease_ms`. The outer
+    /// error is the call's; the inner one the item's.
+    async fn renew_in(
+        tx: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        target: &SettleTarget,
+        lease_ms: u64,
+        now: Timestamp,
+    ) -> Result<Result<(Held, Timestamp)>> {
+        let held = match Self::fence(tx, s, g, target).await? {
+            Ok(held) => held,
+            Err(e) => return Ok(Err(e)),
+        };
+        let expires_at = now.add_ms(lease_ms);
+        let (t, p, seq) = (target, small(held.partition), big(held.sequence));
+        let args = args![s, g, &t.event_id, &t.lease_id, expires_at, p, seq];
+        if exec::<D>(tx, Statement::renew, args).await? != 1 {
+            return Ok(Err(Error::StaleLease));
+        }
+        Ok(Ok((held, expires_at)))
     }
 }

@@ -18,7 +18,7 @@ use crate::backend::{
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName, GroupSpec,
-    JsonObject, Lag, Lease, Page, Query, Settlement, Stream, StreamName, Timestamp,
+    JsonObject, Lag, Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 /// Streams and groups in a SQL database of dialect `D`.
@@ -361,6 +361,16 @@ impl<D: Dialect> Backend for SqlBackend<D> {
 
     async fn renew(&self, req: RenewRequest) -> Result<Lease> {
         self.renew_tx(req).await
+    }
+
+    async fn renew_many(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        self.renew_many_tx(stream, group, targets, lease_ms).await
     }
 
     async fn settle(
