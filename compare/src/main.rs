@@ -1,0 +1,318 @@
+//! `rheo-compare`: Rheo's batched fetch+ack against what a user would pick
+//! instead, measured by this one process on this one machine in one run
+//! (`docs/benchmarks.md#rheo-against-its-peers`).
+//!
+//! Every pair consumes the same number of events, appended beforehand
+//! (not timed), with one client, claims of `--batch` and one ack call per
+//! claim, each a durable commit where the store has them:
+//!
+//! * **SQLite**: Rheo's embedded default against a claim/delete loop on
+//!   one plain queue table in the same durability settings (WAL,
+//!   `synchronous = FULL`).
+//! * **PostgreSQL**: Rheo against the `SELECT … FOR UPDATE SKIP LOCKED
+//!   LIMIT n` claim and batched `DELETE` ack of a plain queue table — the
+//!   pattern of pgmq and River.
+//! * **JetStream**: a NATS pull consumer fetching `--batch` and acking each
+//!   message, against Rheo on SQLite.
+//!
+//! Rounds alternate which side goes first; the median round of each side
+//! is reported, with the ratio Rheo / peer.
+
+mod jetstream;
+mod postgres;
+mod sqlite;
+
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use rheo::bench::{self, WorkloadResult};
+use rheo::clock::SystemClock;
+use serde::Serialize;
+
+/// Rheo's batched fetch+ack against raw use of the same stores and NATS
+/// JetStream, in one run.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Events consumed per measurement.
+    #[arg(long, default_value_t = 20_000)]
+    events: usize,
+
+    /// Events per claim (fetch) and per ack call.
+    #[arg(long, default_value_t = 50)]
+    batch: usize,
+
+    /// Rounds per pair; each side's median round is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+
+    /// The PostgreSQL to measure on (each side gets a fresh schema, dropped
+    /// afterwards).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    postgres: String,
+
+    /// The NATS server (with JetStream enabled).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    nats: String,
+
+    /// Which pairs to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Jetstream])]
+    only: Vec<Peer>,
+
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What Rheo is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Peer {
+    /// Rheo on SQLite vs a raw claim/delete loop on one SQLite table.
+    Sqlite,
+    /// Rheo on PostgreSQL vs a raw SKIP LOCKED queue table.
+    Postgres,
+    /// Rheo on SQLite vs a NATS JetStream pull consumer.
+    Jetstream,
+}
+
+impl Peer {
+    fn title(self) -> &'static str {
+        match self {
+            Self::Sqlite => "SQLite",
+            Self::Postgres => "PostgreSQL",
+            Self::Jetstream => "JetStream",
+        }
+    }
+
+    fn raw(self) -> &'static str {
+        match self {
+            Self::Sqlite => "claim/delete on one table",
+            Self::Postgres => "SKIP LOCKED queue table",
+            Self::Jetstream => "pull consumer, fetch + ack",
+        }
+    }
+
+    fn rheo(self) -> &'static str {
+        match self {
+            Self::Sqlite | Self::Jetstream => "Rheo on SQLite",
+            Self::Postgres => "Rheo on PostgreSQL",
+        }
+    }
+}
+
+/// One pair's outcome.
+#[derive(Debug, Serialize)]
+struct Pair {
+    peer: Peer,
+    rheo: String,
+    raw: String,
+    /// Median rounds, or why the pair was not measured.
+    result: Result<(WorkloadResult, WorkloadResult), String>,
+}
+
+impl Pair {
+    fn ratio(&self) -> Option<f64> {
+        let (rheo, raw) = self.result.as_ref().ok()?;
+        Some(rheo.events_per_sec / raw.events_per_sec.max(1e-9))
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.events > 0, "--events must be at least 1");
+    anyhow::ensure!(
+        (1..=rheo::model::MAX_FETCH_LIMIT as usize).contains(&args.batch),
+        "--batch must be between 1 and {}",
+        rheo::model::MAX_FETCH_LIMIT
+    );
+    anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
+    let mut pairs = Vec::new();
+    for &peer in &args.only {
+        let result = pair(&args, peer).await.map_err(|e| format!("{e:#}"));
+        if let Err(e) = &result {
+            eprintln!("{}: not measured: {e}", peer.title());
+        }
+        pairs.push(Pair {
+            peer,
+            rheo: peer.rheo().to_owned(),
+            raw: peer.raw().to_owned(),
+            result,
+        });
+    }
+    if args.json {
+        let doc: Vec<_> = pairs
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "peer": p.peer,
+                    "rheo": p.rheo,
+                    "raw": p.raw,
+                    "rheo_result": p.result.as_ref().ok().map(|r| &r.0),
+                    "raw_result": p.result.as_ref().ok().map(|r| &r.1),
+                    "ratio": p.ratio(),
+                    "error": p.result.as_ref().err(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print_table(&args, &pairs);
+    }
+    anyhow::ensure!(
+        pairs.iter().any(|p| p.result.is_ok()),
+        "no pair could be measured"
+    );
+    Ok(())
+}
+
+/// Measures one pair `args.rounds` times, alternating which side goes first.
+async fn pair(args: &Args, peer: Peer) -> anyhow::Result<(WorkloadResult, WorkloadResult)> {
+    let (mut rheo, mut raw) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds {
+        let sides = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_rheo in sides {
+            let started = Instant::now();
+            let result = if is_rheo {
+                rheo_side(args, peer).await?
+            } else {
+                raw_side(args, peer).await?
+            };
+            eprintln!(
+                "{} round {}/{}: {:<28} {:>9.0} events/s ({:.1} s)",
+                peer.title(),
+                round + 1,
+                args.rounds,
+                if is_rheo { peer.rheo() } else { peer.raw() },
+                result.events_per_sec,
+                started.elapsed().as_secs_f64()
+            );
+            if is_rheo {
+                rheo.push(result);
+            } else {
+                raw.push(result);
+            }
+        }
+    }
+    Ok((median(rheo), median(raw)))
+}
+
+/// Rheo's side: a fresh stream, `events` appended in batches, then timed
+/// fetch+ack in batches until all are consumed.
+async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
+    match peer {
+        Peer::Sqlite | Peer::Jetstream => {
+            let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+            let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
+            rheo_fetch_ack(&url, args).await
+        }
+        Peer::Postgres => {
+            let schema = postgres::Schema::create(&args.postgres, "rheo").await?;
+            let url = postgres::with_schema(&args.postgres, schema.name())?;
+            let result = rheo_fetch_ack(&url, args).await;
+            schema.drop().await?;
+            result
+        }
+    }
+}
+
+async fn rheo_fetch_ack(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
+    let backend = rheo::backend::open(url, SystemClock::shared()).await?;
+    let (stream, group) = bench::bench_stream(&*backend, 1).await?;
+    bench::append_batched(&*backend, &stream, args.events, args.batch, |_| {}).await?;
+    let result =
+        bench::fetch_ack(&*backend, &stream, &group, args.events, args.batch, |_| {}).await?;
+    anyhow::ensure!(
+        result.events == args.events,
+        "Rheo consumed {} of {} events",
+        result.events,
+        args.events
+    );
+    Ok(result)
+}
+
+/// The peer's side, on the same events.
+async fn raw_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
+    let payloads: Vec<String> = (0..args.events)
+        .map(|i| serde_json::to_string(&bench::input(i).payload))
+        .collect::<Result<_, _>>()?;
+    let result = match peer {
+        Peer::Sqlite => sqlite::claim_delete(&payloads, args.batch).await?,
+        Peer::Postgres => postgres::skip_locked(&args.postgres, &payloads, args.batch).await?,
+        Peer::Jetstream => jetstream::pull_ack(&args.nats, &payloads, args.batch).await?,
+    };
+    anyhow::ensure!(
+        result.events == args.events,
+        "the peer consumed {} of {} events",
+        result.events,
+        args.events
+    );
+    Ok(result)
+}
+
+/// Times claim-and-ack rounds until `total` events are consumed or a
+/// round finds nothing; `round` claims one batch, acks it and says how
+/// many it consumed. Each round is one latency sample.
+pub(crate) async fn timed_rounds(
+    name: &str,
+    total: usize,
+    mut round: impl AsyncFnMut() -> anyhow::Result<usize>,
+) -> anyhow::Result<WorkloadResult> {
+    let mut samples = bench::Samples::default();
+    let mut done = 0;
+    let start = Instant::now();
+    while done < total {
+        let t = Instant::now();
+        let n = round().await?;
+        if n == 0 {
+            break;
+        }
+        samples.push(t.elapsed());
+        done += n;
+    }
+    Ok(samples.result(name, done, start.elapsed()))
+}
+
+/// The round with the median throughput.
+fn median(mut results: Vec<WorkloadResult>) -> WorkloadResult {
+    results.sort_by(|a, b| a.events_per_sec.total_cmp(&b.events_per_sec));
+    results.swap_remove(results.len() / 2)
+}
+
+fn print_table(args: &Args, pairs: &[Pair]) {
+    println!(
+        "fetch+ack, {} events, batch {}, median of {} rounds",
+        args.events, args.batch, args.rounds
+    );
+    println!(
+        "{:<11} {:<20} {:>10} {:>17}   {:<27} {:>10} {:>17} {:>7}",
+        "store", "Rheo", "events/s", "p50 / p99", "peer", "events/s", "p50 / p99", "ratio"
+    );
+    for p in pairs {
+        match &p.result {
+            Ok((rheo, raw)) => println!(
+                "{:<11} {:<20} {:>10.0} {:>17}   {:<27} {:>10.0} {:>17} {:>6.2}×",
+                p.peer.title(),
+                p.rheo,
+                rheo.events_per_sec,
+                latency(rheo),
+                p.raw,
+                raw.events_per_sec,
+                latency(raw),
+                p.ratio().unwrap_or_default()
+            ),
+            Err(e) => println!("{:<11} not measured: {e}", p.peer.title()),
+        }
+    }
+}
+
+/// `p50 / p99` of one call, in ms.
+fn latency(r: &WorkloadResult) -> String {
+    format!("{:.2} / {:.2} ms", r.p50_ms, r.p99_ms)
+}
