@@ -79,3 +79,18 @@ fn an_unknown_backend_scheme_names_the_known_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn a_backend_not_available_yet_says_so() {
+    for (url, name) in [
+        ("redis://127.0.0.1:6379", "Redis"),
+        ("mongodb://127.0.0.1:27018", "MongoDB"),
+    ] {
+        let (ok, _, err) = run_rheo(&["migrate", "--backend", url]);
+        assert!(!ok);
+        assert!(
+            err.contains(&format!("the {name} backend is not available yet")),
+            "{err}"
+        );
+    }
+}

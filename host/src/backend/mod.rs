@@ -13,6 +13,8 @@ pub mod memory;
 mod policy;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -516,6 +518,17 @@ pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc
         #[cfg(feature = "postgres")]
         Some("postgres" | "postgresql") => Ok(Arc::new(
             postgres::PostgresBackend::connect(url, clock, migrate).await?,
+        )),
+        Some("redis" | "mongodb") => Err(Error::invalid(
+            "backend",
+            format!(
+                "{url:?}: the {} backend is not available yet (known: memory://, sqlite://, postgres://)",
+                if url.starts_with("redis") {
+                    "Redis"
+                } else {
+                    "MongoDB"
+                }
+            ),
         )),
         Some(other) => Err(Error::invalid(
             "backend",

@@ -1,0 +1,352 @@
+//! The Redis backend's log against a real Redis (`TEST_REDIS_URL`): URL
+//! parsing, the guarded script, streams, appends (idempotent, gap-free
+//! under concurrent writers) and reads. Each test keys under a prefix of
+//! its own and deletes its keys; prefixes left by a crashed run are
+//! deleted by the first test of the next run after an hour.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{Applied, Cas, RedisBackend, RedisUrl};
+use crate::backend::conformance::{code, service_url};
+use crate::backend::{CreateStream, ReadRequest};
+use crate::clock::FrozenClock;
+use crate::model::{EventId, EventInput, StreamName, Timestamp};
+
+const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+
+/// A backend under a fresh prefix, or `None` (with a note) when
+/// `TEST_REDIS_URL` is unset and Redis is not required.
+async fn backend() -> Option<RedisBackend> {
+    let url = service_url("TEST_REDIS_URL", "redis")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    drop_stale_prefixes(&url, now).await;
+    let prefix = format!("rheo_t_{now}_{:08x}", rand::random::<u32>());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let clock = FrozenClock::new(START);
+    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
+        .await
+        .expect("connect to TEST_REDIS_URL");
+    Some(backend)
+}
+
+/// Deletes the keys of test prefixes older than an hour (once per run).
+async fn drop_stale_prefixes(url: &str, now: u64) {
+    static CLEANED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CLEANED
+        .get_or_init(|| async {
+            let client = redis::Client::open(url).expect("a Redis URL");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect to TEST_REDIS_URL");
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("rheo_t_*")
+                .query_async(&mut conn)
+                .await
+                .expect("list test keys");
+            let stale: Vec<&String> = keys
+                .iter()
+                .filter(|k| {
+                    let created: u64 = k
+                        .split('_')
+                        .nth(2)
+                        .and_then(|t| t.parse().ok())
+                        .unwrap_or(0);
+                    created + 3600 < now
+                })
+                .collect();
+            if !stale.is_empty() {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEL").arg(&stale).query_async(&mut conn).await;
+            }
+        })
+        .await;
+}
+
+/// Deletes every key under the backend's prefix.
+async fn clean(b: &RedisBackend) {
+    let keys: Vec<String> = b
+        .query(
+            &redis::cmd("KEYS").arg(b.keys.all()).clone(),
+            super::Phase::Read,
+        )
+        .await
+        .expect("list keys");
+    if !keys.is_empty() {
+        let _: () = b
+            .query(&redis::cmd("DEL").arg(&keys).clone(), super::Phase::Write)
+            .await
+            .expect("delete keys");
+    }
+}
+
+fn sn(s: &str) -> StreamName {
+    StreamName::parse(s).unwrap()
+}
+
+fn with_id(id: &str, partition: u32) -> EventInput {
+    EventInput {
+        id: Some(EventId::parse(id).unwrap()),
+        partition: Some(partition),
+        ..EventInput::default()
+    }
+}
+
+async fn stream(b: &RedisBackend, name: &str, partitions: u32) -> StreamName {
+    let name = sn(name);
+    b.create_stream(CreateStream {
+        name: name.clone(),
+        partition_count: partitions,
+    })
+    .await
+    .expect("create stream");
+    name
+}
+
+#[test]
+fn urls_keep_their_prefix_apart_from_what_the_driver_sees() {
+    let u = RedisUrl::parse("redis://127.0.0.1:6379/2?prefix=tenant-a").unwrap();
+    assert_eq!(
+        (u.connect.as_str(), u.prefix.as_str()),
+        ("redis://127.0.0.1:6379/2", "tenant-a")
+    );
+    let u = RedisUrl::parse("redis://h?protocol=resp3&prefix=x.y").unwrap();
+    assert_eq!(
+        (u.connect.as_str(), u.prefix.as_str()),
+        ("redis://h?protocol=resp3", "x.y")
+    );
+    let u = RedisUrl::parse("redis://h:1").unwrap();
+    assert_eq!(u.prefix, "rheo", "the default prefix");
+    for bad in [
+        "redis://h?prefix=",
+        "redis://h?prefix=a:b",
+        "redis://h?prefix=a{b}",
+        "mongodb://h",
+    ] {
+        assert_eq!(code(RedisUrl::parse(bad)), "invalid", "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn the_script_writes_everything_or_nothing() {
+    let Some(b) = backend().await else { return };
+    let key = format!("{}:scratch", b.keys.prefix);
+    let mut first = Cas::default();
+    first.hget_is(&key, "a", None);
+    first.write(&["HSET", &key, "a", "1"]);
+    first.write(&["HSET", &key, "b", "2"]);
+    assert_eq!(b.apply(&first).await.unwrap(), Applied::Yes);
+
+    let mut stale = Cas::default();
+    stale.hget_is(&key, "b", Some("2"));
+    stale.hget_is(&key, "a", None);
+    stale.write(&["HSET", &key, "c", "3"]);
+    assert_eq!(b.apply(&stale).await.unwrap(), Applied::Conflict);
+
+    let mut refused = Cas::default();
+    refused.write(&["HSET", &key, "d", "4"]);
+    refused.write(&["FLUSHALL"]);
+    assert!(
+        b.apply(&refused).await.is_err(),
+        "a command outside the list"
+    );
+
+    let all: std::collections::BTreeMap<String, String> = b
+        .query(&redis::cmd("HGETALL").arg(&key).clone(), super::Phase::Read)
+        .await
+        .unwrap();
+    assert_eq!(
+        all,
+        [("a".into(), "1".into()), ("b".into(), "2".into())].into()
+    );
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn streams_are_created_once_listed_sorted_and_found() {
+    let Some(b) = backend().await else { return };
+    let zed = stream(&b, "zed", 3).await;
+    let alpha = stream(&b, "alpha", 1).await;
+    let again = b
+        .create_stream(CreateStream {
+            name: zed.clone(),
+            partition_count: 1,
+        })
+        .await;
+    assert_eq!(code(again), "already_exists");
+    let bad = b
+        .create_stream(CreateStream {
+            name: sn("none"),
+            partition_count: 0,
+        })
+        .await;
+    assert_eq!(code(bad), "invalid_partition_count");
+
+    let listed = b.list_streams().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "zed"]);
+    let got = b.get_stream(&zed).await.unwrap();
+    assert_eq!(
+        (got.partition_count, got.created_at, got.high_watermarks),
+        (3, START, vec![0, 0, 0])
+    );
+    assert_eq!(b.get_stream(&alpha).await.unwrap().partition_count, 1);
+    assert_eq!(code(b.get_stream(&sn("nope")).await), "stream_not_found");
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn appends_number_each_partition_and_keep_ids_once() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "orders", 2).await;
+    let payload = json!({"big": 18446744073709551617u128, "name": "a"});
+    let first = EventInput {
+        event_type: Some("order.created".into()),
+        key: Some("customer-1".into()),
+        payload: payload.as_object().cloned().unwrap(),
+        ..with_id("e1", 1)
+    };
+    let out = b
+        .append(
+            &s,
+            vec![first, with_id("e2", 1), with_id("e3", 0), with_id("e1", 0)],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, u32, u64, bool)> = out
+        .iter()
+        .map(|a| {
+            (
+                a.event.id.as_str(),
+                a.event.partition,
+                a.event.sequence,
+                a.duplicate,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("e1", 1, 1, false),
+            ("e2", 1, 2, false),
+            ("e3", 0, 1, false),
+            ("e1", 1, 1, true)
+        ],
+        "a repeated id in one batch is a duplicate of the first"
+    );
+
+    let again = b
+        .append(&s, vec![with_id("e2", 0), with_id("e4", 1)])
+        .await
+        .unwrap();
+    assert!(again[0].duplicate);
+    assert_eq!((again[0].event.partition, again[0].event.sequence), (1, 2));
+    assert_eq!((again[1].event.sequence, again[1].duplicate), (3, false));
+    assert_eq!(b.get_stream(&s).await.unwrap().high_watermarks, [1, 3]);
+
+    let read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 1,
+            after: 0,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 3);
+    assert_eq!(read[0], *out[0].event, "read back exactly as appended");
+    assert_eq!(read[0].payload["big"].to_string(), "18446744073709551617");
+    assert_eq!(read[0].timestamp, START);
+    let tail = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 1,
+            after: 1,
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tail.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e2"]
+    );
+
+    assert_eq!(
+        code(b.append(&sn("nope"), vec![EventInput::default()]).await),
+        "stream_not_found"
+    );
+    let out_of_range = b.append(&s, vec![with_id("e9", 2)]).await;
+    assert_eq!(code(out_of_range), "invalid_partition");
+    let bad_read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 2,
+            after: 0,
+            limit: 1,
+        })
+        .await;
+    assert_eq!(code(bad_read), "invalid_partition");
+    clean(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "busy", 1).await;
+    // Two "nodes" (their own connections) and a shared set of ids.
+    let other = RedisBackend::connect_like(&b).await;
+    let writers = [Arc::new(b.clone()), Arc::new(other)];
+    let mut tasks = Vec::new();
+    for (w, node) in writers.iter().enumerate() {
+        for round in 0..20 {
+            let (node, s) = (Arc::clone(node), s.clone());
+            tasks.push(tokio::spawn(async move {
+                let batch = (0..5)
+                    .map(|i| with_id(&format!("id-{round}-{i}"), 0))
+                    .chain([EventInput::default()])
+                    .collect();
+                let _ = w;
+                node.append(&s, batch).await.expect("append")
+            }));
+        }
+    }
+    let mut stored = 0;
+    for task in tasks {
+        stored += task.await.unwrap().iter().filter(|a| !a.duplicate).count();
+    }
+    // 20 rounds × 5 shared ids + 40 generated ids.
+    assert_eq!(stored, 140, "each shared id stored once");
+    let read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 0,
+            after: 0,
+            limit: 1000,
+        })
+        .await
+        .unwrap();
+    let sequences: Vec<u64> = read.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (1..=140).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+    clean(&b).await;
+}
+
+impl RedisBackend {
+    /// Another backend on the same Redis and prefix (a second node).
+    async fn connect_like(b: &RedisBackend) -> RedisBackend {
+        let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}prefix={}", b.keys.prefix);
+        RedisBackend::connect(&url, b.clock.clone())
+            .await
+            .expect("connect")
+    }
+}
