@@ -13,6 +13,7 @@
 // Reached only from its tests until the whole `Backend` trait is in place.
 #![cfg_attr(not(test), allow(dead_code))]
 
+mod groups;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +27,7 @@ use crate::backend::policy::{plan_append, route_batch};
 use crate::backend::{CreateStream, Error, ReadRequest, Result};
 use crate::clock::SharedClock;
 use crate::model::{
-    Appended, Event, EventId, EventInput, JsonObject, Stream, StreamName, Timestamp,
+    Appended, Event, EventId, EventInput, GroupName, JsonObject, Stream, StreamName, Timestamp,
 };
 
 /// Key prefix when the URL names none.
@@ -69,6 +70,22 @@ impl Keys {
     /// Hash: partition → its high watermark (absent: 0, empty).
     pub(crate) fn high_watermarks(&self, stream: &StreamName) -> String {
         format!("{}:{{{stream}}}:hw", self.prefix)
+    }
+
+    /// Sorted set: sequence by event timestamp, per partition (`start_at`).
+    pub(crate) fn times(&self, stream: &StreamName, partition: u32) -> String {
+        format!("{}:{{{stream}}}:ts:{partition}", self.prefix)
+    }
+
+    /// Hash: group name → its settings (`max_attempts`, backoff, creation).
+    pub(crate) fn groups(&self, stream: &StreamName) -> String {
+        format!("{}:{{{stream}}}:groups", self.prefix)
+    }
+
+    /// Hash: partition → the group's cursor (the next sequence it delivers
+    /// for the first time).
+    pub(crate) fn cursors(&self, stream: &StreamName, group: &GroupName) -> String {
+        format!("{}:{{{stream}}}:g:{group}:cursor", self.prefix)
     }
 
     /// The pattern of every key under this prefix.
@@ -440,6 +457,8 @@ impl RedisBackend {
         }
         command.extend(["payload", &payload, "metadata", &metadata]);
         cas.write(&command);
+        let times = self.keys.times(&event.stream, event.partition);
+        cas.write(&["ZADD", &times, &ts, &event.sequence.to_string()]);
         Ok(())
     }
 

@@ -12,7 +12,9 @@ use super::{Applied, Cas, RedisBackend, RedisUrl};
 use crate::backend::conformance::{code, service_url};
 use crate::backend::{CreateStream, ReadRequest};
 use crate::clock::FrozenClock;
-use crate::model::{EventId, EventInput, StreamName, Timestamp};
+use crate::model::{
+    EventId, EventInput, GroupName, GroupSpec, StartAfter, StartPosition, StreamName, Timestamp,
+};
 
 const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 
@@ -336,6 +338,90 @@ async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
         (1..=140).collect::<Vec<_>>(),
         "no gap, no repeat"
     );
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "orders", 2).await;
+    // Partition 0: sequences 1..=3 at START+30, +10, +20; partition 1 empty.
+    let at = |ms: i64| EventInput {
+        timestamp: Some(Timestamp::from_millis(START.as_millis() + ms)),
+        partition: Some(0),
+        ..EventInput::default()
+    };
+    b.append(&s, vec![at(30), at(10), at(20)]).await.unwrap();
+    let cursors = async |g: &str| -> Vec<u64> {
+        let key = b.keys.cursors(&s, &GroupName::parse(g).unwrap());
+        let all: std::collections::BTreeMap<u32, u64> = b
+            .query(&redis::cmd("HGETALL").arg(key).clone(), super::Phase::Read)
+            .await
+            .unwrap();
+        all.into_values().collect()
+    };
+    let spec = |name: &str, start: StartPosition| GroupSpec {
+        start,
+        ..GroupSpec::new(GroupName::parse(name).unwrap())
+    };
+    let cases = [
+        ("all", StartPosition::Beginning, vec![1, 1]),
+        (
+            "after",
+            StartPosition::After(StartAfter::All(2)),
+            vec![3, 3],
+        ),
+        (
+            "mapped",
+            StartPosition::After(StartAfter::PerPartition([(1, 5)].into())),
+            vec![1, 6],
+        ),
+        // The lowest sequence stamped at or after +15 is 1 (stamped +30);
+        // an empty partition starts at its end.
+        (
+            "timed",
+            StartPosition::At(Timestamp::from_millis(START.as_millis() + 15)),
+            vec![1, 1],
+        ),
+        (
+            "late",
+            StartPosition::At(Timestamp::from_millis(START.as_millis() + 31)),
+            vec![4, 1],
+        ),
+    ];
+    for (name, start, expected) in cases {
+        let group = b.create_group(&s, spec(name, start)).await.unwrap();
+        assert_eq!((group.created_at, group.max_attempts), (START, 5), "{name}");
+        assert_eq!(cursors(name).await, expected, "{name}");
+    }
+    let twice = b
+        .create_group(&s, spec("all", StartPosition::Beginning))
+        .await;
+    assert_eq!(code(twice), "already_exists");
+    let outside = StartPosition::After(StartAfter::PerPartition([(2, 1)].into()));
+    assert_eq!(
+        code(b.create_group(&s, spec("x", outside)).await),
+        "invalid_partition"
+    );
+    let nowhere = b
+        .create_group(&sn("nope"), spec("x", StartPosition::Beginning))
+        .await;
+    assert_eq!(code(nowhere), "stream_not_found");
+    let mut bad = spec("bad", StartPosition::Beginning);
+    bad.max_attempts = 0;
+    assert_eq!(code(b.create_group(&s, bad).await), "invalid");
+
+    let mut retrying = spec("retrying", StartPosition::Beginning);
+    retrying.retry_backoff_ms = vec![100, 2000];
+    b.create_group(&s, retrying).await.unwrap();
+    let listed = b.list_groups(&s).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["after", "all", "late", "mapped", "retrying", "timed"]
+    );
+    assert_eq!(listed[4].retry_backoff_ms, [100, 2000]);
+    assert_eq!(code(b.list_groups(&sn("nope")).await), "stream_not_found");
     clean(&b).await;
 }
 
