@@ -96,7 +96,7 @@ impl RedisBackend {
     }
 }
 
-fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result<Group> {
+pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result<Group> {
     let v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
     let bad = || corrupt("group", raw);
     let backoff = v["retry_backoff_ms"]

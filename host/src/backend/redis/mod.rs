@@ -13,7 +13,9 @@
 // Reached only from its tests until the whole `Backend` trait is in place.
 #![cfg_attr(not(test), allow(dead_code))]
 
+mod claims;
 mod groups;
+mod settle;
 #[cfg(test)]
 mod tests;
 
@@ -86,6 +88,40 @@ impl Keys {
     /// for the first time).
     pub(crate) fn cursors(&self, stream: &StreamName, group: &GroupName) -> String {
         format!("{}:{{{stream}}}:g:{group}:cursor", self.prefix)
+    }
+
+    fn group_key(&self, stream: &StreamName, group: &GroupName, what: &str) -> String {
+        format!("{}:{{{stream}}}:g:{group}:{what}", self.prefix)
+    }
+
+    /// Hash: sequence → the delivery's record (JSON), per partition.
+    pub(crate) fn deliveries(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("d:{p}"))
+    }
+
+    /// Sorted set: available deliveries claimable now, by sequence.
+    pub(crate) fn ready(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("ready:{p}"))
+    }
+
+    /// Sorted set: available deliveries waiting for a due time, by it.
+    pub(crate) fn delayed(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("delayed:{p}"))
+    }
+
+    /// Sorted set: leased deliveries, by lease expiry.
+    pub(crate) fn leased(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("leased:{p}"))
+    }
+
+    /// Sorted set: open (available or leased) deliveries, by sequence.
+    pub(crate) fn open(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("open:{p}"))
+    }
+
+    /// Sorted set: the group's dead letters, by sequence then partition.
+    pub(crate) fn dead(&self, s: &StreamName, g: &GroupName) -> String {
+        self.group_key(s, g, "dead")
     }
 
     /// The pattern of every key under this prefix.
@@ -170,6 +206,8 @@ pub(crate) struct RedisBackend {
     keys: Keys,
     clock: SharedClock,
     cas: Arc<redis::Script>,
+    /// Where each group's next fetch starts its round-robin.
+    rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -219,6 +257,7 @@ impl RedisBackend {
             keys: Keys::new(&parsed.prefix),
             clock,
             cas: Arc::new(redis::Script::new(include_str!("cas.lua"))),
+            rotation: Arc::default(),
         })
     }
 
@@ -226,6 +265,15 @@ impl RedisBackend {
         cmd.query_async(&mut self.conn.clone())
             .await
             .map_err(|e| map_error(e, phase))
+    }
+
+    /// The rotating start of a group's next fetch.
+    fn rotate(&self, s: &StreamName, g: &GroupName) -> usize {
+        let mut rotation = self.rotation.lock();
+        let next = rotation.entry((s.clone(), g.clone())).or_insert(0);
+        let current = *next;
+        *next = next.wrapping_add(1);
+        current
     }
 
     /// Runs `cas.lua`.
@@ -476,6 +524,26 @@ impl RedisBackend {
             .next()
             .ok_or_else(|| corrupt("id index", format!("{partition}:{seq} has no entry")))?;
         Ok(Arc::new(decode_event(stream, partition, &id, fields)?))
+    }
+
+    /// Events of one partition from `first` to `last`, both included.
+    async fn read_range(
+        &self,
+        s: &StreamName,
+        p: u32,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Event>> {
+        let cmd = redis::cmd("XRANGE")
+            .arg(self.keys.log(s, p))
+            .arg(format!("{first}-0"))
+            .arg(format!("{last}-0"))
+            .clone();
+        let entries: Vec<(String, Vec<String>)> = self.query(&cmd, Phase::Read).await?;
+        entries
+            .into_iter()
+            .map(|(id, fields)| decode_event(s, p, &id, fields))
+            .collect()
     }
 
     /// Events of one partition after `after`, in sequence order.

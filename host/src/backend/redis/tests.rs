@@ -10,10 +10,11 @@ use serde_json::json;
 
 use super::{Applied, Cas, RedisBackend, RedisUrl};
 use crate::backend::conformance::{code, service_url};
-use crate::backend::{CreateStream, ReadRequest};
+use crate::backend::{CreateStream, FetchRequest, Partitions, ReadRequest};
 use crate::clock::FrozenClock;
 use crate::model::{
-    EventId, EventInput, GroupName, GroupSpec, StartAfter, StartPosition, StreamName, Timestamp,
+    ConsumerId, EventId, EventInput, GroupName, GroupSpec, Lease, LeaseId, SettleOp, SettleTarget,
+    Settlement, StartAfter, StartPosition, StreamName, Timestamp,
 };
 
 const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
@@ -21,6 +22,11 @@ const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 /// A backend under a fresh prefix, or `None` (with a note) when
 /// `TEST_REDIS_URL` is unset and Redis is not required.
 async fn backend() -> Option<RedisBackend> {
+    Some(clocked().await?.0)
+}
+
+/// The same, with its frozen clock.
+async fn clocked() -> Option<(RedisBackend, Arc<FrozenClock>)> {
     let url = service_url("TEST_REDIS_URL", "redis")?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -30,10 +36,10 @@ async fn backend() -> Option<RedisBackend> {
     let prefix = format!("rheo_t_{now}_{:08x}", rand::random::<u32>());
     let sep = if url.contains('?') { '&' } else { '?' };
     let clock = FrozenClock::new(START);
-    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
+    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock.clone())
         .await
         .expect("connect to TEST_REDIS_URL");
-    Some(backend)
+    Some((backend, clock))
 }
 
 /// Deletes the keys of test prefixes older than an hour (once per run).
@@ -422,6 +428,282 @@ async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
     );
     assert_eq!(listed[4].retry_backoff_ms, [100, 2000]);
     assert_eq!(code(b.list_groups(&sn("nope")).await), "stream_not_found");
+    clean(&b).await;
+}
+
+/// Stream `s` (`partitions`), group `g` (`max_attempts`), `per` events in
+/// every partition.
+async fn consuming(
+    b: &RedisBackend,
+    partitions: u32,
+    per: u32,
+    max_attempts: u32,
+) -> (StreamName, GroupName) {
+    let s = stream(b, "s", partitions).await;
+    let inputs = (0..partitions)
+        .flat_map(|p| (0..per).map(move |_| p))
+        .map(|p| EventInput {
+            partition: Some(p),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let g = GroupName::parse("g").unwrap();
+    let mut spec = GroupSpec::new(g.clone());
+    spec.max_attempts = max_attempts;
+    b.create_group(&s, spec).await.unwrap();
+    (s, g)
+}
+
+async fn fetch(b: &RedisBackend, s: &StreamName, g: &GroupName, limit: u32) -> Vec<Lease> {
+    b.fetch(FetchRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit,
+        consumer_id: ConsumerId::parse("c1").unwrap(),
+        lease_ms: 1000,
+        partitions: Partitions::All,
+    })
+    .await
+    .expect("fetch")
+}
+
+fn positions(leases: &[Lease]) -> Vec<(u32, u64, u32)> {
+    leases
+        .iter()
+        .map(|l| (l.event.partition, l.event.sequence, l.attempt))
+        .collect()
+}
+
+async fn settle(b: &RedisBackend, l: &Lease, op: SettleOp) -> &'static str {
+    let item = Settlement {
+        target: l.target(),
+        op,
+    };
+    let mut results = b.settle(&l.stream, &l.group, vec![item]).await.unwrap();
+    results.pop().unwrap().map_or_else(|e| e.code(), |()| "ok")
+}
+
+/// The dead set's members, in order.
+async fn dead(b: &RedisBackend, s: &StreamName, g: &GroupName) -> Vec<String> {
+    b.query(
+        &redis::cmd("ZRANGE")
+            .arg(b.keys.dead(s, g))
+            .arg(0)
+            .arg(-1)
+            .clone(),
+        super::Phase::Read,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn fetches_share_the_limit_across_partitions_and_skip_held_leases() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 2, 3, 5).await;
+    let first = fetch(&b, &s, &g, 3).await;
+    assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (1, 1, 1)]);
+    let leases: std::collections::HashSet<&LeaseId> = first.iter().map(|l| &l.lease_id).collect();
+    assert_eq!(leases.len(), 3, "a fresh lease id per lease");
+    assert_eq!(
+        first[0].receipt.as_deref(),
+        Some(first[0].lease_id.as_str())
+    );
+    assert_eq!(
+        (first[0].leased_at, first[0].expires_at),
+        (START, START.add_ms(1000))
+    );
+    // The rotation starts the next fetch at the other partition.
+    let second = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&second), [(0, 3, 1), (1, 2, 1), (1, 3, 1)]);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty(), "everything is held");
+    let nowhere = b
+        .fetch(FetchRequest {
+            group: GroupName::parse("nope").unwrap(),
+            ..FetchRequest {
+                stream: s.clone(),
+                group: g.clone(),
+                limit: 1,
+                consumer_id: ConsumerId::parse("c1").unwrap(),
+                lease_ms: 1000,
+                partitions: Partitions::All,
+            }
+        })
+        .await;
+    assert_eq!(code(nowhere), "group_not_found");
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn settles_follow_the_policy_and_are_fenced() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 5, 2).await;
+    let l = fetch(&b, &s, &g, 5).await;
+    let nack = |delay_ms| SettleOp::Nack {
+        reason: Some("later".into()),
+        delay_ms,
+    };
+    assert_eq!(settle(&b, &l[0], SettleOp::Ack).await, "ok");
+    assert_eq!(
+        settle(&b, &l[0], SettleOp::Ack).await,
+        "stale_lease",
+        "acked once"
+    );
+    assert_eq!(settle(&b, &l[1], nack(Some(500))).await, "ok");
+    assert_eq!(
+        settle(
+            &b,
+            &l[2],
+            SettleOp::Reject {
+                reason: Some("bad".into())
+            }
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(settle(&b, &l[3], nack(None)).await, "ok");
+    let mut forged = l[4].target();
+    forged.lease_id = LeaseId::parse("forged").unwrap();
+    let mut mismatched = l[4].target();
+    mismatched.receipt = Some("not-it".into());
+    let batch = vec![
+        Settlement {
+            target: forged,
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: mismatched,
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: l[4].target(),
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: l[4].target(),
+            op: SettleOp::Ack,
+        },
+    ];
+    let results: Vec<&str> = b
+        .settle(&s, &g, batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.map_or_else(|e| e.code(), |()| "ok"))
+        .collect();
+    assert_eq!(
+        results,
+        ["stale_lease", "receipt_mismatch", "ok", "stale_lease"]
+    );
+
+    // The immediate nack is back at once; the delayed one when due.
+    assert_eq!(positions(&fetch(&b, &s, &g, 10).await), [(0, 4, 2)]);
+    clock.advance(500);
+    let again = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&again), [(0, 2, 2)]);
+    // Its second nack is past max_attempts 2: a dead letter.
+    assert_eq!(settle(&b, &again[0], nack(None)).await, "ok");
+    assert_eq!(
+        dead(&b, &s, &g).await,
+        [
+            super::claims::dead_member(0, 2),
+            super::claims::dead_member(0, 3)
+        ]
+    );
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn expired_leases_come_back_and_an_expired_last_attempt_is_dead() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 2, 2).await;
+    let first = fetch(&b, &s, &g, 10).await;
+    // Renewed in one call: the first lease outlives its first expiry.
+    let renewed = b
+        .renew_many(&s, &g, vec![first[0].target(), first[1].target()], 5000)
+        .await
+        .unwrap();
+    assert!(renewed.iter().all(Result::is_ok));
+    clock.advance(1500);
+    assert!(
+        fetch(&b, &s, &g, 10).await.is_empty(),
+        "renewed leases are held"
+    );
+    clock.advance(4000);
+    let second = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&second), [(0, 1, 2), (0, 2, 2)]);
+    let stale = b
+        .renew_many(&s, &g, vec![first[0].target()], 1000)
+        .await
+        .unwrap();
+    assert_eq!(stale[0].as_ref().map_err(|e| e.code()), Err("stale_lease"));
+    assert_eq!(code(settle_err(&b, &first[0]).await), "stale_lease");
+    // The second attempt was the last: expiring, it is dead, not claimed.
+    clock.advance(1000);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty());
+    assert_eq!(dead(&b, &s, &g).await.len(), 2);
+    let record: String = b
+        .query(
+            &redis::cmd("HGET")
+                .arg(b.keys.deliveries(&s, &g, 0))
+                .arg(1)
+                .clone(),
+            super::Phase::Read,
+        )
+        .await
+        .unwrap();
+    let record = super::claims::Delivery::decode(&record).unwrap();
+    assert_eq!(record.reason.as_deref(), Some("max_attempts_expired"));
+    clean(&b).await;
+}
+
+async fn settle_err(b: &RedisBackend, l: &Lease) -> crate::backend::Result<()> {
+    let item = Settlement {
+        target: SettleTarget { ..l.target() },
+        op: SettleOp::Ack,
+    };
+    b.settle(&l.stream, &l.group, vec![item])
+        .await?
+        .pop()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_claim_every_event_exactly_once() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 3, 40, 5).await;
+    let other = RedisBackend::connect_like(&b).await;
+    let mut tasks = Vec::new();
+    for node in [Arc::new(b.clone()), Arc::new(other)] {
+        for _ in 0..3 {
+            let (node, s, g) = (Arc::clone(&node), s.clone(), g.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let leases = fetch(&node, &s, &g, 7).await;
+                    if leases.is_empty() {
+                        return mine;
+                    }
+                    for l in &leases {
+                        assert_eq!(settle(&node, l, SettleOp::Ack).await, "ok");
+                        mine.push((l.event.partition, l.event.sequence));
+                    }
+                }
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    let expected: Vec<(u32, u64)> = (0..3).flat_map(|p| (1..=40).map(move |q| (p, q))).collect();
+    assert_eq!(all, expected, "each event acked exactly once");
     clean(&b).await;
 }
 

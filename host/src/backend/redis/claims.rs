@@ -1,0 +1,517 @@
+//! Deliveries, claims and renewals on Redis (`docs/groups.md#claims`,
+//! `docs/groups.md#leases-and-fencing`).
+//!
+//! A delivery is one JSON record per (group, partition, sequence) in a
+//! hash, indexed by what the claim path needs: `ready` (claimable now, by
+//! sequence), `delayed` (by due time), `leased` (by expiry) and `open`
+//! (every available or leased one, by sequence: the frontier). A fetch
+//! reads the candidates and the cursors, lets the policy share the limit
+//! and spot poison, and writes every claim in one script guarded by each
+//! record and cursor it read.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt};
+use crate::backend::policy::{GroupConfig, POISON_REASON, claim_capacity, poisoned, round_robin};
+use crate::backend::{Error, FetchRequest, Result, validate_renewals};
+use crate::model::{
+    ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
+};
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Status {
+    Available,
+    Leased,
+    Acked,
+    Dead,
+}
+
+/// One delivery's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Delivery {
+    pub(super) event_id: String,
+    pub(super) status: Status,
+    pub(super) attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) lease_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) consumer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) leased_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) expires_at: Option<i64>,
+    /// For an available delivery: when it becomes claimable (none: now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) available_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) dead_at: Option<i64>,
+}
+
+impl Delivery {
+    pub(super) fn decode(raw: &str) -> Result<Self> {
+        serde_json::from_str(raw).map_err(|e| corrupt("delivery", e))
+    }
+
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a delivery serializes")
+    }
+
+    /// This delivery leased to `consumer` until `expires_at`.
+    fn leased(
+        mut self,
+        lease_id: &LeaseId,
+        consumer: &ConsumerId,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Self {
+        self.status = Status::Leased;
+        self.attempt += 1;
+        self.lease_id = Some(lease_id.as_str().to_owned());
+        self.consumer = Some(consumer.as_str().to_owned());
+        self.leased_at = Some(now.as_millis());
+        self.expires_at = Some(expires_at.as_millis());
+        self.available_at = None;
+        self
+    }
+
+    /// This delivery dead-lettered for `reason`.
+    pub(super) fn dead(mut self, reason: String, now: Timestamp) -> Self {
+        self.status = Status::Dead;
+        self.lease_id = None;
+        self.expires_at = None;
+        self.available_at = None;
+        self.reason = Some(reason);
+        self.dead_at = Some(now.as_millis());
+        self
+    }
+}
+
+/// One partition's candidates, as read.
+#[derive(Debug, Default)]
+struct Candidates {
+    cursor: u64,
+    cursor_raw: Option<String>,
+    high_watermark: u64,
+    /// Claimable deliveries by sequence, with the record as read.
+    claimable: Vec<(u64, String, Delivery)>,
+    /// Expired last attempts: dead letters, not claims.
+    poison: Vec<(u64, String, Delivery)>,
+}
+
+impl RedisBackend {
+    /// A group's retry policy (settings are fixed at creation).
+    pub(super) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
+        let raw: Option<String> = self
+            .query(
+                redis::cmd("HGET").arg(self.keys.groups(s)).arg(g.as_str()),
+                Phase::Read,
+            )
+            .await?;
+        let raw = raw.ok_or_else(|| Error::GroupNotFound {
+            stream: s.clone(),
+            group: g.clone(),
+        })?;
+        let group = super::groups::decode_group(s, g.clone(), &raw)?;
+        Ok(GroupConfig::from(&group))
+    }
+
+    /// Writes a delivery's new record and moves it between the indexes.
+    pub(super) fn place(
+        &self,
+        cas: &mut Cas,
+        s: &StreamName,
+        g: &GroupName,
+        p: u32,
+        seq: u64,
+        new: &Delivery,
+    ) {
+        let k = &self.keys;
+        let member = seq.to_string();
+        cas.write(&["HSET", &k.deliveries(s, g, p), &member, &new.encode()]);
+        for index in [k.ready(s, g, p), k.delayed(s, g, p), k.leased(s, g, p)] {
+            cas.write(&["ZREM", &index, &member]);
+        }
+        let open = k.open(s, g, p);
+        match new.status {
+            Status::Available => {
+                match new.available_at {
+                    Some(due) => {
+                        let due = due.to_string();
+                        cas.write(&["ZADD", &k.delayed(s, g, p), &due, &member]);
+                    }
+                    None => cas.write(&["ZADD", &k.ready(s, g, p), &member, &member]),
+                }
+                cas.write(&["ZADD", &open, &member, &member]);
+            }
+            Status::Leased => {
+                let expiry = new.expires_at.unwrap_or_default().to_string();
+                cas.write(&["ZADD", &k.leased(s, g, p), &expiry, &member]);
+                cas.write(&["ZADD", &open, &member, &member]);
+            }
+            Status::Acked => cas.write(&["ZREM", &open, &member]),
+            Status::Dead => {
+                cas.write(&["ZREM", &open, &member]);
+                let dead = k.dead(s, g);
+                cas.write(&["ZADD", &dead, &member, &dead_member(p, seq)]);
+            }
+        }
+    }
+
+    /// Claims up to `limit` deliveries, fairly across partitions.
+    pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        req.validate()?;
+        let (partition_count, _) = self.meta(&req.stream).await?;
+        let config = self.group_config(&req.stream, &req.group).await?;
+        let selected = req.partitions.resolve(partition_count)?;
+        if selected.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first = self.rotate(&req.stream, &req.group) % selected.len();
+        for _ in 0..MAX_ATTEMPTS {
+            if let Some(leases) = self.fetch_once(&req, &config, &selected, first).await? {
+                return Ok(leases);
+            }
+            tokio::task::yield_now().await;
+        }
+        Err(Error::Failed(format!(
+            "fetch on {:?} lost {MAX_ATTEMPTS} races in a row; retry it",
+            req.stream.as_str()
+        )))
+    }
+
+    /// One attempt; `None` when another node changed what it read.
+    async fn fetch_once(
+        &self,
+        req: &FetchRequest,
+        config: &GroupConfig,
+        selected: &[u32],
+        first: usize,
+    ) -> Result<Option<Vec<Lease>>> {
+        let (s, g) = (&req.stream, &req.group);
+        let now = self.clock.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let limit = req.limit as usize;
+        let mut parts = Vec::with_capacity(selected.len());
+        for &p in selected {
+            parts.push(self.candidates(s, g, p, now, limit, config).await?);
+        }
+        let capacity: Vec<usize> = parts
+            .iter()
+            .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
+            .collect();
+        let quotas = round_robin(&capacity, limit, first);
+
+        let mut cas = Cas::default();
+        let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
+        for ((&p, part), &quota) in selected.iter().zip(&parts).zip(&quotas) {
+            let records = self.keys.deliveries(s, g, p);
+            for (seq, raw, delivery) in &part.poison {
+                cas.hget_is(&records, &seq.to_string(), Some(raw));
+                let dead = delivery.clone().dead(POISON_REASON.to_owned(), now);
+                self.place(&mut cas, s, g, p, *seq, &dead);
+            }
+            let take = quota.min(part.claimable.len());
+            for (seq, raw, delivery) in &part.claimable[..take] {
+                cas.hget_is(&records, &seq.to_string(), Some(raw));
+                let lease_id = LeaseId::generate();
+                let leased = delivery
+                    .clone()
+                    .leased(&lease_id, &req.consumer_id, now, expires_at);
+                self.place(&mut cas, s, g, p, *seq, &leased);
+                claimed.push((p, *seq, leased.attempt, lease_id));
+            }
+            let fresh = (quota - take) as u64;
+            if fresh > 0 {
+                let cursors = self.keys.cursors(s, g);
+                cas.hget_is(&cursors, &p.to_string(), part.cursor_raw.as_deref());
+                let ids = self.event_ids(s, p, part.cursor, fresh).await?;
+                for (seq, event_id) in (part.cursor..part.cursor + fresh).zip(ids) {
+                    cas.hget_is(&records, &seq.to_string(), None);
+                    let lease_id = LeaseId::generate();
+                    let new = Delivery {
+                        event_id,
+                        status: Status::Available,
+                        attempt: 0,
+                        lease_id: None,
+                        consumer: None,
+                        leased_at: None,
+                        expires_at: None,
+                        available_at: None,
+                        reason: None,
+                        dead_at: None,
+                    }
+                    .leased(&lease_id, &req.consumer_id, now, expires_at);
+                    self.place(&mut cas, s, g, p, seq, &new);
+                    claimed.push((p, seq, 1, lease_id));
+                }
+                let next = (part.cursor + fresh).to_string();
+                cas.write(&["HSET", &cursors, &p.to_string(), &next]);
+            }
+        }
+        if cas.writes.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        if self.apply(&cas).await? == Applied::Conflict {
+            return Ok(None);
+        }
+        let mut leases = Vec::with_capacity(claimed.len());
+        for (p, seq, attempt, lease_id) in claimed {
+            let event = self.event_at(s, p, seq).await?;
+            let consumer = req.consumer_id.clone();
+            leases.push(Lease::new(
+                g.clone(),
+                event,
+                lease_id,
+                consumer,
+                attempt,
+                now,
+                expires_at,
+            ));
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok(Some(leases))
+    }
+
+    /// What one partition can give a fetch: its cursor and high watermark,
+    /// and up to `limit` claimable deliveries (ready, due, expired) in
+    /// sequence order, with expired last attempts set apart as poison.
+    async fn candidates(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        p: u32,
+        now: Timestamp,
+        limit: usize,
+        config: &GroupConfig,
+    ) -> Result<Candidates> {
+        let k = &self.keys;
+        let field = p.to_string();
+        let cursor_raw: Option<String> = self
+            .query(
+                redis::cmd("HGET").arg(k.cursors(s, g)).arg(&field),
+                Phase::Read,
+            )
+            .await?;
+        let cursor = match &cursor_raw {
+            Some(raw) => raw.parse().map_err(|_| corrupt("cursor", raw))?,
+            None => 1,
+        };
+        let high_watermark: Option<u64> = self
+            .query(
+                redis::cmd("HGET").arg(k.high_watermarks(s)).arg(&field),
+                Phase::Read,
+            )
+            .await?;
+        let now_ms = now.as_millis();
+        let mut seqs: Vec<u64> = Vec::new();
+        let ready: Vec<u64> = self
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(k.ready(s, g, p))
+                    .arg(0)
+                    .arg(limit.saturating_sub(1)),
+                Phase::Read,
+            )
+            .await?;
+        seqs.extend(ready);
+        for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
+            let due: Vec<u64> = self
+                .query(
+                    redis::cmd("ZRANGEBYSCORE")
+                        .arg(index)
+                        .arg("-inf")
+                        .arg(now_ms)
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(limit),
+                    Phase::Read,
+                )
+                .await?;
+            seqs.extend(due);
+        }
+        seqs.sort_unstable();
+        seqs.dedup();
+        let mut part = Candidates {
+            cursor,
+            cursor_raw,
+            high_watermark: high_watermark.unwrap_or(0),
+            ..Candidates::default()
+        };
+        if seqs.is_empty() {
+            return Ok(part);
+        }
+        let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
+        let raws: Vec<Option<String>> = self
+            .query(
+                redis::cmd("HMGET").arg(k.deliveries(s, g, p)).arg(&fields),
+                Phase::Read,
+            )
+            .await?;
+        for (seq, raw) in seqs.into_iter().zip(raws) {
+            let Some(raw) = raw else { continue };
+            let delivery = Delivery::decode(&raw)?;
+            let claimable = match delivery.status {
+                Status::Available => delivery.available_at.is_none_or(|t| t <= now_ms),
+                Status::Leased => delivery.expires_at.is_some_and(|t| t <= now_ms),
+                Status::Acked | Status::Dead => false,
+            };
+            if !claimable {
+                continue;
+            }
+            if delivery.status == Status::Leased && poisoned(delivery.attempt, config.max_attempts)
+            {
+                part.poison.push((seq, raw, delivery));
+            } else if part.claimable.len() < limit {
+                part.claimable.push((seq, raw, delivery));
+            }
+        }
+        Ok(part)
+    }
+
+    /// The event ids of `count` sequences from `from` on.
+    async fn event_ids(
+        &self,
+        s: &StreamName,
+        p: u32,
+        from: u64,
+        count: u64,
+    ) -> Result<Vec<String>> {
+        let events: Vec<Event> = self.read_range(s, p, from, from + count - 1).await?;
+        if events.len() as u64 != count {
+            return Err(corrupt(
+                "log",
+                format!("partition {p} lacks sequences {from}..{}", from + count),
+            ));
+        }
+        Ok(events
+            .into_iter()
+            .map(|e| e.id.as_str().to_owned())
+            .collect())
+    }
+
+    /// Extends several leases; per-item results.
+    pub(crate) async fn renew_many(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        validate_renewals(&targets, lease_ms)?;
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        for _ in 0..MAX_ATTEMPTS {
+            let now = self.clock.now();
+            let expires_at = now.add_ms(lease_ms);
+            let held = self.held(s, g, &targets).await?;
+            let mut cas = Cas::default();
+            let mut results = Vec::with_capacity(targets.len());
+            for found in held {
+                match found {
+                    Ok((p, seq, raw, mut delivery)) => {
+                        let records = self.keys.deliveries(s, g, p);
+                        cas.hget_is(&records, &seq.to_string(), Some(&raw));
+                        delivery.expires_at = Some(expires_at.as_millis());
+                        self.place(&mut cas, s, g, p, seq, &delivery);
+                        results.push(Ok(expires_at));
+                    }
+                    Err(e) => results.push(Err(e)),
+                }
+            }
+            if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+                return Ok(results);
+            }
+        }
+        Err(Error::Failed(format!(
+            "renew on {:?} lost {MAX_ATTEMPTS} races in a row; retry it",
+            s.as_str()
+        )))
+    }
+
+    /// The fencing check of each target: the delivery must be leased under
+    /// its lease id (and receipt). Per target: where it is, its record as
+    /// read, or the item's error.
+    pub(super) async fn held(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        targets: &[SettleTarget],
+    ) -> Result<Vec<Result<(u32, u64, String, Delivery)>>> {
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = targets.iter().map(|t| t.event_id.as_str()).collect();
+        let positions: Vec<Option<String>> = self
+            .query(
+                redis::cmd("HMGET").arg(self.keys.ids(s)).arg(&ids),
+                Phase::Read,
+            )
+            .await?;
+        let mut by_partition: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut located = Vec::with_capacity(targets.len());
+        for position in positions {
+            let at = position
+                .map(|raw| super::decode_position(&raw))
+                .transpose()?;
+            if let Some((p, seq)) = at {
+                by_partition.entry(p).or_default().push(seq);
+            }
+            located.push(at);
+        }
+        let mut records: HashMap<(u32, u64), String> = HashMap::new();
+        for (p, seqs) in by_partition {
+            let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
+            let raws: Vec<Option<String>> = self
+                .query(
+                    redis::cmd("HMGET")
+                        .arg(self.keys.deliveries(s, g, p))
+                        .arg(&fields),
+                    Phase::Read,
+                )
+                .await?;
+            for (seq, raw) in seqs.into_iter().zip(raws) {
+                if let Some(raw) = raw {
+                    records.insert((p, seq), raw);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(targets.len());
+        for (target, at) in targets.iter().zip(located) {
+            let Some((p, seq)) = at else {
+                out.push(Err(Error::StaleLease));
+                continue;
+            };
+            let Some(raw) = records.get(&(p, seq)) else {
+                out.push(Err(Error::StaleLease));
+                continue;
+            };
+            let delivery = Delivery::decode(raw)?;
+            if delivery.status != Status::Leased
+                || delivery.lease_id.as_deref() != Some(target.lease_id.as_str())
+            {
+                out.push(Err(Error::StaleLease));
+                continue;
+            }
+            if let Some(receipt) = &target.receipt
+                && receipt != target.lease_id.as_str()
+            {
+                out.push(Err(Error::ReceiptMismatch));
+                continue;
+            }
+            out.push(Ok((p, seq, raw.clone(), delivery)));
+        }
+        Ok(out)
+    }
+}
+
+/// A dead letter's member in the group's dead set: scored by sequence,
+/// then ordered by partition (zero-padded, so text order is number order).
+pub(super) fn dead_member(p: u32, seq: u64) -> String {
+    format!("{seq:016}:{p:05}")
+}
