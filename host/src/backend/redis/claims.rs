@@ -138,6 +138,12 @@ impl RedisBackend {
             cas.write(&["ZREM", &index, &member]);
         }
         let open = k.open(s, g, p);
+        let fresh = k.fresh(s, g, p);
+        if new.status == Status::Available && new.attempt == 0 {
+            cas.write(&["ZADD", &fresh, &member, &member]);
+        } else {
+            cas.write(&["ZREM", &fresh, &member]);
+        }
         match new.status {
             Status::Available => {
                 match new.available_at {

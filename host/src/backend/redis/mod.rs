@@ -15,6 +15,7 @@
 
 mod claims;
 mod groups;
+mod inspect;
 mod settle;
 #[cfg(test)]
 mod tests;
@@ -117,6 +118,12 @@ impl Keys {
     /// Sorted set: open (available or leased) deliveries, by sequence.
     pub(crate) fn open(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
         self.group_key(s, g, &format!("open:{p}"))
+    }
+
+    /// Sorted set: available deliveries never handed out (attempt 0), by
+    /// sequence (the lag's pending count).
+    pub(crate) fn fresh(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("fresh:{p}"))
     }
 
     /// Sorted set: the group's dead letters, by sequence then partition.

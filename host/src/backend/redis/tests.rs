@@ -662,6 +662,82 @@ async fn expired_leases_come_back_and_an_expired_last_attempt_is_dead() {
     clean(&b).await;
 }
 
+#[tokio::test]
+async fn lag_group_info_and_the_next_due_time_follow_the_deliveries() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 2, 3, 5).await;
+    let all = Partitions::All;
+    let lag = b.lag(&s, &g, &all).await.unwrap();
+    assert_eq!(
+        (lag.lag, lag.pending, lag.inflight, lag.waiting_retry),
+        (6, 6, 0, 0)
+    );
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START),
+        "events never delivered"
+    );
+
+    let l = fetch(&b, &s, &g, 6).await;
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START.add_ms(1000))
+    );
+    let by_pos = |p: u32, q: u64| {
+        l.iter()
+            .find(|x| (x.event.partition, x.event.sequence) == (p, q))
+            .unwrap()
+    };
+    assert_eq!(settle(&b, by_pos(0, 1), SettleOp::Ack).await, "ok");
+    assert_eq!(settle(&b, by_pos(0, 3), SettleOp::Ack).await, "ok");
+    let nack = SettleOp::Nack {
+        reason: None,
+        delay_ms: Some(300),
+    };
+    assert_eq!(settle(&b, by_pos(1, 1), nack).await, "ok");
+    assert_eq!(
+        settle(&b, by_pos(1, 2), SettleOp::Reject { reason: None }).await,
+        "ok"
+    );
+    clock.advance(100);
+
+    let lag = b.lag(&s, &g, &all).await.unwrap();
+    // Partition 0: 2 still leased, frontier 1; partition 1: 1 waiting a
+    // retry, 1 dead (settled), 1 leased, frontier 0.
+    assert_eq!(
+        (lag.partitions[&0].frontier, lag.partitions[&1].frontier),
+        (1, 0)
+    );
+    assert_eq!(
+        (lag.lag, lag.pending, lag.inflight, lag.waiting_retry),
+        (5, 0, 2, 1)
+    );
+    assert_eq!(lag.oldest_unacked_age_ms, Some(100));
+    let only_0 = b.lag(&s, &g, &Partitions::Only(vec![0])).await.unwrap();
+    assert_eq!(only_0.lag, 2);
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START.add_ms(300)),
+        "the retry"
+    );
+
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!(
+        (info.inflight, info.dead_letters, info.max_attempts),
+        (2, 1, 5)
+    );
+    assert_eq!(info.cursors, [(0, 4), (1, 4)].into());
+    assert_eq!(info.lag, lag);
+    assert_eq!(
+        code(b.group_info(&s, &GroupName::parse("nope").unwrap()).await),
+        "group_not_found"
+    );
+    b.ping().await.unwrap();
+    clean(&b).await;
+}
+
 async fn settle_err(b: &RedisBackend, l: &Lease) -> crate::backend::Result<()> {
     let item = Settlement {
         target: SettleTarget { ..l.target() },
