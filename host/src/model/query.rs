@@ -609,6 +609,26 @@ impl Query {
             && self.until_sequence.is_none_or(|u| event.sequence <= u)
     }
 
+    /// The sequences of `partition` (whose high watermark is
+    /// `high_watermark`) this query can match, from its sequence bounds and
+    /// a sequence-ordered cursor: `None` when there are none.
+    pub fn sequence_range(&self, partition: u32, high_watermark: u64) -> Option<(u64, u64)> {
+        let mut lo = self.after_sequence.map_or(1, |a| a.saturating_add(1));
+        let mut hi = self.until_sequence.unwrap_or(u64::MAX).min(high_watermark);
+        if let Some(pos) = self
+            .cursor
+            .as_ref()
+            .filter(|c| c.order.field == OrderField::Sequence)
+            .and_then(|c| c.positions.get(&partition))
+        {
+            match self.order.dir {
+                Direction::Asc => lo = lo.max(pos.sequence.saturating_add(1)),
+                Direction::Desc => hi = hi.min(pos.sequence.saturating_sub(1)),
+            }
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+
     /// Builds the page for `events` (already filtered, ordered and cut to
     /// `limit`): the cursor is `None` when the page is not full.
     pub fn page(&self, events: Vec<Event>) -> Page {

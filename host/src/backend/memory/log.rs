@@ -117,7 +117,8 @@ impl Log {
         let limit = query.limit as usize;
         let mut hits: Vec<&Arc<Event>> = Vec::new();
         for partition in 0..self.partitions.len() as u32 {
-            let Some((lo, hi)) = self.sequence_range(query, partition) else {
+            let Some((lo, hi)) = query.sequence_range(partition, self.high_watermark(partition))
+            else {
                 continue;
             };
             let matching = (lo..=hi)
@@ -147,7 +148,9 @@ impl Log {
         };
         let mut out = Vec::new();
         for partition in 0..self.partitions.len() as u32 {
-            if let Some((lo, hi)) = self.sequence_range(&unbounded, partition) {
+            if let Some((lo, hi)) =
+                unbounded.sequence_range(partition, self.high_watermark(partition))
+            {
                 out.extend(
                     (lo..=hi)
                         .filter_map(|seq| self.get(partition, seq))
@@ -157,28 +160,5 @@ impl Log {
             }
         }
         out
-    }
-
-    /// The inclusive sequence range of `partition` that the query's sequence
-    /// bounds and cursor leave open, if any.
-    fn sequence_range(&self, query: &Query, partition: u32) -> Option<(u64, u64)> {
-        use crate::model::{Direction, OrderField};
-        let mut lo = query.after_sequence.map_or(1, |a| a.saturating_add(1));
-        let mut hi = query
-            .until_sequence
-            .unwrap_or(u64::MAX)
-            .min(self.high_watermark(partition));
-        if let Some(pos) = query
-            .cursor
-            .as_ref()
-            .filter(|c| c.order.field == OrderField::Sequence)
-            .and_then(|c| c.positions.get(&partition))
-        {
-            match query.order.dir {
-                Direction::Asc => lo = lo.max(pos.sequence.saturating_add(1)),
-                Direction::Desc => hi = hi.min(pos.sequence.saturating_sub(1)),
-            }
-        }
-        (lo <= hi).then_some((lo, hi))
     }
 }

@@ -108,7 +108,7 @@ impl RedisBackend {
     /// A group's retry policy (settings are fixed at creation).
     pub(super) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
         let raw: Option<String> = self
-            .query(
+            .run(
                 redis::cmd("HGET").arg(self.keys.groups(s)).arg(g.as_str()),
                 Phase::Read,
             )
@@ -299,7 +299,7 @@ impl RedisBackend {
         let k = &self.keys;
         let field = p.to_string();
         let cursor_raw: Option<String> = self
-            .query(
+            .run(
                 redis::cmd("HGET").arg(k.cursors(s, g)).arg(&field),
                 Phase::Read,
             )
@@ -309,7 +309,7 @@ impl RedisBackend {
             None => 1,
         };
         let high_watermark: Option<u64> = self
-            .query(
+            .run(
                 redis::cmd("HGET").arg(k.high_watermarks(s)).arg(&field),
                 Phase::Read,
             )
@@ -317,7 +317,7 @@ impl RedisBackend {
         let now_ms = now.as_millis();
         let mut seqs: Vec<u64> = Vec::new();
         let ready: Vec<u64> = self
-            .query(
+            .run(
                 redis::cmd("ZRANGE")
                     .arg(k.ready(s, g, p))
                     .arg(0)
@@ -328,7 +328,7 @@ impl RedisBackend {
         seqs.extend(ready);
         for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
             let due: Vec<u64> = self
-                .query(
+                .run(
                     redis::cmd("ZRANGEBYSCORE")
                         .arg(index)
                         .arg("-inf")
@@ -354,7 +354,7 @@ impl RedisBackend {
         }
         let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
         let raws: Vec<Option<String>> = self
-            .query(
+            .run(
                 redis::cmd("HMGET").arg(k.deliveries(s, g, p)).arg(&fields),
                 Phase::Read,
             )
@@ -454,7 +454,7 @@ impl RedisBackend {
         }
         let ids: Vec<&str> = targets.iter().map(|t| t.event_id.as_str()).collect();
         let positions: Vec<Option<String>> = self
-            .query(
+            .run(
                 redis::cmd("HMGET").arg(self.keys.ids(s)).arg(&ids),
                 Phase::Read,
             )
@@ -474,7 +474,7 @@ impl RedisBackend {
         for (p, seqs) in by_partition {
             let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
             let raws: Vec<Option<String>> = self
-                .query(
+                .run(
                     redis::cmd("HMGET")
                         .arg(self.keys.deliveries(s, g, p))
                         .arg(&fields),

@@ -49,7 +49,7 @@ impl RedisBackend {
     pub(crate) async fn list_groups(&self, s: &StreamName) -> Result<Vec<Group>> {
         self.meta(s).await?;
         let all: BTreeMap<String, String> = self
-            .query(
+            .run(
                 &redis::cmd("HGETALL").arg(self.keys.groups(s)).clone(),
                 Phase::Read,
             )
@@ -63,7 +63,7 @@ impl RedisBackend {
     }
 
     /// The exclusive start sequence of every partition for `start`.
-    async fn start_points(
+    pub(super) async fn start_points(
         &self,
         s: &StreamName,
         partition_count: u32,
@@ -85,13 +85,18 @@ impl RedisBackend {
     /// The lowest sequence of a partition whose timestamp is at or after
     /// `t`. Timestamps are the producers' and need not grow with the
     /// sequence, so this reads every entry of the time index from `t` on.
-    async fn first_at_or_after(&self, s: &StreamName, p: u32, t: Timestamp) -> Result<Option<u64>> {
+    pub(super) async fn first_at_or_after(
+        &self,
+        s: &StreamName,
+        p: u32,
+        t: Timestamp,
+    ) -> Result<Option<u64>> {
         let cmd = redis::cmd("ZRANGEBYSCORE")
             .arg(self.keys.times(s, p))
             .arg(t.as_millis())
             .arg("+inf")
             .clone();
-        let sequences: Vec<u64> = self.query(&cmd, Phase::Read).await?;
+        let sequences: Vec<u64> = self.run(&cmd, Phase::Read).await?;
         Ok(sequences.into_iter().min())
     }
 }

@@ -11,14 +11,14 @@ use crate::model::{GroupInfo, GroupName, Lag, StreamName, Timestamp};
 
 impl RedisBackend {
     pub(crate) async fn ping(&self) -> Result<()> {
-        let _: String = self.query(&redis::cmd("PING"), Phase::Read).await?;
+        let _: String = self.run(&redis::cmd("PING"), Phase::Read).await?;
         Ok(())
     }
 
     /// A group's cursor in one partition (1 before anything was delivered).
-    async fn cursor(&self, s: &StreamName, g: &GroupName, p: u32) -> Result<u64> {
+    pub(super) async fn cursor(&self, s: &StreamName, g: &GroupName, p: u32) -> Result<u64> {
         let raw: Option<u64> = self
-            .query(
+            .run(
                 redis::cmd("HGET").arg(self.keys.cursors(s, g)).arg(p),
                 Phase::Read,
             )
@@ -36,16 +36,16 @@ impl RedisBackend {
     ) -> Result<OpenCounts> {
         let k = &self.keys;
         let first: Vec<u64> = self
-            .query(
+            .run(
                 redis::cmd("ZRANGE").arg(k.open(s, g, p)).arg(0).arg(0),
                 Phase::Read,
             )
             .await?;
         let card = |key: String| redis::cmd("ZCARD").arg(key).clone();
-        let leased: u64 = self.query(&card(k.leased(s, g, p)), Phase::Read).await?;
-        let fresh: u64 = self.query(&card(k.fresh(s, g, p)), Phase::Read).await?;
+        let leased: u64 = self.run(&card(k.leased(s, g, p)), Phase::Read).await?;
+        let fresh: u64 = self.run(&card(k.fresh(s, g, p)), Phase::Read).await?;
         let waiting: u64 = self
-            .query(
+            .run(
                 redis::cmd("ZCOUNT")
                     .arg(k.delayed(s, g, p))
                     .arg(format!("({}", now.as_millis()))
@@ -97,7 +97,7 @@ impl RedisBackend {
         let all: Vec<u32> = (0..partition_count).collect();
         let lag = self.build_lag(s, g, &all).await?;
         let dead: u64 = self
-            .query(
+            .run(
                 &redis::cmd("ZCARD").arg(self.keys.dead(s, g)).clone(),
                 Phase::Read,
             )
@@ -136,7 +136,7 @@ impl RedisBackend {
         for p in partitions.resolve(partition_count)? {
             let k = &self.keys;
             let ready: u64 = self
-                .query(
+                .run(
                     &redis::cmd("ZCARD").arg(k.ready(s, g, p)).clone(),
                     Phase::Read,
                 )
@@ -147,7 +147,7 @@ impl RedisBackend {
             }
             for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
                 let first: Vec<(String, f64)> = self
-                    .query(
+                    .run(
                         redis::cmd("ZRANGE")
                             .arg(index)
                             .arg(0)

@@ -16,6 +16,7 @@
 mod claims;
 mod groups;
 mod inspect;
+mod rewind;
 mod settle;
 #[cfg(test)]
 mod tests;
@@ -268,7 +269,7 @@ impl RedisBackend {
         })
     }
 
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, phase: Phase) -> Result<T> {
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, phase: Phase) -> Result<T> {
         cmd.query_async(&mut self.conn.clone())
             .await
             .map_err(|e| map_error(e, phase))
@@ -302,7 +303,7 @@ impl RedisBackend {
     /// Partition count and creation time of a stream.
     async fn meta(&self, stream: &StreamName) -> Result<(u32, Timestamp)> {
         let raw: Option<String> = self
-            .query(
+            .run(
                 redis::cmd("HGET")
                     .arg(self.keys.streams())
                     .arg(stream.as_str()),
@@ -317,7 +318,7 @@ impl RedisBackend {
     async fn high_watermarks(&self, stream: &StreamName, partitions: u32) -> Result<Vec<u64>> {
         let key = self.keys.high_watermarks(stream);
         let raw: HashMap<String, u64> = self
-            .query(redis::cmd("HGETALL").arg(key), Phase::Read)
+            .run(redis::cmd("HGETALL").arg(key), Phase::Read)
             .await?;
         Ok((0..partitions)
             .map(|p| raw.get(&p.to_string()).copied().unwrap_or(0))
@@ -355,7 +356,7 @@ impl RedisBackend {
 
     pub(crate) async fn list_streams(&self) -> Result<Vec<Stream>> {
         let all: BTreeMap<String, String> = self
-            .query(redis::cmd("HGETALL").arg(self.keys.streams()), Phase::Read)
+            .run(redis::cmd("HGETALL").arg(self.keys.streams()), Phase::Read)
             .await?;
         let mut out = Vec::with_capacity(all.len());
         for (name, raw) in all {
@@ -412,7 +413,7 @@ impl RedisBackend {
         let mut known: HashMap<EventId, Arc<Event>> = HashMap::new();
         if !given.is_empty() {
             let found: Vec<Option<String>> = self
-                .query(redis::cmd("HMGET").arg(&ids_key).arg(&given), Phase::Read)
+                .run(redis::cmd("HMGET").arg(&ids_key).arg(&given), Phase::Read)
                 .await?;
             for (id, position) in given.iter().zip(found) {
                 let Some(position) = position else { continue };
@@ -431,7 +432,7 @@ impl RedisBackend {
         if !plan.per_partition.is_empty() {
             let fields: Vec<String> = plan.per_partition.keys().map(u32::to_string).collect();
             let current: Vec<Option<u64>> = self
-                .query(redis::cmd("HMGET").arg(&hw_key).arg(&fields), Phase::Read)
+                .run(redis::cmd("HMGET").arg(&hw_key).arg(&fields), Phase::Read)
                 .await?;
             for ((&p, &count), (field, current)) in
                 plan.per_partition.iter().zip(fields.iter().zip(current))
@@ -525,7 +526,7 @@ impl RedisBackend {
             .arg(&entry)
             .arg(&entry)
             .clone();
-        let entries: Vec<(String, Vec<String>)> = self.query(&cmd, Phase::Read).await?;
+        let entries: Vec<(String, Vec<String>)> = self.run(&cmd, Phase::Read).await?;
         let (id, fields) = entries
             .into_iter()
             .next()
@@ -546,7 +547,7 @@ impl RedisBackend {
             .arg(format!("{first}-0"))
             .arg(format!("{last}-0"))
             .clone();
-        let entries: Vec<(String, Vec<String>)> = self.query(&cmd, Phase::Read).await?;
+        let entries: Vec<(String, Vec<String>)> = self.run(&cmd, Phase::Read).await?;
         entries
             .into_iter()
             .map(|(id, fields)| decode_event(s, p, &id, fields))
@@ -570,7 +571,7 @@ impl RedisBackend {
             .arg("COUNT")
             .arg(req.limit)
             .clone();
-        let entries: Vec<(String, Vec<String>)> = self.query(&cmd, Phase::Read).await?;
+        let entries: Vec<(String, Vec<String>)> = self.run(&cmd, Phase::Read).await?;
         entries
             .into_iter()
             .map(|(id, fields)| decode_event(&req.stream, req.partition, &id, fields))

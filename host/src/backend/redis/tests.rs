@@ -10,11 +10,15 @@ use serde_json::json;
 
 use super::{Applied, Cas, RedisBackend, RedisUrl};
 use crate::backend::conformance::{code, service_url};
-use crate::backend::{CreateStream, FetchRequest, Partitions, ReadRequest};
+use crate::backend::{
+    CreateStream, DeadLettersRequest, FetchRequest, Partitions, ReadRequest, Redrive, Replay,
+    ResetRequest,
+};
 use crate::clock::FrozenClock;
 use crate::model::{
-    ConsumerId, EventId, EventInput, GroupName, GroupSpec, Lease, LeaseId, SettleOp, SettleTarget,
-    Settlement, StartAfter, StartPosition, StreamName, Timestamp,
+    ConsumerId, Direction, EventId, EventInput, GroupName, GroupSpec, Lease, LeaseId, OrderBy,
+    OrderField, Query, QueryCursor, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition,
+    StreamName, Timestamp, parse_where,
 };
 
 const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
@@ -79,7 +83,7 @@ async fn drop_stale_prefixes(url: &str, now: u64) {
 /// Deletes every key under the backend's prefix.
 async fn clean(b: &RedisBackend) {
     let keys: Vec<String> = b
-        .query(
+        .run(
             &redis::cmd("KEYS").arg(b.keys.all()).clone(),
             super::Phase::Read,
         )
@@ -87,7 +91,7 @@ async fn clean(b: &RedisBackend) {
         .expect("list keys");
     if !keys.is_empty() {
         let _: () = b
-            .query(&redis::cmd("DEL").arg(&keys).clone(), super::Phase::Write)
+            .run(&redis::cmd("DEL").arg(&keys).clone(), super::Phase::Write)
             .await
             .expect("delete keys");
     }
@@ -165,7 +169,7 @@ async fn the_script_writes_everything_or_nothing() {
     );
 
     let all: std::collections::BTreeMap<String, String> = b
-        .query(&redis::cmd("HGETALL").arg(&key).clone(), super::Phase::Read)
+        .run(&redis::cmd("HGETALL").arg(&key).clone(), super::Phase::Read)
         .await
         .unwrap();
     assert_eq!(
@@ -361,7 +365,7 @@ async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
     let cursors = async |g: &str| -> Vec<u64> {
         let key = b.keys.cursors(&s, &GroupName::parse(g).unwrap());
         let all: std::collections::BTreeMap<u32, u64> = b
-            .query(&redis::cmd("HGETALL").arg(key).clone(), super::Phase::Read)
+            .run(&redis::cmd("HGETALL").arg(key).clone(), super::Phase::Read)
             .await
             .unwrap();
         all.into_values().collect()
@@ -486,7 +490,7 @@ async fn settle(b: &RedisBackend, l: &Lease, op: SettleOp) -> &'static str {
 
 /// The dead set's members, in order.
 async fn dead(b: &RedisBackend, s: &StreamName, g: &GroupName) -> Vec<String> {
-    b.query(
+    b.run(
         &redis::cmd("ZRANGE")
             .arg(b.keys.dead(s, g))
             .arg(0)
@@ -648,7 +652,7 @@ async fn expired_leases_come_back_and_an_expired_last_attempt_is_dead() {
     assert!(fetch(&b, &s, &g, 10).await.is_empty());
     assert_eq!(dead(&b, &s, &g).await.len(), 2);
     let record: String = b
-        .query(
+        .run(
             &redis::cmd("HGET")
                 .arg(b.keys.deliveries(&s, &g, 0))
                 .arg(1)
@@ -735,6 +739,237 @@ async fn lag_group_info_and_the_next_due_time_follow_the_deliveries() {
         "group_not_found"
     );
     b.ping().await.unwrap();
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn dead_letters_page_in_sequence_order_and_redrive_with_fresh_attempts() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 2, 2, 1).await;
+    for l in fetch(&b, &s, &g, 10).await {
+        let reason = Some(format!("bad {}", l.event.sequence));
+        assert_eq!(settle(&b, &l, SettleOp::Reject { reason }).await, "ok");
+    }
+    let page = |after: Option<EventId>| {
+        let req = DeadLettersRequest {
+            stream: s.clone(),
+            group: g.clone(),
+            limit: 3,
+            after,
+        };
+        b.dead_letters(req)
+    };
+    let first = page(None).await.unwrap();
+    let got: Vec<(u64, u32, &str)> = first
+        .dead_letters
+        .iter()
+        .map(|d| (d.sequence, d.partition, d.reason.as_str()))
+        .collect();
+    assert_eq!(got, [(1, 0, "bad 1"), (1, 1, "bad 1"), (2, 0, "bad 2")]);
+    assert_eq!(first.dead_letters[0].attempt, 1);
+    assert_eq!(first.dead_letters[0].dead_lettered_at, START);
+    let second = page(first.next.clone()).await.unwrap();
+    let rest: Vec<(u64, u32)> = second
+        .dead_letters
+        .iter()
+        .map(|d| (d.sequence, d.partition))
+        .collect();
+    assert_eq!((rest, second.next), (vec![(2, 1)], None));
+    let unknown = page(Some(EventId::parse("nope").unwrap())).await;
+    assert_eq!(code(unknown), "cursor_not_found");
+
+    let one = first.dead_letters[0].event_id.clone();
+    assert_eq!(
+        b.redrive(&s, &g, Redrive::Events(vec![one.clone()]))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        b.redrive(&s, &g, Redrive::Events(vec![one])).await.unwrap(),
+        0,
+        "no longer dead"
+    );
+    let missing = b
+        .redrive(&s, &g, Redrive::Events(vec![EventId::parse("zz").unwrap()]))
+        .await;
+    assert_eq!(code(missing), "invalid");
+    assert_eq!(b.redrive(&s, &g, Redrive::All).await.unwrap(), 3);
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.dead_letters, info.lag.pending), (0, 4), "fresh again");
+    let again = fetch(&b, &s, &g, 10).await;
+    assert_eq!(
+        again.iter().map(|l| l.attempt).collect::<Vec<_>>(),
+        [1, 1, 1, 1]
+    );
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn replay_reopens_and_reset_starts_over() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let typed = |t: &str| EventInput {
+        event_type: Some(t.into()),
+        ..EventInput::default()
+    };
+    let appended = b
+        .append(
+            &s,
+            vec![typed("a"), typed("b"), typed("a"), typed("b"), typed("a")],
+        )
+        .await
+        .unwrap();
+    let g = GroupName::parse("g").unwrap();
+    let mut spec = GroupSpec::new(g.clone());
+    spec.start = StartPosition::After(StartAfter::All(1));
+    b.create_group(&s, spec).await.unwrap();
+    for l in fetch(&b, &s, &g, 10).await {
+        assert_eq!(settle(&b, &l, SettleOp::Ack).await, "ok");
+    }
+    let seqs = |leases: &[Lease]| {
+        leases
+            .iter()
+            .map(|l| (l.event.sequence, l.attempt))
+            .collect::<Vec<_>>()
+    };
+
+    let after_3 = Replay::FromSequence {
+        after: 3,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, after_3).await.unwrap(), 2);
+    assert_eq!(
+        b.lag(&s, &g, &Partitions::All).await.unwrap().partitions[&0].frontier,
+        3
+    );
+    assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(4, 2), (5, 2)]);
+
+    // Sequence 1 lies before the group's start: replaying it by id gives
+    // the group a delivery for it.
+    let by_id = Replay::EventIds(vec![appended[0].event.id.clone()]);
+    assert_eq!(b.replay(&s, &g, by_id).await.unwrap(), 1);
+    let by_type = Replay::Query(Query {
+        filters: parse_where(&json!({"type": "a"})).unwrap(),
+        limit: 1,
+        ..Query::default()
+    });
+    assert_eq!(
+        b.replay(&s, &g, by_type).await.unwrap(),
+        2,
+        "3 and 5 (held: reopened); 1 already open"
+    );
+    assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(1, 1), (3, 2), (5, 3)]);
+
+    let reset = ResetRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+        start: StartPosition::Beginning,
+        partitions: Partitions::All,
+    };
+    b.reset(reset).await.unwrap();
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.cursors[&0], info.inflight, info.lag.lag), (1, 0, 5));
+    assert_eq!(
+        seqs(&fetch(&b, &s, &g, 10).await),
+        [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+    );
+    clean(&b).await;
+}
+
+#[tokio::test]
+async fn queries_filter_order_and_page_like_every_backend() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 2).await;
+    let inputs = (0..12u32)
+        .map(|i| EventInput {
+            event_type: Some(if i % 3 == 0 { "x" } else { "y" }.into()),
+            partition: Some(i % 2),
+            timestamp: Some(Timestamp::from_millis(
+                START.as_millis() + i64::from(100 - i),
+            )),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let where_x = parse_where(&json!({"type": "x"})).unwrap();
+    let all = b
+        .query(
+            &s,
+            &Query {
+                filters: where_x.clone(),
+                limit: 100,
+                ..Query::default()
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(u32, u64)> = all
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    // Types x: i = 0, 3, 6, 9 → (0,1), (1,2), (0,4), (1,5); sequence order
+    // across partitions.
+    assert_eq!(got, [(0, 1), (1, 2), (0, 4), (1, 5)]);
+    assert_eq!(all.next_cursor, None);
+
+    let newest_first = Query {
+        filters: where_x,
+        order: OrderBy {
+            field: OrderField::Sequence,
+            dir: Direction::Desc,
+        },
+        limit: 2,
+        ..Query::default()
+    };
+    let page = b.query(&s, &newest_first).await.unwrap();
+    let got: Vec<(u32, u64)> = page
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 5), (0, 4)]);
+    let cursor =
+        QueryCursor::decode(page.next_cursor.as_deref().unwrap(), newest_first.order).unwrap();
+    let next = b
+        .query(
+            &s,
+            &Query {
+                cursor: Some(cursor),
+                ..newest_first.clone()
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(u32, u64)> = next
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 2), (0, 1)]);
+
+    let by_time = Query {
+        order: OrderBy {
+            field: OrderField::Timestamp,
+            dir: Direction::Asc,
+        },
+        limit: 3,
+        ..Query::default()
+    };
+    let page = b.query(&s, &by_time).await.unwrap();
+    // The latest appended carry the earliest stamps: i = 11, 10, 9.
+    let got: Vec<(u32, u64)> = page
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 6), (0, 6), (1, 5)]);
+    assert_eq!(
+        code(b.query(&sn("nope"), &by_time).await),
+        "stream_not_found"
+    );
     clean(&b).await;
 }
 

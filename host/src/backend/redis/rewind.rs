@@ -1,0 +1,417 @@
+//! Dead-letter pages, redrive, replay, reset (`docs/groups.md#dead-letters`,
+//! `docs/groups.md#replay-and-reset`) and history queries on Redis.
+//!
+//! Re-opening is one rule for all three (redrive, replay by sequence,
+//! time, query or ids): the delivery becomes available now — with fresh
+//! attempts for a redrive — and a sequence the group never delivered but
+//! that lies before its cursor (before its start) gets a record. Positions
+//! are re-opened in chunks, each one guarded script.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::claims::{Delivery, Status, dead_member};
+use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
+use crate::backend::policy::{start_lookup, start_points};
+use crate::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
+use crate::model::{
+    DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, OrderField, Page, Query,
+    StreamName, Timestamp,
+};
+
+/// Positions re-opened per script.
+const REOPEN_CHUNK: usize = 500;
+
+/// Events read per `XRANGE` while a query scans.
+const SCAN_CHUNK: usize = 500;
+
+impl RedisBackend {
+    /// `(partition, sequence)` of each id; an id the stream lacks is an error.
+    async fn locate_all(&self, s: &StreamName, ids: &[EventId]) -> Result<Vec<(u32, u64)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let raw: Vec<&str> = ids.iter().map(EventId::as_str).collect();
+        let found: Vec<Option<String>> = self
+            .run(
+                redis::cmd("HMGET").arg(self.keys.ids(s)).arg(&raw),
+                Phase::Read,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        let mut unknown = Vec::new();
+        for (id, position) in raw.iter().zip(found) {
+            match position {
+                Some(position) => out.push(decode_position(&position)?),
+                None => unknown.push(*id),
+            }
+        }
+        if unknown.is_empty() {
+            Ok(out)
+        } else {
+            Err(Error::invalid(
+                "event_ids",
+                format!("not in this stream: {}", unknown.join(", ")),
+            ))
+        }
+    }
+
+    pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let (partition_count, _) = self.meta(s).await?;
+        let after = match &req.after {
+            None => None,
+            Some(id) => {
+                let raw: Option<String> = self
+                    .run(
+                        redis::cmd("HGET").arg(self.keys.ids(s)).arg(id.as_str()),
+                        Phase::Read,
+                    )
+                    .await?;
+                let raw = raw.ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+                Some(decode_position(&raw)?)
+            }
+        };
+        let limit = req.limit as usize;
+        // Members sort by sequence, then partition: the page starts after the
+        // cursor's member, reading at most a partition count more to skip
+        // the cursor's own sequence.
+        let (min, skip_to) = match after {
+            None => ("-inf".to_owned(), None),
+            Some((p, seq)) => (seq.to_string(), Some(dead_member(p, seq))),
+        };
+        let members: Vec<String> = self
+            .run(
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(self.keys.dead(s, g))
+                    .arg(min)
+                    .arg("+inf")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit + partition_count as usize),
+                Phase::Read,
+            )
+            .await?;
+        let mut dead_letters = Vec::new();
+        for member in members
+            .into_iter()
+            .filter(|m| skip_to.as_ref().is_none_or(|after| m > after))
+            .take(limit)
+        {
+            let (seq, p) = member
+                .split_once(':')
+                .and_then(|(q, p)| Some((q.parse::<u64>().ok()?, p.parse::<u32>().ok()?)))
+                .ok_or_else(|| corrupt("dead letter", &member))?;
+            let raw: Option<String> = self
+                .run(
+                    redis::cmd("HGET")
+                        .arg(self.keys.deliveries(s, g, p))
+                        .arg(seq),
+                    Phase::Read,
+                )
+                .await?;
+            let record = Delivery::decode(&raw.ok_or_else(|| corrupt("dead letter", &member))?)?;
+            let event = self.event_at(s, p, seq).await?;
+            dead_letters.push(DeadLetter {
+                event_id: event.id.clone(),
+                partition: p,
+                sequence: seq,
+                attempt: record.attempt,
+                reason: record.reason.unwrap_or_default(),
+                dead_lettered_at: Timestamp::from_millis(record.dead_at.unwrap_or_default()),
+                event: (*event).clone(),
+            });
+        }
+        let next = (dead_letters.len() == limit)
+            .then(|| dead_letters.last().map(|d| d.event_id.clone()))
+            .flatten();
+        Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    pub(crate) async fn redrive(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        which: Redrive,
+    ) -> Result<u64> {
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let candidates = match which {
+            Redrive::All => {
+                let members: Vec<String> = self
+                    .run(
+                        redis::cmd("ZRANGE")
+                            .arg(self.keys.dead(s, g))
+                            .arg(0)
+                            .arg(-1),
+                        Phase::Read,
+                    )
+                    .await?;
+                members
+                    .iter()
+                    .map(|m| {
+                        m.split_once(':')
+                            .and_then(|(q, p)| Some((p.parse().ok()?, q.parse().ok()?)))
+                            .ok_or_else(|| corrupt("dead letter", m))
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            Redrive::Events(ids) => self.locate_all(s, &ids).await?,
+        };
+        self.reopen(s, g, &candidates, true).await
+    }
+
+    pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
+        how.validate()?;
+        let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let mut positions = Vec::new();
+        match how {
+            Replay::FromSequence { after, partitions } => {
+                for p in partitions.resolve(partition_count)? {
+                    let cursor = self.cursor(s, g, p).await?;
+                    positions.extend((after.saturating_add(1)..cursor).map(|q| (p, q)));
+                }
+            }
+            Replay::FromTime { from, partitions } => {
+                for p in partitions.resolve(partition_count)? {
+                    if let Some(first) = self.first_at_or_after(s, p, from).await? {
+                        let cursor = self.cursor(s, g, p).await?;
+                        positions.extend((first..cursor).map(|q| (p, q)));
+                    }
+                }
+            }
+            Replay::Query(query) => {
+                let unbounded = Query {
+                    cursor: None,
+                    ..query
+                };
+                let matching = self.scan(s, &unbounded, usize::MAX).await?;
+                positions.extend(matching.iter().map(|e| (e.partition, e.sequence)));
+            }
+            Replay::EventIds(ids) => positions = self.locate_all(s, &ids).await?,
+        }
+        self.reopen(s, g, &positions, false).await
+    }
+
+    /// Re-opens deliveries (`fresh_attempts` for a redrive, which only
+    /// touches dead letters); returns how many were not available already.
+    async fn reopen(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        positions: &[(u32, u64)],
+        fresh_attempts: bool,
+    ) -> Result<u64> {
+        let mut count = 0;
+        for chunk in positions.chunks(REOPEN_CHUNK) {
+            count += self.reopen_chunk(s, g, chunk, fresh_attempts).await?;
+        }
+        Ok(count)
+    }
+
+    async fn reopen_chunk(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        positions: &[(u32, u64)],
+        fresh_attempts: bool,
+    ) -> Result<u64> {
+        for _ in 0..MAX_ATTEMPTS {
+            let mut by_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            for &(p, q) in positions {
+                by_partition.entry(p).or_default().push(q);
+            }
+            let mut cas = Cas::default();
+            let mut count = 0;
+            for (p, seqs) in by_partition {
+                let cursor = self.cursor(s, g, p).await?;
+                let cursors = self.keys.cursors(s, g);
+                let cursor_text = cursor.to_string();
+                cas.hget_is(&cursors, &p.to_string(), Some(&cursor_text));
+                let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
+                let records = self.keys.deliveries(s, g, p);
+                let raws: Vec<Option<String>> = self
+                    .run(redis::cmd("HMGET").arg(&records).arg(&fields), Phase::Read)
+                    .await?;
+                let mut missing = Vec::new();
+                for ((seq, field), raw) in seqs.iter().zip(&fields).zip(raws) {
+                    let before = match &raw {
+                        Some(raw) => Some(Delivery::decode(raw)?),
+                        None => None,
+                    };
+                    if fresh_attempts && before.as_ref().is_none_or(|d| d.status != Status::Dead) {
+                        continue;
+                    }
+                    if before.is_none() && *seq >= cursor {
+                        continue; // not delivered yet: nothing to re-open
+                    }
+                    cas.hget_is(&records, field, raw.as_deref());
+                    match before {
+                        Some(d) => {
+                            if d.status != Status::Available {
+                                count += 1;
+                            }
+                            let attempt = if fresh_attempts { 0 } else { d.attempt };
+                            let reopened = Delivery {
+                                status: Status::Available,
+                                attempt,
+                                lease_id: None,
+                                expires_at: None,
+                                available_at: None,
+                                dead_at: None,
+                                ..d
+                            };
+                            self.place(&mut cas, s, g, p, *seq, &reopened);
+                            if fresh_attempts {
+                                let dead = self.keys.dead(s, g);
+                                cas.write(&["ZREM", &dead, &dead_member(p, *seq)]);
+                            }
+                        }
+                        None => missing.push(*seq),
+                    }
+                }
+                let mut events: HashMap<u64, Event> = HashMap::new();
+                for &seq in &missing {
+                    let event = self.event_at(s, p, seq).await?;
+                    events.insert(seq, (*event).clone());
+                }
+                for seq in missing {
+                    count += 1;
+                    let record = Delivery {
+                        event_id: events[&seq].id.as_str().to_owned(),
+                        status: Status::Available,
+                        attempt: 0,
+                        lease_id: None,
+                        consumer: None,
+                        leased_at: None,
+                        expires_at: None,
+                        available_at: None,
+                        reason: None,
+                        dead_at: None,
+                    };
+                    self.place(&mut cas, s, g, p, seq, &record);
+                }
+            }
+            if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+                return Ok(count);
+            }
+        }
+        Err(Error::Failed(format!(
+            "re-opening deliveries on {:?} lost {MAX_ATTEMPTS} races in a row; retry it",
+            s.as_str()
+        )))
+    }
+
+    pub(crate) async fn reset(&self, req: ResetRequest) -> Result<()> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let selected = req.partitions.resolve(partition_count)?;
+        let starts = self.group_starts(s, partition_count, &req.start).await?;
+        let dead: Vec<String> = self
+            .run(
+                redis::cmd("ZRANGE")
+                    .arg(self.keys.dead(s, g))
+                    .arg(0)
+                    .arg(-1),
+                Phase::Read,
+            )
+            .await?;
+        let mut cas = Cas::default();
+        let k = &self.keys;
+        let dead_key = k.dead(s, g);
+        let cursors = k.cursors(s, g);
+        for &p in &selected {
+            for key in [
+                k.deliveries(s, g, p),
+                k.ready(s, g, p),
+                k.delayed(s, g, p),
+                k.leased(s, g, p),
+                k.open(s, g, p),
+                k.fresh(s, g, p),
+            ] {
+                cas.write(&["DEL", &key]);
+            }
+            let suffix = format!(":{p:05}");
+            for member in dead.iter().filter(|m| m.ends_with(&suffix)) {
+                cas.write(&["ZREM", &dead_key, member]);
+            }
+            let start = (starts[p as usize] + 1).to_string();
+            cas.write(&["HSET", &cursors, &p.to_string(), &start]);
+        }
+        self.apply(&cas).await?;
+        Ok(())
+    }
+
+    /// The start points of a reset, as the policy computes them.
+    async fn group_starts(
+        &self,
+        s: &StreamName,
+        partition_count: u32,
+        start: &crate::model::StartPosition,
+    ) -> Result<Vec<u64>> {
+        if start_lookup(start, partition_count)?.is_none() {
+            return Ok(start_points(start, partition_count, &[]));
+        }
+        self.start_points(s, partition_count, start).await
+    }
+
+    pub(crate) async fn query(&self, s: &StreamName, query: &Query) -> Result<Page> {
+        query.validate()?;
+        let events = self.scan(s, query, query.limit as usize).await?;
+        Ok(query.page(events))
+    }
+
+    /// The events `query` matches, in its order, at most `limit`. Ordered
+    /// by sequence, each partition is read from its bound until it has
+    /// given `limit` matches; ordered by time, its whole sequence range is
+    /// read (`docs/backends.md#redis`).
+    async fn scan(&self, s: &StreamName, query: &Query, limit: usize) -> Result<Vec<Event>> {
+        let (partition_count, _) = self.meta(s).await?;
+        let hws = self.high_watermarks(s, partition_count).await?;
+        let mut hits = Vec::new();
+        for p in 0..partition_count {
+            let Some((lo, hi)) = query.sequence_range(p, hws[p as usize]) else {
+                continue;
+            };
+            let (by_sequence, descending) = (
+                query.order.field == OrderField::Sequence,
+                query.order.dir == Direction::Desc,
+            );
+            let wanted = if by_sequence { limit } else { usize::MAX };
+            let backwards = by_sequence && descending;
+            let mut found = 0;
+            let mut next = if backwards { hi } else { lo };
+            while found < wanted {
+                let (first, last) = if backwards {
+                    (next.saturating_sub(SCAN_CHUNK as u64 - 1).max(lo), next)
+                } else {
+                    (next, next.saturating_add(SCAN_CHUNK as u64 - 1).min(hi))
+                };
+                let mut chunk = self.read_range(s, p, first, last).await?;
+                if backwards {
+                    chunk.reverse();
+                }
+                for event in chunk.into_iter().filter(|e| query.matches(e)) {
+                    if found < wanted {
+                        hits.push(event);
+                        found += 1;
+                    }
+                }
+                match backwards {
+                    true if first == lo => break,
+                    true => next = first - 1,
+                    false if last == hi => break,
+                    false => next = last + 1,
+                }
+            }
+        }
+        hits.sort_by(|a, b| query.order.compare(a, b));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+}
