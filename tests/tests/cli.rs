@@ -75,22 +75,17 @@ fn an_unknown_backend_scheme_names_the_known_ones() {
     let (ok, _, err) = run_rheo(&["migrate", "--backend", "mysql://x"]);
     assert!(!ok);
     assert!(
-        err.contains("known: memory://, sqlite://, postgres://"),
+        err.contains("known: memory://, sqlite://, postgres://, redis://"),
         "{err}"
     );
 }
 
 #[test]
 fn a_backend_not_available_yet_says_so() {
-    for (url, name) in [
-        ("redis://127.0.0.1:6379", "Redis"),
-        ("mongodb://127.0.0.1:27018", "MongoDB"),
-    ] {
-        let (ok, _, err) = run_rheo(&["migrate", "--backend", url]);
-        assert!(!ok);
-        assert!(
-            err.contains(&format!("the {name} backend is not available yet")),
-            "{err}"
-        );
-    }
+    let (ok, _, err) = run_rheo(&["migrate", "--backend", "mongodb://127.0.0.1:27018"]);
+    assert!(!ok);
+    assert!(
+        err.contains("the MongoDB backend is not available yet"),
+        "{err}"
+    );
 }

@@ -496,8 +496,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Opens the backend a URL names — `memory://`, `sqlite://path.db` (or
-/// `sqlite::memory:`), `postgres://…[?schema=name]` — applying pending
-/// migrations.
+/// `sqlite::memory:`), `postgres://…[?schema=name]`,
+/// `redis://host:port[/db][?prefix=name]` — applying pending migrations.
 pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
     connect(url, clock, true).await
 }
@@ -519,21 +519,18 @@ pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc
         Some("postgres" | "postgresql") => Ok(Arc::new(
             postgres::PostgresBackend::connect(url, clock, migrate).await?,
         )),
-        Some("redis" | "mongodb") => Err(Error::invalid(
+        #[cfg(feature = "redis")]
+        Some("redis") => Ok(Arc::new(redis::RedisBackend::connect(url, clock).await?)),
+        Some("mongodb") => Err(Error::invalid(
             "backend",
             format!(
-                "{url:?}: the {} backend is not available yet (known: memory://, sqlite://, postgres://)",
-                if url.starts_with("redis") {
-                    "Redis"
-                } else {
-                    "MongoDB"
-                }
+                "{url:?}: the MongoDB backend is not available yet (known: memory://, sqlite://, postgres://, redis://)"
             ),
         )),
         Some(other) => Err(Error::invalid(
             "backend",
             format!(
-                "no backend for {other:?} URLs in this build (known: memory://, sqlite://, postgres://)"
+                "no backend for {other:?} URLs in this build (known: memory://, sqlite://, postgres://, redis://)"
             ),
         )),
         None => Err(Error::invalid(

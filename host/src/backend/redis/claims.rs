@@ -326,6 +326,10 @@ impl RedisBackend {
             )
             .await?;
         seqs.extend(ready);
+        // Due retries and expired leases are indexed by time, not sequence:
+        // read a generous number of them so that the lowest sequences are
+        // among them unless a very large backlog fell due at once.
+        let due_cap = limit.saturating_mul(4).saturating_add(1000);
         for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
             let due: Vec<u64> = self
                 .run(
@@ -335,7 +339,7 @@ impl RedisBackend {
                         .arg(now_ms)
                         .arg("LIMIT")
                         .arg(0)
-                        .arg(limit),
+                        .arg(due_cap),
                     Phase::Read,
                 )
                 .await?;

@@ -160,7 +160,11 @@ impl RedisBackend {
             }
             Redrive::Events(ids) => self.locate_all(s, &ids).await?,
         };
-        self.reopen(s, g, &candidates, true).await
+        let count = self.reopen(s, g, &candidates, true).await?;
+        if count > 0 {
+            self.wake(s).await;
+        }
+        Ok(count)
     }
 
     pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
@@ -193,7 +197,9 @@ impl RedisBackend {
             }
             Replay::EventIds(ids) => positions = self.locate_all(s, &ids).await?,
         }
-        self.reopen(s, g, &positions, false).await
+        let count = self.reopen(s, g, &positions, false).await?;
+        self.wake(s).await;
+        Ok(count)
     }
 
     /// Re-opens deliveries (`fresh_attempts` for a redrive, which only
@@ -251,6 +257,7 @@ impl RedisBackend {
                     cas.hget_is(&records, field, raw.as_deref());
                     match before {
                         Some(d) => {
+                            let d_status = d.status;
                             if d.status != Status::Available {
                                 count += 1;
                             }
@@ -264,8 +271,9 @@ impl RedisBackend {
                                 dead_at: None,
                                 ..d
                             };
+                            let was_dead = d_status == Status::Dead;
                             self.place(&mut cas, s, g, p, *seq, &reopened);
-                            if fresh_attempts {
+                            if was_dead {
                                 let dead = self.keys.dead(s, g);
                                 cas.write(&["ZREM", &dead, &dead_member(p, *seq)]);
                             }
@@ -344,6 +352,7 @@ impl RedisBackend {
             cas.write(&["HSET", &cursors, &p.to_string(), &start]);
         }
         self.apply(&cas).await?;
+        self.wake(s).await;
         Ok(())
     }
 

@@ -30,7 +30,12 @@ impl RedisBackend {
             // The same delivery twice in one batch: the first settles it,
             // so the second finds it settled (stale), as if sent after.
             let mut settled = HashSet::new();
+            let mut requeued = false;
             for (item, found) in items.iter().zip(held) {
+                if let Err(e) = item.validate() {
+                    results.push(Err(e.into()));
+                    continue;
+                }
                 let (p, seq, raw, delivery) = match found {
                     Ok(found) if settled.insert((found.0, found.1)) => found,
                     Ok(_) => {
@@ -45,7 +50,9 @@ impl RedisBackend {
                 let records = self.keys.deliveries(s, g, p);
                 cas.hget_is(&records, &seq.to_string(), Some(&raw));
                 let attempt = delivery.attempt;
-                let new = match settle_write(item.op.clone(), attempt, &config, now) {
+                let write = settle_write(item.op.clone(), attempt, &config, now);
+                requeued |= write.requeues();
+                let new = match write {
                     Write::Ack => Delivery {
                         status: Status::Acked,
                         lease_id: None,
@@ -66,6 +73,9 @@ impl RedisBackend {
                 results.push(Ok(()));
             }
             if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+                if requeued {
+                    self.wake(s).await;
+                }
                 return Ok(results);
             }
         }

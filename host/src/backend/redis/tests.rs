@@ -32,18 +32,24 @@ async fn backend() -> Option<RedisBackend> {
 /// The same, with its frozen clock.
 async fn clocked() -> Option<(RedisBackend, Arc<FrozenClock>)> {
     let url = service_url("TEST_REDIS_URL", "redis")?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
-    drop_stale_prefixes(&url, now).await;
-    let prefix = format!("rheo_t_{now}_{:08x}", rand::random::<u32>());
+    let prefix = fresh_prefix(&url).await;
     let sep = if url.contains('?') { '&' } else { '?' };
     let clock = FrozenClock::new(START);
     let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock.clone())
         .await
         .expect("connect to TEST_REDIS_URL");
     Some((backend, clock))
+}
+
+/// A prefix of its own for one test (`rheo_t_<unix secs>_<random>`); the
+/// first call of a run deletes the keys of prefixes older than an hour.
+async fn fresh_prefix(url: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    drop_stale_prefixes(url, now).await;
+    format!("rheo_t_{now}_{:08x}", rand::random::<u32>())
 }
 
 /// Deletes the keys of test prefixes older than an hour (once per run).
@@ -1028,4 +1034,59 @@ impl RedisBackend {
             .await
             .expect("connect")
     }
+}
+
+async fn factory(clock: crate::clock::SharedClock) -> Option<Arc<dyn crate::backend::Backend>> {
+    let url = service_url("TEST_REDIS_URL", "redis")?;
+    let prefix = fresh_prefix(&url).await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
+        .await
+        .expect("connect to TEST_REDIS_URL");
+    Some(Arc::new(backend))
+}
+
+mod conformance {
+    use super::factory;
+    crate::backend_conformance!(factory);
+}
+
+/// Two backends (two servers) on one Redis and prefix.
+async fn nodes(
+    clock: crate::clock::SharedClock,
+) -> Option<(
+    Arc<dyn crate::backend::Backend>,
+    Arc<dyn crate::backend::Backend>,
+)> {
+    let url = service_url("TEST_REDIS_URL", "redis")?;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{sep}prefix={}", fresh_prefix(&url).await);
+    let a = RedisBackend::connect(&url, clock.clone())
+        .await
+        .expect("node a");
+    let b = RedisBackend::connect(&url, clock).await.expect("node b");
+    Some((Arc::new(a), Arc::new(b)))
+}
+
+mod nodes {
+    use super::nodes;
+    crate::shared_store_conformance!(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
+    let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
+        return;
+    };
+    let prefix = fresh_prefix(&url).await;
+    crate::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
+        &url,
+        |relayed, clock| async move {
+            let sep = if relayed.contains('?') { '&' } else { '?' };
+            let url = format!("{relayed}{sep}prefix={prefix}");
+            let b = RedisBackend::connect(&url, clock).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn crate::backend::Backend>
+        },
+    )
+    .await;
 }
