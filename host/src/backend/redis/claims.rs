@@ -10,10 +10,11 @@
 //! record and cursor it read.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt};
+use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, map_error};
 use crate::backend::policy::{GroupConfig, POISON_REASON, claim_capacity, poisoned, round_robin};
 use crate::backend::{Error, FetchRequest, Result, validate_renewals};
 use crate::model::{
@@ -107,6 +108,10 @@ struct Candidates {
 impl RedisBackend {
     /// A group's retry policy (settings are fixed at creation).
     pub(super) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
+        let key = (s.clone(), g.clone());
+        if let Some(config) = self.groups.read().get(&key) {
+            return Ok(config.clone());
+        }
         let raw: Option<String> = self
             .run(
                 redis::cmd("HGET").arg(self.keys.groups(s)).arg(g.as_str()),
@@ -118,7 +123,9 @@ impl RedisBackend {
             group: g.clone(),
         })?;
         let group = super::groups::decode_group(s, g.clone(), &raw)?;
-        Ok(GroupConfig::from(&group))
+        let config = GroupConfig::from(&group);
+        self.groups.write().insert(key, config.clone());
+        Ok(config)
     }
 
     /// Writes a delivery's new record and moves it between the indexes.
@@ -215,6 +222,7 @@ impl RedisBackend {
 
         let mut cas = Cas::default();
         let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
+        let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
         for ((&p, part), &quota) in selected.iter().zip(&parts).zip(&quotas) {
             let records = self.keys.deliveries(s, g, p);
             for (seq, raw, delivery) in &part.poison {
@@ -236,8 +244,10 @@ impl RedisBackend {
             if fresh > 0 {
                 let cursors = self.keys.cursors(s, g);
                 cas.hget_is(&cursors, &p.to_string(), part.cursor_raw.as_deref());
-                let ids = self.event_ids(s, p, part.cursor, fresh).await?;
-                for (seq, event_id) in (part.cursor..part.cursor + fresh).zip(ids) {
+                let events = self.fresh_events(s, p, part.cursor, fresh).await?;
+                for event in events {
+                    let (seq, event_id) = (event.sequence, event.id.as_str().to_owned());
+                    fresh_events.insert((p, seq), Arc::new(event));
                     cas.hget_is(&records, &seq.to_string(), None);
                     let lease_id = LeaseId::generate();
                     let new = Delivery {
@@ -268,7 +278,10 @@ impl RedisBackend {
         }
         let mut leases = Vec::with_capacity(claimed.len());
         for (p, seq, attempt, lease_id) in claimed {
-            let event = self.event_at(s, p, seq).await?;
+            let event = match fresh_events.remove(&(p, seq)) {
+                Some(event) => event,
+                None => self.event_at(s, p, seq).await?,
+            };
             let consumer = req.consumer_id.clone();
             leases.push(Lease::new(
                 g.clone(),
@@ -298,53 +311,43 @@ impl RedisBackend {
     ) -> Result<Candidates> {
         let k = &self.keys;
         let field = p.to_string();
-        let cursor_raw: Option<String> = self
-            .run(
-                redis::cmd("HGET").arg(k.cursors(s, g)).arg(&field),
-                Phase::Read,
-            )
-            .await?;
-        let cursor = match &cursor_raw {
-            Some(raw) => raw.parse().map_err(|_| corrupt("cursor", raw))?,
-            None => 1,
-        };
-        let high_watermark: Option<u64> = self
-            .run(
-                redis::cmd("HGET").arg(k.high_watermarks(s)).arg(&field),
-                Phase::Read,
-            )
-            .await?;
         let now_ms = now.as_millis();
-        let mut seqs: Vec<u64> = Vec::new();
-        let ready: Vec<u64> = self
-            .run(
-                redis::cmd("ZRANGE")
-                    .arg(k.ready(s, g, p))
-                    .arg(0)
-                    .arg(limit.saturating_sub(1)),
-                Phase::Read,
-            )
-            .await?;
-        seqs.extend(ready);
         // Due retries and expired leases are indexed by time, not sequence:
         // read a generous number of them so that the lowest sequences are
         // among them unless a very large backlog fell due at once.
         let due_cap = limit.saturating_mul(4).saturating_add(1000);
-        for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
-            let due: Vec<u64> = self
-                .run(
-                    redis::cmd("ZRANGEBYSCORE")
-                        .arg(index)
-                        .arg("-inf")
-                        .arg(now_ms)
-                        .arg("LIMIT")
-                        .arg(0)
-                        .arg(due_cap),
-                    Phase::Read,
-                )
-                .await?;
-            seqs.extend(due);
-        }
+        let due = |index: String| {
+            redis::cmd("ZRANGEBYSCORE")
+                .arg(index)
+                .arg("-inf")
+                .arg(now_ms)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(due_cap)
+                .clone()
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(k.cursors(s, g)).arg(&field);
+        pipe.cmd("HGET").arg(k.high_watermarks(s)).arg(&field);
+        pipe.cmd("ZRANGE")
+            .arg(k.ready(s, g, p))
+            .arg(0)
+            .arg(limit.saturating_sub(1));
+        pipe.add_command(due(k.delayed(s, g, p)));
+        pipe.add_command(due(k.leased(s, g, p)));
+        type Read = (Option<String>, Option<u64>, Vec<u64>, Vec<u64>, Vec<u64>);
+        let (cursor_raw, high_watermark, ready, delayed, expired): Read = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let cursor = match &cursor_raw {
+            Some(raw) => raw.parse().map_err(|_| corrupt("cursor", raw))?,
+            None => 1,
+        };
+        let mut seqs: Vec<u64> = Vec::with_capacity(ready.len() + delayed.len() + expired.len());
+        seqs.extend(ready);
+        seqs.extend(delayed);
+        seqs.extend(expired);
         seqs.sort_unstable();
         seqs.dedup();
         let mut part = Candidates {
@@ -384,14 +387,14 @@ impl RedisBackend {
         Ok(part)
     }
 
-    /// The event ids of `count` sequences from `from` on.
-    async fn event_ids(
+    /// The `count` events from sequence `from` on.
+    async fn fresh_events(
         &self,
         s: &StreamName,
         p: u32,
         from: u64,
         count: u64,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<Event>> {
         let events: Vec<Event> = self.read_range(s, p, from, from + count - 1).await?;
         if events.len() as u64 != count {
             return Err(corrupt(
@@ -399,10 +402,7 @@ impl RedisBackend {
                 format!("partition {p} lacks sequences {from}..{}", from + count),
             ));
         }
-        Ok(events
-            .into_iter()
-            .map(|e| e.id.as_str().to_owned())
-            .collect())
+        Ok(events)
     }
 
     /// Extends several leases; per-item results.

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
 
-use crate::backend::policy::{plan_append, route_batch};
+use crate::backend::policy::{GroupConfig, plan_append, route_batch};
 use crate::backend::{CreateStream, Error, Notifier, ReadRequest, Result};
 use crate::clock::SharedClock;
 use crate::model::{
@@ -224,6 +224,10 @@ pub(crate) struct RedisBackend {
     _listener: Arc<Listener>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
+    /// Streams and group settings never change once created: what was read
+    /// once is kept (never a negative answer).
+    streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
+    groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), GroupConfig>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -333,6 +337,8 @@ impl RedisBackend {
             notifier,
             _listener: Arc::new(listener),
             rotation: Arc::default(),
+            streams: Arc::default(),
+            groups: Arc::default(),
         })
     }
 
@@ -383,6 +389,9 @@ impl RedisBackend {
 
     /// Partition count and creation time of a stream.
     async fn meta(&self, stream: &StreamName) -> Result<(u32, Timestamp)> {
+        if let Some(meta) = self.streams.read().get(stream) {
+            return Ok(*meta);
+        }
         let raw: Option<String> = self
             .run(
                 redis::cmd("HGET")
@@ -392,7 +401,9 @@ impl RedisBackend {
             )
             .await?;
         let raw = raw.ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        decode_meta(&raw)
+        let meta = decode_meta(&raw)?;
+        self.streams.write().insert(stream.clone(), meta);
+        Ok(meta)
     }
 
     /// Last sequence per partition.
