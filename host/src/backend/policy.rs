@@ -8,12 +8,13 @@
 //! memory backend and the SQL engine alike (and by any store added later).
 //! The rules themselves are described in `docs/groups.md` and `docs/log.md`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use super::{Error, Result};
 use crate::model::{
-    EventId, EventInput, Group, GroupName, Lag, PartitionLag, SettleOp, StartAfter, StartPosition,
-    StreamName, Timestamp, backoff_ms, route,
+    Appended, Event, EventId, EventInput, Group, GroupName, Lag, PartitionLag, SettleOp,
+    StartAfter, StartPosition, StreamName, Timestamp, backoff_ms, route,
 };
 
 /// Validates every input of an append batch and picks its partition
@@ -63,6 +64,52 @@ pub(crate) fn plan_append(routed: &[(EventInput, u32)], known: &HashSet<EventId>
     AppendPlan {
         fresh,
         per_partition,
+    }
+}
+
+/// The answer of an append: per input, the event stored now (`Ok`) or, for
+/// a duplicate (`Err(id)`), the one stored before under that id — found in
+/// `known`, which holds the stream's earlier events and this batch's.
+pub(crate) fn appended(
+    slots: Vec<std::result::Result<Arc<Event>, EventId>>,
+    known: &HashMap<EventId, Arc<Event>>,
+) -> Vec<Appended> {
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Ok(event) => Appended {
+                event,
+                duplicate: false,
+            },
+            Err(id) => Appended {
+                event: Arc::clone(&known[&id]),
+                duplicate: true,
+            },
+        })
+        .collect()
+}
+
+/// The positions of event ids an operation names (redrive, replay by ids):
+/// every id must be in the stream, else the call is `invalid` and names
+/// the ones that are not. `found` pairs each id with its position, if any.
+pub(crate) fn all_located<'a>(
+    found: impl IntoIterator<Item = (&'a str, Option<(u32, u64)>)>,
+) -> Result<Vec<(u32, u64)>> {
+    let mut out = Vec::new();
+    let mut unknown = Vec::new();
+    for (id, position) in found {
+        match position {
+            Some(position) => out.push(position),
+            None => unknown.push(id),
+        }
+    }
+    if unknown.is_empty() {
+        Ok(out)
+    } else {
+        Err(Error::invalid(
+            "event_ids",
+            format!("not in this stream: {}", unknown.join(", ")),
+        ))
     }
 }
 

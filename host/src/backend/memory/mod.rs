@@ -515,22 +515,7 @@ impl Backend for MemoryBackend {
 
 /// Resolves event ids to positions; an id the stream does not have is an error.
 fn locate_all(log: &Log, ids: &[EventId]) -> Result<Vec<(u32, u64)>> {
-    let mut out = Vec::with_capacity(ids.len());
-    let mut unknown = Vec::new();
-    for id in ids {
-        match log.locate(id) {
-            Some(pos) => out.push(pos),
-            None => unknown.push(id.as_str()),
-        }
-    }
-    if unknown.is_empty() {
-        Ok(out)
-    } else {
-        Err(Error::invalid(
-            "event_ids",
-            format!("not in this stream: {}", unknown.join(", ")),
-        ))
-    }
+    crate::backend::policy::all_located(ids.iter().map(|id| (id.as_str(), log.locate(id))))
 }
 
 #[cfg(test)]

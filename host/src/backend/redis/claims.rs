@@ -55,6 +55,22 @@ pub(super) struct Delivery {
 }
 
 impl Delivery {
+    /// A delivery of `event_id` never handed out: available now, attempt 0.
+    pub(super) fn fresh(event_id: String) -> Self {
+        Self {
+            event_id,
+            status: Status::Available,
+            attempt: 0,
+            lease_id: None,
+            consumer: None,
+            leased_at: None,
+            expires_at: None,
+            available_at: None,
+            reason: None,
+            dead_at: None,
+        }
+    }
+
     pub(super) fn decode(raw: &str) -> Result<Self> {
         serde_json::from_str(raw).map_err(|e| corrupt("delivery", e))
     }
@@ -250,19 +266,12 @@ impl RedisBackend {
                     fresh_events.insert((p, seq), Arc::new(event));
                     cas.hget_is(&records, &seq.to_string(), None);
                     let lease_id = LeaseId::generate();
-                    let new = Delivery {
-                        event_id,
-                        status: Status::Available,
-                        attempt: 0,
-                        lease_id: None,
-                        consumer: None,
-                        leased_at: None,
-                        expires_at: None,
-                        available_at: None,
-                        reason: None,
-                        dead_at: None,
-                    }
-                    .leased(&lease_id, &req.consumer_id, now, expires_at);
+                    let new = Delivery::fresh(event_id).leased(
+                        &lease_id,
+                        &req.consumer_id,
+                        now,
+                        expires_at,
+                    );
                     self.place(&mut cas, s, g, p, seq, &new);
                     claimed.push((p, seq, 1, lease_id));
                 }
@@ -524,4 +533,12 @@ impl RedisBackend {
 /// then ordered by partition (zero-padded, so text order is number order).
 pub(super) fn dead_member(p: u32, seq: u64) -> String {
     format!("{seq:016}:{p:05}")
+}
+
+/// `(partition, sequence)` of a [`dead_member`].
+pub(super) fn dead_position(member: &str) -> Result<(u32, u64)> {
+    member
+        .split_once(':')
+        .and_then(|(q, p)| Some((p.parse().ok()?, q.parse().ok()?)))
+        .ok_or_else(|| corrupt("dead letter", member))
 }

@@ -573,20 +573,7 @@ impl RedisBackend {
         } else {
             self.wake(stream).await;
         }
-        Ok(Some(
-            out.into_iter()
-                .map(|slot| match slot {
-                    Ok(event) => Appended {
-                        event,
-                        duplicate: false,
-                    },
-                    Err(id) => Appended {
-                        event: Arc::clone(&known[&id]),
-                        duplicate: true,
-                    },
-                })
-                .collect(),
-        ))
+        Ok(Some(crate::backend::policy::appended(out, &known)))
     }
 
     /// The `XADD` of one event: entry id `<sequence>-0`, one field per

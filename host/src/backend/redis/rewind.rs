@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::claims::{Delivery, Status, dead_member};
+use super::claims::{Delivery, Status, dead_member, dead_position};
 use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
-use crate::backend::policy::{start_lookup, start_points};
+use crate::backend::policy::{all_located, start_lookup, start_points};
 use crate::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
 use crate::model::{
     DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, OrderField, Page, Query,
@@ -37,22 +37,11 @@ impl RedisBackend {
                 Phase::Read,
             )
             .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        let mut unknown = Vec::new();
-        for (id, position) in raw.iter().zip(found) {
-            match position {
-                Some(position) => out.push(decode_position(&position)?),
-                None => unknown.push(*id),
-            }
-        }
-        if unknown.is_empty() {
-            Ok(out)
-        } else {
-            Err(Error::invalid(
-                "event_ids",
-                format!("not in this stream: {}", unknown.join(", ")),
-            ))
-        }
+        let positions = found
+            .into_iter()
+            .map(|p| p.map(|raw| decode_position(&raw)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        all_located(raw.iter().copied().zip(positions))
     }
 
     pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
@@ -100,10 +89,7 @@ impl RedisBackend {
             .filter(|m| skip_to.as_ref().is_none_or(|after| m > after))
             .take(limit)
         {
-            let (seq, p) = member
-                .split_once(':')
-                .and_then(|(q, p)| Some((q.parse::<u64>().ok()?, p.parse::<u32>().ok()?)))
-                .ok_or_else(|| corrupt("dead letter", &member))?;
+            let (p, seq) = dead_position(&member)?;
             let raw: Option<String> = self
                 .run(
                     redis::cmd("HGET")
@@ -151,11 +137,7 @@ impl RedisBackend {
                     .await?;
                 members
                     .iter()
-                    .map(|m| {
-                        m.split_once(':')
-                            .and_then(|(q, p)| Some((p.parse().ok()?, q.parse().ok()?)))
-                            .ok_or_else(|| corrupt("dead letter", m))
-                    })
+                    .map(|m| dead_position(m))
                     .collect::<Result<Vec<_>>>()?
             }
             Redrive::Events(ids) => self.locate_all(s, &ids).await?,
@@ -288,18 +270,7 @@ impl RedisBackend {
                 }
                 for seq in missing {
                     count += 1;
-                    let record = Delivery {
-                        event_id: events[&seq].id.as_str().to_owned(),
-                        status: Status::Available,
-                        attempt: 0,
-                        lease_id: None,
-                        consumer: None,
-                        leased_at: None,
-                        expires_at: None,
-                        available_at: None,
-                        reason: None,
-                        dead_at: None,
-                    };
+                    let record = Delivery::fresh(events[&seq].id.as_str().to_owned());
                     self.place(&mut cas, s, g, p, seq, &record);
                 }
             }
@@ -344,8 +315,10 @@ impl RedisBackend {
             ] {
                 cas.write(&["DEL", &key]);
             }
-            let suffix = format!(":{p:05}");
-            for member in dead.iter().filter(|m| m.ends_with(&suffix)) {
+            for member in dead
+                .iter()
+                .filter(|m| dead_position(m).is_ok_and(|(mp, _)| mp == p))
+            {
                 cas.write(&["ZREM", &dead_key, member]);
             }
             let start = (starts[p as usize] + 1).to_string();

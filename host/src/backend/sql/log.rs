@@ -171,20 +171,7 @@ impl<D: Dialect> SqlBackend<D> {
             self.notify_in(&mut tx, stream).await?;
         }
         Self::commit(tx).await?;
-        Ok(Some(
-            out.into_iter()
-                .map(|slot| match slot {
-                    Ok(event) => Appended {
-                        event,
-                        duplicate: false,
-                    },
-                    Err(id) => Appended {
-                        event: Arc::clone(&known[&id]),
-                        duplicate: true,
-                    },
-                })
-                .collect(),
-        ))
+        Ok(Some(crate::backend::policy::appended(out, &known)))
     }
 
     pub(super) async fn read_tx(&self, req: ReadRequest) -> Result<Vec<Event>> {
@@ -260,23 +247,14 @@ impl<D: Dialect> SqlBackend<D> {
         ids: &[EventId],
     ) -> Result<Vec<(EventId, u32, u64)>> {
         let found = Self::locate(conn, stream, ids).await?;
-        let unknown: Vec<&str> = ids
-            .iter()
-            .map(EventId::as_str)
-            .filter(|i| !found.contains_key(*i))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(Error::invalid(
-                "event_ids",
-                format!("not in this stream: {}", unknown.join(", ")),
-            ));
-        }
+        let positions = crate::backend::policy::all_located(
+            ids.iter()
+                .map(|id| (id.as_str(), found.get(id.as_str()).copied())),
+        )?;
         Ok(ids
             .iter()
-            .map(|id| {
-                let (p, seq) = found[id.as_str()];
-                (id.clone(), p, seq)
-            })
+            .zip(positions)
+            .map(|(id, (p, seq))| (id.clone(), p, seq))
             .collect())
     }
 
