@@ -12,6 +12,8 @@
 //! * **PostgreSQL**: Rheo against the `SELECT … FOR UPDATE SKIP LOCKED
 //!   LIMIT n` claim and batched `DELETE` ack of a plain queue table — the
 //!   pattern of pgmq and River.
+//! * **Redis**: Rheo's Redis backend against `XREADGROUP COUNT n` + `XACK`
+//!   on one Redis stream of the same server.
 //! * **JetStream**: a NATS pull consumer fetching `--batch` and acking each
 //!   message, against Rheo on SQLite.
 //!
@@ -21,6 +23,7 @@
 mod jetstream;
 mod postgres;
 mod sqlite;
+mod streams;
 
 use std::time::Instant;
 
@@ -52,12 +55,17 @@ struct Args {
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres: String,
 
+    /// The Redis to measure on (each side keys under a fresh prefix,
+    /// deleted afterwards).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+
     /// The NATS server (with JetStream enabled).
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     nats: String,
 
     /// Which pairs to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Jetstream])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Redis, Peer::Jetstream])]
     only: Vec<Peer>,
 
     /// Print the results as JSON.
@@ -73,6 +81,8 @@ enum Peer {
     Sqlite,
     /// Rheo on PostgreSQL vs a raw SKIP LOCKED queue table.
     Postgres,
+    /// Rheo on Redis vs raw XREADGROUP + XACK.
+    Redis,
     /// Rheo on SQLite vs a NATS JetStream pull consumer.
     Jetstream,
 }
@@ -82,6 +92,7 @@ impl Peer {
         match self {
             Self::Sqlite => "SQLite",
             Self::Postgres => "PostgreSQL",
+            Self::Redis => "Redis",
             Self::Jetstream => "JetStream",
         }
     }
@@ -90,6 +101,7 @@ impl Peer {
         match self {
             Self::Sqlite => "claim/delete on one table",
             Self::Postgres => "SKIP LOCKED queue table",
+            Self::Redis => "XREADGROUP + XACK",
             Self::Jetstream => "pull consumer, fetch + ack",
         }
     }
@@ -98,6 +110,7 @@ impl Peer {
         match self {
             Self::Sqlite | Self::Jetstream => "Rheo on SQLite",
             Self::Postgres => "Rheo on PostgreSQL",
+            Self::Redis => "Rheo on Redis",
         }
     }
 }
@@ -219,6 +232,15 @@ async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
             schema.drop().await?;
             result
         }
+        Peer::Redis => {
+            streams::connect(&args.redis).await?;
+            let prefix = format!("rheo_compare_{:08x}", rand::random::<u32>());
+            let sep = if args.redis.contains('?') { '&' } else { '?' };
+            let url = format!("{}{sep}prefix={prefix}", args.redis);
+            let result = rheo_fetch_ack(&url, args).await;
+            streams::delete_prefix(&args.redis, &prefix).await?;
+            result
+        }
     }
 }
 
@@ -245,6 +267,7 @@ async fn raw_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
     let result = match peer {
         Peer::Sqlite => sqlite::claim_delete(&payloads, args.batch).await?,
         Peer::Postgres => postgres::skip_locked(&args.postgres, &payloads, args.batch).await?,
+        Peer::Redis => streams::read_ack(&args.redis, &payloads, args.batch).await?,
         Peer::Jetstream => jetstream::pull_ack(&args.nats, &payloads, args.batch).await?,
     };
     anyhow::ensure!(

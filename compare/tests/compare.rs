@@ -68,6 +68,33 @@ fn postgres_pair_is_measured_and_cleans_up() {
 }
 
 #[test]
+fn redis_pair_is_measured_and_cleans_up() {
+    let Ok(url) = std::env::var("TEST_REDIS_URL") else {
+        assert!(
+            !required("redis"),
+            "TEST_REDIS_URL is unset but Redis is required"
+        );
+        eprintln!("skipped: TEST_REDIS_URL is not set");
+        return;
+    };
+    let pairs = compare(&["--only", "redis", "--redis", &url]);
+    assert_eq!(pairs[0]["peer"], "redis");
+    assert_measured(&pairs[0]);
+    let left = Command::new("redis-cli")
+        .args(["-u", &url, "--scan", "--pattern", "rheo_compare_*"])
+        .output();
+    if let Ok(left) = left
+        && left.status.success()
+    {
+        assert_eq!(
+            String::from_utf8_lossy(&left.stdout).trim(),
+            "",
+            "keys deleted"
+        );
+    }
+}
+
+#[test]
 fn an_unreachable_peer_is_reported_not_measured() {
     let out = Command::new(env!("CARGO_BIN_EXE_rheo-compare"))
         .args(["--events", "50", "--rounds", "1", "--json"])

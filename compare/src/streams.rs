@@ -1,0 +1,97 @@
+//! The raw Redis loop: one Redis stream, one consumer group, `XREADGROUP
+//! COUNT n` for new entries and one `XACK` of the batch — the plain use of
+//! Redis Streams, on the same server as Rheo's Redis backend, with whatever
+//! persistence the server has.
+
+use anyhow::Context;
+use redis::aio::MultiplexedConnection;
+use rheo::bench::WorkloadResult;
+
+/// Connects to `url`.
+pub(crate) async fn connect(url: &str) -> anyhow::Result<MultiplexedConnection> {
+    let client = redis::Client::open(url).with_context(|| format!("bad Redis URL {url}"))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("cannot connect to Redis at {url}"))
+}
+
+/// Deletes every key under `prefix`.
+pub(crate) async fn delete_prefix(url: &str, prefix: &str) -> anyhow::Result<()> {
+    let mut conn = connect(url).await?;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await?;
+    for chunk in keys.chunks(500) {
+        let _: () = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await?;
+    }
+    Ok(())
+}
+
+/// Adds `payloads` to a fresh stream (not timed), then reads and acks them
+/// `batch` at a time through a consumer group (timed). The stream is
+/// deleted afterwards.
+pub(crate) async fn read_ack(
+    url: &str,
+    payloads: &[String],
+    batch: usize,
+) -> anyhow::Result<WorkloadResult> {
+    let mut conn = connect(url).await?;
+    let key = format!("rheo_compare_raw_{:08x}", rand::random::<u32>());
+    for chunk in payloads.chunks(500) {
+        let mut pipe = redis::pipe();
+        for payload in chunk {
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("payload")
+                .arg(payload)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await?;
+    }
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("g")
+        .arg("0")
+        .query_async(&mut conn)
+        .await?;
+    let round = async || {
+        type Reply = Option<Vec<(String, Vec<(String, Vec<String>)>)>>;
+        let reply: Reply = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(batch)
+            .arg("STREAMS")
+            .arg(&key)
+            .arg(">")
+            .query_async(&mut conn.clone())
+            .await?;
+        let entries = reply
+            .and_then(|streams| streams.into_iter().next())
+            .map(|(_, entries)| entries)
+            .unwrap_or_default();
+        let mut ids = Vec::with_capacity(entries.len());
+        for (id, fields) in entries {
+            let payload = fields.get(1).context("an entry without its payload")?;
+            let _payload: serde_json::Value = serde_json::from_str(payload)?;
+            ids.push(id);
+        }
+        if !ids.is_empty() {
+            let _: i64 = redis::cmd("XACK")
+                .arg(&key)
+                .arg("g")
+                .arg(&ids)
+                .query_async(&mut conn.clone())
+                .await?;
+        }
+        anyhow::Ok(ids.len())
+    };
+    let result = crate::timed_rounds("xreadgroup + xack", payloads.len(), round).await;
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    result
+}
