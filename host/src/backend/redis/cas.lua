@@ -3,10 +3,12 @@
 -- knows none of Rheo's rules; the Rust side reads, decides with the shared
 -- policy, and sends what it read as guards and what it decided as writes.
 --
--- ARGV[1]: JSON {"guards": [...], "writes": [...]}
---   guard ["hget", key, field, expected]  HGET must return `expected`
---                                         (JSON null: the field is absent)
---   write [command, arg, ...]             one of the commands below
+-- ARGV, flat (no JSON to decode):
+--   ARGV[1]            the number of guards, G
+--   then G guards      key, field, "1" and the value HGET must return,
+--                      or "0" and "" when the field must be absent
+--   then the writes    each: its argument count n, then n arguments
+--                      (the command, one of those below, and its arguments)
 -- Returns 0 when everything was written, else the 1-based index of the
 -- first guard that failed (nothing written).
 --
@@ -21,26 +23,31 @@ local allowed = {
   XADD = true,
   DEL = true,
 }
-local doc = cjson.decode(ARGV[1])
-for i, guard in ipairs(doc.guards) do
-  if guard[1] ~= 'hget' then
-    return redis.error_reply('cas: unknown guard ' .. tostring(guard[1]))
-  end
-  local actual = redis.call('HGET', guard[2], guard[3])
-  local expected = guard[4]
-  if expected == cjson.null then
-    expected = false
+local guards = tonumber(ARGV[1])
+local i = 2
+for g = 1, guards do
+  local actual = redis.call('HGET', ARGV[i], ARGV[i + 1])
+  local expected = false
+  if ARGV[i + 2] == '1' then
+    expected = ARGV[i + 3]
   end
   if actual ~= expected then
-    return i
+    return g
   end
+  i = i + 4
 end
-for _, write in ipairs(doc.writes) do
-  if not allowed[write[1]] then
-    return redis.error_reply('cas: command not allowed: ' .. tostring(write[1]))
+local first = i
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  if not allowed[ARGV[i + 1]] then
+    return redis.error_reply('cas: command not allowed: ' .. tostring(ARGV[i + 1]))
   end
+  i = i + 1 + n
 end
-for _, write in ipairs(doc.writes) do
-  redis.call(unpack(write))
+i = first
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + 1 + n
 end
 return 0

@@ -109,6 +109,31 @@ impl Delivery {
     }
 }
 
+/// Which indexes a delivery is in, as far as `place` needs to know.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Slot {
+    /// `None`: no record yet.
+    status: Option<Status>,
+    /// Available with a due time.
+    delayed: bool,
+    /// Available and never handed out.
+    fresh: bool,
+}
+
+impl Slot {
+    pub(super) fn of(d: &Delivery) -> Self {
+        Self {
+            status: Some(d.status),
+            delayed: d.status == Status::Available && d.available_at.is_some(),
+            fresh: d.status == Status::Available && d.attempt == 0,
+        }
+    }
+
+    fn open(&self) -> bool {
+        matches!(self.status, Some(Status::Available | Status::Leased))
+    }
+}
+
 /// One partition's candidates, as read.
 #[derive(Debug, Default)]
 struct Candidates {
@@ -150,45 +175,54 @@ impl RedisBackend {
         cas: &mut Cas,
         s: &StreamName,
         g: &GroupName,
-        p: u32,
-        seq: u64,
+        (p, seq): (u32, u64),
+        old: Option<Slot>,
         new: &Delivery,
     ) {
         let k = &self.keys;
         let member = seq.to_string();
         cas.write(&["HSET", &k.deliveries(s, g, p), &member, &new.encode()]);
-        for index in [k.ready(s, g, p), k.delayed(s, g, p), k.leased(s, g, p)] {
-            cas.write(&["ZREM", &index, &member]);
+        let (before, after) = (old.unwrap_or_default(), Slot::of(new));
+        // Only the indexes that change are written.
+        let index = |slot: &Slot| match slot.status {
+            Some(Status::Available) if slot.delayed => Some(k.delayed(s, g, p)),
+            Some(Status::Available) => Some(k.ready(s, g, p)),
+            Some(Status::Leased) => Some(k.leased(s, g, p)),
+            _ => None,
+        };
+        let (from, to) = (index(&before), index(&after));
+        if let Some(from) = &from
+            && to.as_ref() != Some(from)
+        {
+            cas.write(&["ZREM", from, &member]);
         }
-        let open = k.open(s, g, p);
-        let fresh = k.fresh(s, g, p);
-        if new.status == Status::Available && new.attempt == 0 {
-            cas.write(&["ZADD", &fresh, &member, &member]);
-        } else {
-            cas.write(&["ZREM", &fresh, &member]);
+        if let Some(to) = &to {
+            let score = match after.status {
+                Some(Status::Available) => new.available_at.map(|t| t.to_string()),
+                _ => new.expires_at.map(|t| t.to_string()),
+            };
+            cas.write(&["ZADD", to, score.as_deref().unwrap_or(&member), &member]);
         }
-        match new.status {
-            Status::Available => {
-                match new.available_at {
-                    Some(due) => {
-                        let due = due.to_string();
-                        cas.write(&["ZADD", &k.delayed(s, g, p), &due, &member]);
-                    }
-                    None => cas.write(&["ZADD", &k.ready(s, g, p), &member, &member]),
-                }
-                cas.write(&["ZADD", &open, &member, &member]);
+        if before.fresh != after.fresh {
+            let op = if after.fresh { "ZADD" } else { "ZREM" };
+            let fresh = k.fresh(s, g, p);
+            if after.fresh {
+                cas.write(&[op, &fresh, &member, &member]);
+            } else {
+                cas.write(&[op, &fresh, &member]);
             }
-            Status::Leased => {
-                let expiry = new.expires_at.unwrap_or_default().to_string();
-                cas.write(&["ZADD", &k.leased(s, g, p), &expiry, &member]);
+        }
+        if before.open() != after.open() {
+            let open = k.open(s, g, p);
+            if after.open() {
                 cas.write(&["ZADD", &open, &member, &member]);
-            }
-            Status::Acked => cas.write(&["ZREM", &open, &member]),
-            Status::Dead => {
+            } else {
                 cas.write(&["ZREM", &open, &member]);
-                let dead = k.dead(s, g);
-                cas.write(&["ZADD", &dead, &member, &dead_member(p, seq)]);
             }
+        }
+        if after.status == Some(Status::Dead) && before.status != Some(Status::Dead) {
+            let dead = k.dead(s, g);
+            cas.write(&["ZADD", &dead, &member, &dead_member(p, seq)]);
         }
     }
 
@@ -244,7 +278,7 @@ impl RedisBackend {
             for (seq, raw, delivery) in &part.poison {
                 cas.hget_is(&records, &seq.to_string(), Some(raw));
                 let dead = delivery.clone().dead(POISON_REASON.to_owned(), now);
-                self.place(&mut cas, s, g, p, *seq, &dead);
+                self.place(&mut cas, s, g, (p, *seq), Some(Slot::of(delivery)), &dead);
             }
             let take = quota.min(part.claimable.len());
             for (seq, raw, delivery) in &part.claimable[..take] {
@@ -253,7 +287,7 @@ impl RedisBackend {
                 let leased = delivery
                     .clone()
                     .leased(&lease_id, &req.consumer_id, now, expires_at);
-                self.place(&mut cas, s, g, p, *seq, &leased);
+                self.place(&mut cas, s, g, (p, *seq), Some(Slot::of(delivery)), &leased);
                 claimed.push((p, *seq, leased.attempt, lease_id));
             }
             let fresh = (quota - take) as u64;
@@ -272,14 +306,14 @@ impl RedisBackend {
                         now,
                         expires_at,
                     );
-                    self.place(&mut cas, s, g, p, seq, &new);
+                    self.place(&mut cas, s, g, (p, seq), None, &new);
                     claimed.push((p, seq, 1, lease_id));
                 }
                 let next = (part.cursor + fresh).to_string();
                 cas.write(&["HSET", &cursors, &p.to_string(), &next]);
             }
         }
-        if cas.writes.is_empty() {
+        if cas.is_empty() {
             return Ok(Some(Vec::new()));
         }
         if self.apply(&cas).await? == Applied::Conflict {
@@ -436,14 +470,15 @@ impl RedisBackend {
                     Ok((p, seq, raw, mut delivery)) => {
                         let records = self.keys.deliveries(s, g, p);
                         cas.hget_is(&records, &seq.to_string(), Some(&raw));
+                        let old = Slot::of(&delivery);
                         delivery.expires_at = Some(expires_at.as_millis());
-                        self.place(&mut cas, s, g, p, seq, &delivery);
+                        self.place(&mut cas, s, g, (p, seq), Some(old), &delivery);
                         results.push(Ok(expires_at));
                     }
                     Err(e) => results.push(Err(e)),
                 }
             }
-            if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+            if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
                 return Ok(results);
             }
         }

@@ -184,21 +184,34 @@ impl RedisUrl {
 }
 
 /// What an operation sends to `cas.lua`: guards on what it read, and the
-/// writes it decided.
+/// writes it decided, as the script's flat argument list.
 #[derive(Debug, Default)]
 struct Cas {
-    guards: Vec<Value>,
-    writes: Vec<Value>,
+    /// Per guard: key, field, `1` and the expected value, or `0` and `""`
+    /// for "absent".
+    guards: Vec<String>,
+    /// Per write: its argument count, then the command and its arguments.
+    writes: Vec<String>,
 }
 
 impl Cas {
     /// Holds only if `HGET key field` is still `expected` (`None`: absent).
     fn hget_is(&mut self, key: &str, field: &str, expected: Option<&str>) {
-        self.guards.push(json!(["hget", key, field, expected]));
+        let (present, value) = match expected {
+            Some(v) => ("1", v),
+            None => ("0", ""),
+        };
+        self.guards
+            .extend([key, field, present, value].map(str::to_owned));
     }
 
     fn write(&mut self, command: &[&str]) {
-        self.writes.push(json!(command));
+        self.writes.push(command.len().to_string());
+        self.writes.extend(command.iter().map(|a| (*a).to_owned()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty()
     }
 }
 
@@ -373,10 +386,11 @@ impl RedisBackend {
 
     /// Runs `cas.lua`.
     async fn apply(&self, cas: &Cas) -> Result<Applied> {
-        let doc = json!({"guards": cas.guards, "writes": cas.writes}).to_string();
         let failed: i64 = self
             .cas
-            .arg(doc)
+            .arg(cas.guards.len() / 4)
+            .arg(&cas.guards)
+            .arg(&cas.writes)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| map_error(e, Phase::Write))?;
@@ -566,7 +580,7 @@ impl RedisBackend {
             known.insert(id, Arc::clone(&event));
             out.push(Ok(event));
         }
-        if cas.writes.is_empty() {
+        if cas.is_empty() {
             // Every input was a duplicate: nothing to write.
         } else if self.apply(&cas).await? == Applied::Conflict {
             return Ok(None);

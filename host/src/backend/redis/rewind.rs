@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::claims::{Delivery, Status, dead_member, dead_position};
+use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
 use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
 use crate::backend::policy::{all_located, start_lookup, start_points};
 use crate::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
@@ -239,7 +239,7 @@ impl RedisBackend {
                     cas.hget_is(&records, field, raw.as_deref());
                     match before {
                         Some(d) => {
-                            let d_status = d.status;
+                            let (d_status, old) = (d.status, Slot::of(&d));
                             if d.status != Status::Available {
                                 count += 1;
                             }
@@ -254,7 +254,7 @@ impl RedisBackend {
                                 ..d
                             };
                             let was_dead = d_status == Status::Dead;
-                            self.place(&mut cas, s, g, p, *seq, &reopened);
+                            self.place(&mut cas, s, g, (p, *seq), Some(old), &reopened);
                             if was_dead {
                                 let dead = self.keys.dead(s, g);
                                 cas.write(&["ZREM", &dead, &dead_member(p, *seq)]);
@@ -271,10 +271,10 @@ impl RedisBackend {
                 for seq in missing {
                     count += 1;
                     let record = Delivery::fresh(events[&seq].id.as_str().to_owned());
-                    self.place(&mut cas, s, g, p, seq, &record);
+                    self.place(&mut cas, s, g, (p, seq), None, &record);
                 }
             }
-            if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+            if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
                 return Ok(count);
             }
         }

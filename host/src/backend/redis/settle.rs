@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::claims::{Delivery, Status};
+use super::claims::{Delivery, Slot, Status};
 use super::{Applied, Cas, MAX_ATTEMPTS, RedisBackend};
 use crate::backend::policy::{Write, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
@@ -49,7 +49,7 @@ impl RedisBackend {
                 };
                 let records = self.keys.deliveries(s, g, p);
                 cas.hget_is(&records, &seq.to_string(), Some(&raw));
-                let attempt = delivery.attempt;
+                let (attempt, old) = (delivery.attempt, Slot::of(&delivery));
                 let write = settle_write(item.op.clone(), attempt, &config, now);
                 requeued |= write.requeues();
                 let new = match write {
@@ -69,10 +69,10 @@ impl RedisBackend {
                     },
                     Write::Dead(reason) => delivery.dead(reason, now),
                 };
-                self.place(&mut cas, s, g, p, seq, &new);
+                self.place(&mut cas, s, g, (p, seq), Some(old), &new);
                 results.push(Ok(()));
             }
-            if cas.writes.is_empty() || self.apply(&cas).await? == Applied::Yes {
+            if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
                 if requeued {
                     self.wake(s).await;
                 }
