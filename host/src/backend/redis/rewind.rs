@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
 use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
-use crate::backend::policy::{all_located, start_lookup, start_points};
+use crate::backend::policy::all_located;
 use crate::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
 use crate::model::{
     DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, OrderField, Page, Query,
@@ -47,9 +47,8 @@ impl RedisBackend {
     pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         req.validate()?;
         let (s, g) = (&req.stream, &req.group);
-        self.meta(s).await?;
-        self.group_config(s, g).await?;
         let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
         let after = match &req.after {
             None => None,
             Some(id) => {
@@ -125,21 +124,7 @@ impl RedisBackend {
         self.meta(s).await?;
         self.group_config(s, g).await?;
         let candidates = match which {
-            Redrive::All => {
-                let members: Vec<String> = self
-                    .run(
-                        redis::cmd("ZRANGE")
-                            .arg(self.keys.dead(s, g))
-                            .arg(0)
-                            .arg(-1),
-                        Phase::Read,
-                    )
-                    .await?;
-                members
-                    .iter()
-                    .map(|m| dead_position(m))
-                    .collect::<Result<Vec<_>>>()?
-            }
+            Redrive::All => self.dead_positions(s, g).await?,
             Redrive::Events(ids) => self.locate_all(s, &ids).await?,
         };
         let count = self.reopen(s, g, &candidates, true).await?;
@@ -290,16 +275,8 @@ impl RedisBackend {
         let (partition_count, _) = self.meta(s).await?;
         self.group_config(s, g).await?;
         let selected = req.partitions.resolve(partition_count)?;
-        let starts = self.group_starts(s, partition_count, &req.start).await?;
-        let dead: Vec<String> = self
-            .run(
-                redis::cmd("ZRANGE")
-                    .arg(self.keys.dead(s, g))
-                    .arg(0)
-                    .arg(-1),
-                Phase::Read,
-            )
-            .await?;
+        let starts = self.start_points(s, partition_count, &req.start).await?;
+        let dead = self.dead_positions(s, g).await?;
         let mut cas = Cas::default();
         let k = &self.keys;
         let dead_key = k.dead(s, g);
@@ -315,11 +292,8 @@ impl RedisBackend {
             ] {
                 cas.write(&["DEL", &key]);
             }
-            for member in dead
-                .iter()
-                .filter(|m| dead_position(m).is_ok_and(|(mp, _)| mp == p))
-            {
-                cas.write(&["ZREM", &dead_key, member]);
+            for &(_, seq) in dead.iter().filter(|(dp, _)| *dp == p) {
+                cas.write(&["ZREM", &dead_key, &dead_member(p, seq)]);
             }
             let start = (starts[p as usize] + 1).to_string();
             cas.write(&["HSET", &cursors, &p.to_string(), &start]);
@@ -329,17 +303,15 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// The start points of a reset, as the policy computes them.
-    async fn group_starts(
-        &self,
-        s: &StreamName,
-        partition_count: u32,
-        start: &crate::model::StartPosition,
-    ) -> Result<Vec<u64>> {
-        if start_lookup(start, partition_count)?.is_none() {
-            return Ok(start_points(start, partition_count, &[]));
-        }
-        self.start_points(s, partition_count, start).await
+    /// `(partition, sequence)` of every dead letter of the group.
+    async fn dead_positions(&self, s: &StreamName, g: &GroupName) -> Result<Vec<(u32, u64)>> {
+        let cmd = redis::cmd("ZRANGE")
+            .arg(self.keys.dead(s, g))
+            .arg(0)
+            .arg(-1)
+            .clone();
+        let members: Vec<String> = self.run(&cmd, Phase::Read).await?;
+        members.iter().map(|m| dead_position(m)).collect()
     }
 
     pub(crate) async fn query(&self, s: &StreamName, query: &Query) -> Result<Page> {
