@@ -13,7 +13,9 @@
 //!   LIMIT n` claim and batched `DELETE` ack of a plain queue table — the
 //!   pattern of pgmq and River.
 //! * **Redis**: Rheo's Redis backend against `XREADGROUP COUNT n` + `XACK`
-//!   on one Redis stream of the same server.
+//!   on one Redis stream of the same server; and, as a second pair
+//!   (`redis-append`), Rheo's batched append against `n` `XADD`s sent as
+//!   one pipeline (the appends are what is timed there).
 //! * **JetStream**: a NATS pull consumer fetching `--batch` and acking each
 //!   message, against Rheo on SQLite.
 //!
@@ -32,6 +34,11 @@ use clap::{Parser, ValueEnum};
 use rheo::bench::{self, WorkloadResult};
 use rheo::clock::SystemClock;
 use serde::Serialize;
+
+/// The allocator `rheo` ships with, so that Rheo's side is measured as it
+/// runs (both sides share it).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Rheo's batched fetch+ack against raw use of the same stores and NATS
 /// JetStream, in one run.
@@ -65,7 +72,7 @@ struct Args {
     nats: String,
 
     /// Which pairs to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Redis, Peer::Jetstream])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Redis, Peer::RedisAppend, Peer::Jetstream])]
     only: Vec<Peer>,
 
     /// Print the results as JSON.
@@ -75,7 +82,7 @@ struct Args {
 
 /// What Rheo is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 enum Peer {
     /// Rheo on SQLite vs a raw claim/delete loop on one SQLite table.
     Sqlite,
@@ -83,6 +90,8 @@ enum Peer {
     Postgres,
     /// Rheo on Redis vs raw XREADGROUP + XACK.
     Redis,
+    /// Rheo's batched append on Redis vs raw XADDs, pipelined per batch.
+    RedisAppend,
     /// Rheo on SQLite vs a NATS JetStream pull consumer.
     Jetstream,
 }
@@ -93,6 +102,7 @@ impl Peer {
             Self::Sqlite => "SQLite",
             Self::Postgres => "PostgreSQL",
             Self::Redis => "Redis",
+            Self::RedisAppend => "Redis (append)",
             Self::Jetstream => "JetStream",
         }
     }
@@ -102,6 +112,7 @@ impl Peer {
             Self::Sqlite => "claim/delete on one table",
             Self::Postgres => "SKIP LOCKED queue table",
             Self::Redis => "XREADGROUP + XACK",
+            Self::RedisAppend => "XADD, one pipeline a batch",
             Self::Jetstream => "pull consumer, fetch + ack",
         }
     }
@@ -110,7 +121,7 @@ impl Peer {
         match self {
             Self::Sqlite | Self::Jetstream => "Rheo on SQLite",
             Self::Postgres => "Rheo on PostgreSQL",
-            Self::Redis => "Rheo on Redis",
+            Self::Redis | Self::RedisAppend => "Rheo on Redis",
         }
     }
 }
@@ -232,16 +243,27 @@ async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
             schema.drop().await?;
             result
         }
-        Peer::Redis => {
+        Peer::Redis | Peer::RedisAppend => {
             streams::connect(&args.redis).await?;
             let prefix = format!("rheo_compare_{:08x}", rand::random::<u32>());
             let sep = if args.redis.contains('?') { '&' } else { '?' };
             let url = format!("{}{sep}prefix={prefix}", args.redis);
-            let result = rheo_fetch_ack(&url, args).await;
+            let result = if peer == Peer::RedisAppend {
+                rheo_append(&url, args).await
+            } else {
+                rheo_fetch_ack(&url, args).await
+            };
             streams::delete_prefix(&args.redis, &prefix).await?;
             result
         }
     }
+}
+
+/// Rheo's batched append, timed (the same events as the fetch+ack pairs).
+async fn rheo_append(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
+    let backend = rheo::backend::open(url, SystemClock::shared()).await?;
+    let (stream, _) = bench::bench_stream(&*backend, 1).await?;
+    Ok(bench::append_batched(&*backend, &stream, args.events, args.batch, |_| {}).await?)
 }
 
 async fn rheo_fetch_ack(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
@@ -268,6 +290,7 @@ async fn raw_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
         Peer::Sqlite => sqlite::claim_delete(&payloads, args.batch).await?,
         Peer::Postgres => postgres::skip_locked(&args.postgres, &payloads, args.batch).await?,
         Peer::Redis => streams::read_ack(&args.redis, &payloads, args.batch).await?,
+        Peer::RedisAppend => streams::add(&args.redis, &payloads, args.batch).await?,
         Peer::Jetstream => jetstream::pull_ack(&args.nats, &payloads, args.batch).await?,
     };
     anyhow::ensure!(
@@ -310,17 +333,17 @@ fn median(mut results: Vec<WorkloadResult>) -> WorkloadResult {
 
 fn print_table(args: &Args, pairs: &[Pair]) {
     println!(
-        "fetch+ack, {} events, batch {}, median of {} rounds",
+        "fetch+ack (append for the append pair), {} events, batch {}, median of {} rounds",
         args.events, args.batch, args.rounds
     );
     println!(
-        "{:<11} {:<20} {:>10} {:>17}   {:<27} {:>10} {:>17} {:>7}",
+        "{:<14} {:<20} {:>10} {:>17}   {:<27} {:>10} {:>17} {:>7}",
         "store", "Rheo", "events/s", "p50 / p99", "peer", "events/s", "p50 / p99", "ratio"
     );
     for p in pairs {
         match &p.result {
             Ok((rheo, raw)) => println!(
-                "{:<11} {:<20} {:>10.0} {:>17}   {:<27} {:>10.0} {:>17} {:>6.2}×",
+                "{:<14} {:<20} {:>10.0} {:>17}   {:<27} {:>10.0} {:>17} {:>6.2}×",
                 p.peer.title(),
                 p.rheo,
                 rheo.events_per_sec,
@@ -330,7 +353,7 @@ fn print_table(args: &Args, pairs: &[Pair]) {
                 latency(raw),
                 p.ratio().unwrap_or_default()
             ),
-            Err(e) => println!("{:<11} not measured: {e}", p.peer.title()),
+            Err(e) => println!("{:<14} not measured: {e}", p.peer.title()),
         }
     }
 }

@@ -29,6 +29,36 @@ pub(crate) async fn delete_prefix(url: &str, prefix: &str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Adds `payloads` to a fresh stream, `batch` `XADD`s per pipeline (timed).
+/// The stream is deleted afterwards.
+pub(crate) async fn add(
+    url: &str,
+    payloads: &[String],
+    batch: usize,
+) -> anyhow::Result<WorkloadResult> {
+    let mut conn = connect(url).await?;
+    let key = format!("rheo_compare_raw_{:08x}", rand::random::<u32>());
+    let mut chunks = payloads.chunks(batch);
+    let round = async || {
+        let Some(chunk) = chunks.next() else {
+            return anyhow::Ok(0);
+        };
+        let mut pipe = redis::pipe();
+        for payload in chunk {
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("payload")
+                .arg(payload);
+        }
+        let ids: Vec<String> = pipe.query_async(&mut conn.clone()).await?;
+        Ok(ids.len())
+    };
+    let result = crate::timed_rounds("xadd", payloads.len(), round).await;
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    result
+}
+
 /// Adds `payloads` to a fresh stream (not timed), then reads and acks them
 /// `batch` at a time through a consumer group (timed). The stream is
 /// deleted afterwards.

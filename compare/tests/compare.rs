@@ -77,9 +77,11 @@ fn redis_pair_is_measured_and_cleans_up() {
         eprintln!("skipped: TEST_REDIS_URL is not set");
         return;
     };
-    let pairs = compare(&["--only", "redis", "--redis", &url]);
+    let pairs = compare(&["--only", "redis,redis-append", "--redis", &url]);
     assert_eq!(pairs[0]["peer"], "redis");
+    assert_eq!(pairs[1]["peer"], "redis-append");
     assert_measured(&pairs[0]);
+    assert_measured(&pairs[1]);
     let left = Command::new("redis-cli")
         .args(["-u", &url, "--scan", "--pattern", "rheo_compare_*"])
         .output();

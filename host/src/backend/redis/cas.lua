@@ -4,13 +4,25 @@
 -- policy, and sends what it read as guards and what it decided as writes.
 --
 -- ARGV, flat (no JSON to decode):
---   ARGV[1]            the number of guards, G
---   then G guards      key, field, "1" and the value HGET must return,
---                      or "0" and "" when the field must be absent
---   then the writes    each: its argument count n, then n arguments
---                      (the command, one of those below, and its arguments)
+--   ARGV[1]          the number of guard groups, G
+--   then G groups    "h", a hash's key, a count n, then n guards on its
+--                    fields: field, then "1" and the value it must hold,
+--                    "2" and a prefix its value must start with, or "0"
+--                    and "" when it must be absent (read with one HMGET);
+--                    or "z", a sorted set's key and a score: the set has
+--                    no member scored at most that
+--   then the writes  each: its argument count n, then n arguments (the
+--                    command, one of those below, and its arguments)
+-- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
+-- every member with one score, `ZADD= key m1 m2 ...` scores each member
+-- by itself. Both add the members last to first: a small sorted set is a
+-- list that Redis scans from its head for the place of each new member, and
+-- the members come in ascending order, so each one then goes to the head.
 -- Returns 0 when everything was written, else the 1-based index of the
--- first guard that failed (nothing written).
+-- first guard group that failed (nothing written).
+--
+-- PUBLISH, the one write that is not to a key, tells other nodes of a
+-- batch that made something claimable (their wake-ups).
 --
 -- Every write is checked before the first one runs, so a bad batch writes
 -- nothing. A write that Redis refuses after others ran (only XADD could, if
@@ -19,22 +31,44 @@
 -- names the last entry id, are what rule that out.
 local allowed = {
   HSET = true, HDEL = true, HINCRBY = true,
-  ZADD = true, ZREM = true,
+  ZADD = true, ZREM = true, ['ZADD*'] = true, ['ZADD='] = true,
   XADD = true,
   DEL = true,
+  PUBLISH = true,
 }
-local guards = tonumber(ARGV[1])
+local groups = tonumber(ARGV[1])
 local i = 2
-for g = 1, guards do
-  local actual = redis.call('HGET', ARGV[i], ARGV[i + 1])
-  local expected = false
-  if ARGV[i + 2] == '1' then
-    expected = ARGV[i + 3]
+for g = 1, groups do
+  local key = ARGV[i + 1]
+  if ARGV[i] == 'z' then
+    if #redis.call('ZRANGEBYSCORE', key, '-inf', ARGV[i + 2], 'LIMIT', 0, 1) > 0 then
+      return g
+    end
+    i = i + 3
+  else
+    local n = tonumber(ARGV[i + 2])
+    local fields = {}
+    for j = 1, n do
+      fields[j] = ARGV[i + 3 * j]
+    end
+    local values = redis.call('HMGET', key, unpack(fields))
+    for j = 1, n do
+      local at = i + 3 * j
+      local actual, kind, expected = values[j], ARGV[at + 1], ARGV[at + 2]
+      local holds
+      if kind == '1' then
+        holds = actual == expected
+      elseif kind == '2' then
+        holds = actual and string.sub(actual, 1, #expected) == expected
+      else
+        holds = actual == false
+      end
+      if not holds then
+        return g
+      end
+    end
+    i = i + 3 + 3 * n
   end
-  if actual ~= expected then
-    return g
-  end
-  i = i + 4
 end
 local first = i
 while i <= #ARGV do
@@ -47,7 +81,24 @@ end
 i = first
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
+  local name = ARGV[i + 1]
+  if name == 'ZADD*' then
+    local args, score = {}, ARGV[i + 3]
+    for j = i + n, i + 4, -1 do
+      args[#args + 1] = score
+      args[#args + 1] = ARGV[j]
+    end
+    redis.call('ZADD', ARGV[i + 2], unpack(args))
+  elseif name == 'ZADD=' then
+    local args = {}
+    for j = i + n, i + 3, -1 do
+      args[#args + 1] = ARGV[j]
+      args[#args + 1] = ARGV[j]
+    end
+    redis.call('ZADD', ARGV[i + 2], unpack(args))
+  else
+    redis.call(unpack(ARGV, i + 1, i + n))
+  end
   i = i + 1 + n
 end
 return 0

@@ -12,18 +12,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, map_error};
+use super::{Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, corrupt, map_error};
 use crate::backend::policy::{GroupConfig, POISON_REASON, claim_capacity, poisoned, round_robin};
 use crate::backend::{Error, FetchRequest, Result, validate_renewals};
 use crate::model::{
     ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
 };
 
-/// Where a delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Where a delivery stands. A delivery acked on its first attempt has no
+/// record (one acked later keeps a record of its attempts): below the
+/// group's cursor, no record means acked at or above the group's floor
+/// (`Keys::floors`), never delivered below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Status {
     Available,
     Leased,
@@ -31,34 +31,59 @@ pub(super) enum Status {
     Dead,
 }
 
-/// One delivery's record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+impl Status {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Available => "A",
+            Self::Leased => "L",
+            Self::Acked => "K",
+            Self::Dead => "D",
+        }
+    }
+
+    fn from_tag(tag: &str) -> Option<Self> {
+        Some(match tag {
+            "A" => Self::Available,
+            "L" => Self::Leased,
+            "K" => Self::Acked,
+            "D" => Self::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// Separates a record's fields: ids hold no control characters.
+const SEP: char = '\u{1f}';
+
+/// One delivery's record, stored as its fields joined by [`SEP`] in a
+/// fixed order that starts with the status and the lease id, so that a
+/// settle can fence on a prefix without reading the record first, and
+/// ends with the reason, the only field that may hold any character.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Delivery {
-    pub(super) event_id: String,
     pub(super) status: Status,
     pub(super) attempt: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) lease_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) consumer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) leased_at: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) expires_at: Option<i64>,
     /// For an available delivery: when it becomes claimable (none: now).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) available_at: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) dead_at: Option<i64>,
 }
 
+/// The start of the record of a delivery leased under `lease_id` on its
+/// `attempt`th claim: what a settle's guard compares (renewals change only
+/// later fields).
+pub(super) fn leased_prefix(lease_id: &str, attempt: u32) -> String {
+    format!("L{SEP}{lease_id}{SEP}{attempt}{SEP}")
+}
+
 impl Delivery {
-    /// A delivery of `event_id` never handed out: available now, attempt 0.
-    pub(super) fn fresh(event_id: String) -> Self {
+    /// A delivery never handed out: available now, attempt 0.
+    pub(super) fn fresh() -> Self {
         Self {
-            event_id,
             status: Status::Available,
             attempt: 0,
             lease_id: None,
@@ -72,11 +97,71 @@ impl Delivery {
     }
 
     pub(super) fn decode(raw: &str) -> Result<Self> {
-        serde_json::from_str(raw).map_err(|e| corrupt("delivery", e))
+        let bad = || corrupt("delivery", raw.escape_debug());
+        let mut f = raw.splitn(9, SEP);
+        let mut next = || f.next().ok_or_else(bad);
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let time = |s: &str| -> Result<Option<i64>> {
+            if s.is_empty() {
+                Ok(None)
+            } else {
+                s.parse().map(Some).map_err(|_| bad())
+            }
+        };
+        let status = Status::from_tag(next()?).ok_or_else(bad)?;
+        let lease_id = text(next()?);
+        let attempt = next()?.parse().map_err(|_| bad())?;
+        let consumer = text(next()?);
+        let leased_at = time(next()?)?;
+        let expires_at = time(next()?)?;
+        let available_at = time(next()?)?;
+        let dead_at = time(next()?)?;
+        let reason = text(next()?);
+        Ok(Self {
+            status,
+            attempt,
+            lease_id,
+            consumer,
+            leased_at,
+            expires_at,
+            available_at,
+            reason,
+            dead_at,
+        })
     }
 
-    fn encode(&self) -> String {
-        serde_json::to_string(self).expect("a delivery serializes")
+    pub(super) fn encode(&self) -> String {
+        let time = |t: Option<i64>| t.map(|t| t.to_string()).unwrap_or_default();
+        [
+            self.status.tag(),
+            self.lease_id.as_deref().unwrap_or(""),
+            &self.attempt.to_string(),
+            self.consumer.as_deref().unwrap_or(""),
+            &time(self.leased_at),
+            &time(self.expires_at),
+            &time(self.available_at),
+            &time(self.dead_at),
+            self.reason.as_deref().unwrap_or(""),
+        ]
+        .join(&SEP.to_string())
+    }
+
+    /// A delivery acked on its `attempt`th claim.
+    pub(super) fn acked(attempt: u32) -> Self {
+        Self {
+            status: Status::Acked,
+            attempt,
+            ..Self::fresh()
+        }
+    }
+
+    /// A delivery with no record below the cursor, re-opened: acked on its
+    /// first attempt at or above the floor, never delivered below it.
+    pub(super) fn recordless(seq: u64, floor: u64) -> Self {
+        Self {
+            attempt: u32::from(seq >= floor),
+            ..Self::fresh()
+        }
     }
 
     /// This delivery leased to `consumer` until `expires_at`.
@@ -121,6 +206,13 @@ pub(super) struct Slot {
 }
 
 impl Slot {
+    /// Where a leased delivery is.
+    pub(super) const LEASED: Self = Self {
+        status: Some(Status::Leased),
+        delayed: false,
+        fresh: false,
+    };
+
     pub(super) fn of(d: &Delivery) -> Self {
         Self {
             status: Some(d.status),
@@ -144,7 +236,22 @@ struct Candidates {
     claimable: Vec<(u64, String, Delivery)>,
     /// Expired last attempts: dead letters, not claims.
     poison: Vec<(u64, String, Delivery)>,
+    /// Log entries read ahead from where this process last saw the cursor.
+    ahead: Vec<Entry>,
 }
+
+/// A group partition as this process last saw it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View {
+    cursor: u64,
+    high_watermark: u64,
+    /// Nothing was ready, due or expired (a later fetch guards that it
+    /// still is, see [`RedisBackend::fetch_planned`]).
+    quiet: bool,
+}
+
+/// A log entry as `XRANGE` gives it: entry id and fields.
+pub(super) type Entry = (String, Vec<String>);
 
 impl RedisBackend {
     /// A group's retry policy (settings are fixed at creation).
@@ -173,30 +280,38 @@ impl RedisBackend {
     pub(super) fn place(
         &self,
         cas: &mut Cas,
-        s: &StreamName,
-        g: &GroupName,
-        (p, seq): (u32, u64),
+        k: &PartitionKeys,
+        seq: u64,
         old: Option<Slot>,
         new: &Delivery,
     ) {
-        let k = &self.keys;
         let member = seq.to_string();
-        cas.write(&["HSET", &k.deliveries(s, g, p), &member, &new.encode()]);
+        if new.status == Status::Acked && new.attempt <= 1 {
+            // Acked on the first attempt: no record (`Status`).
+            if old.is_some() {
+                cas.write(&["HDEL", &k.records, &member]);
+            }
+        } else if new.status == Status::Acked {
+            let kept = Delivery::acked(new.attempt);
+            cas.write(&["HSET", &k.records, &member, &kept.encode()]);
+        } else {
+            cas.write(&["HSET", &k.records, &member, &new.encode()]);
+        }
         let (before, after) = (old.unwrap_or_default(), Slot::of(new));
         // Only the indexes that change are written.
         let index = |slot: &Slot| match slot.status {
-            Some(Status::Available) if slot.delayed => Some(k.delayed(s, g, p)),
-            Some(Status::Available) => Some(k.ready(s, g, p)),
-            Some(Status::Leased) => Some(k.leased(s, g, p)),
+            Some(Status::Available) if slot.delayed => Some(&k.delayed),
+            Some(Status::Available) => Some(&k.ready),
+            Some(Status::Leased) => Some(&k.leased),
             _ => None,
         };
         let (from, to) = (index(&before), index(&after));
-        if let Some(from) = &from
-            && to.as_ref() != Some(from)
+        if let Some(from) = from
+            && to != Some(from)
         {
             cas.write(&["ZREM", from, &member]);
         }
-        if let Some(to) = &to {
+        if let Some(to) = to {
             let score = match after.status {
                 Some(Status::Available) => new.available_at.map(|t| t.to_string()),
                 _ => new.expires_at.map(|t| t.to_string()),
@@ -204,25 +319,21 @@ impl RedisBackend {
             cas.write(&["ZADD", to, score.as_deref().unwrap_or(&member), &member]);
         }
         if before.fresh != after.fresh {
-            let op = if after.fresh { "ZADD" } else { "ZREM" };
-            let fresh = k.fresh(s, g, p);
             if after.fresh {
-                cas.write(&[op, &fresh, &member, &member]);
+                cas.write(&["ZADD", &k.fresh, &member, &member]);
             } else {
-                cas.write(&[op, &fresh, &member]);
+                cas.write(&["ZREM", &k.fresh, &member]);
             }
         }
         if before.open() != after.open() {
-            let open = k.open(s, g, p);
             if after.open() {
-                cas.write(&["ZADD", &open, &member, &member]);
+                cas.write(&["ZADD", &k.open, &member, &member]);
             } else {
-                cas.write(&["ZREM", &open, &member]);
+                cas.write(&["ZREM", &k.open, &member]);
             }
         }
         if after.status == Some(Status::Dead) && before.status != Some(Status::Dead) {
-            let dead = k.dead(s, g);
-            cas.write(&["ZADD", &dead, &member, &dead_member(p, seq)]);
+            cas.write(&["ZADD", &k.dead, &member, &dead_member(k.partition, seq)]);
         }
     }
 
@@ -237,6 +348,9 @@ impl RedisBackend {
         }
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         for _ in 0..MAX_ATTEMPTS {
+            if let Some(leases) = self.fetch_planned(&req, &selected, first).await? {
+                return Ok(leases);
+            }
             if let Some(leases) = self.fetch_once(&req, &config, &selected, first).await? {
                 return Ok(leases);
             }
@@ -260,10 +374,7 @@ impl RedisBackend {
         let now = self.clock.now();
         let expires_at = now.add_ms(req.lease_ms);
         let limit = req.limit as usize;
-        let mut parts = Vec::with_capacity(selected.len());
-        for &p in selected {
-            parts.push(self.candidates(s, g, p, now, limit, config).await?);
-        }
+        let parts = self.candidates(s, g, selected, now, limit, config).await?;
         let capacity: Vec<usize> = parts
             .iter()
             .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
@@ -273,44 +384,45 @@ impl RedisBackend {
         let mut cas = Cas::default();
         let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
         let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
-        for ((&p, part), &quota) in selected.iter().zip(&parts).zip(&quotas) {
-            let records = self.keys.deliveries(s, g, p);
+        let mut cursors_after = Vec::new();
+        for ((&p, part), &quota) in selected.iter().zip(parts).zip(&quotas) {
+            let k = self.keys.partition(s, g, p);
             for (seq, raw, delivery) in &part.poison {
-                cas.hget_is(&records, &seq.to_string(), Some(raw));
+                cas.hget_is(&k.records, &seq.to_string(), Some(raw));
                 let dead = delivery.clone().dead(POISON_REASON.to_owned(), now);
-                self.place(&mut cas, s, g, (p, *seq), Some(Slot::of(delivery)), &dead);
+                self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &dead);
             }
             let take = quota.min(part.claimable.len());
             for (seq, raw, delivery) in &part.claimable[..take] {
-                cas.hget_is(&records, &seq.to_string(), Some(raw));
+                cas.hget_is(&k.records, &seq.to_string(), Some(raw));
                 let lease_id = LeaseId::generate();
                 let leased = delivery
                     .clone()
                     .leased(&lease_id, &req.consumer_id, now, expires_at);
-                self.place(&mut cas, s, g, (p, *seq), Some(Slot::of(delivery)), &leased);
+                self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &leased);
                 claimed.push((p, *seq, leased.attempt, lease_id));
             }
             let fresh = (quota - take) as u64;
             if fresh > 0 {
+                // The cursor's guard covers the new records: none exists at
+                // or above a cursor (`docs/backends.md#redis`).
                 let cursors = self.keys.cursors(s, g);
                 cas.hget_is(&cursors, &p.to_string(), part.cursor_raw.as_deref());
-                let events = self.fresh_events(s, p, part.cursor, fresh).await?;
+                let events = self
+                    .fresh_events(s, p, part.cursor, fresh, part.ahead)
+                    .await?;
                 for event in events {
-                    let (seq, event_id) = (event.sequence, event.id.as_str().to_owned());
+                    let seq = event.sequence;
                     fresh_events.insert((p, seq), Arc::new(event));
-                    cas.hget_is(&records, &seq.to_string(), None);
                     let lease_id = LeaseId::generate();
-                    let new = Delivery::fresh(event_id).leased(
-                        &lease_id,
-                        &req.consumer_id,
-                        now,
-                        expires_at,
-                    );
-                    self.place(&mut cas, s, g, (p, seq), None, &new);
+                    let new =
+                        Delivery::fresh().leased(&lease_id, &req.consumer_id, now, expires_at);
+                    self.place(&mut cas, &k, seq, None, &new);
                     claimed.push((p, seq, 1, lease_id));
                 }
-                let next = (part.cursor + fresh).to_string();
-                cas.write(&["HSET", &cursors, &p.to_string(), &next]);
+                let next = part.cursor + fresh;
+                cas.write(&["HSET", &cursors, &p.to_string(), &next.to_string()]);
+                cursors_after.push((p, next));
             }
         }
         if cas.is_empty() {
@@ -319,126 +431,345 @@ impl RedisBackend {
         if self.apply(&cas).await? == Applied::Conflict {
             return Ok(None);
         }
-        let mut leases = Vec::with_capacity(claimed.len());
-        for (p, seq, attempt, lease_id) in claimed {
-            let event = match fresh_events.remove(&(p, seq)) {
-                Some(event) => event,
-                None => self.event_at(s, p, seq).await?,
-            };
-            let consumer = req.consumer_id.clone();
-            leases.push(Lease::new(
-                g.clone(),
-                event,
-                lease_id,
-                consumer,
-                attempt,
-                now,
-                expires_at,
-            ));
+        {
+            let mut views = self.views.lock();
+            for (p, next) in cursors_after {
+                if let Some(view) = views.get_mut(&(s.clone(), g.clone(), p)) {
+                    view.cursor = next;
+                }
+            }
         }
-        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        let again: Vec<(u32, u64)> = claimed
+            .iter()
+            .filter(|(p, seq, ..)| !fresh_events.contains_key(&(*p, *seq)))
+            .map(|(p, seq, ..)| (*p, *seq))
+            .collect();
+        let mut events = self.events_at(s, &again).await?;
+        events.extend(fresh_events);
+        let leases = self.leases(req, claimed, events, now, expires_at)?;
         Ok(Some(leases))
     }
 
-    /// What one partition can give a fetch: its cursor and high watermark,
-    /// and up to `limit` claimable deliveries (ready, due, expired) in
-    /// sequence order, with expired last attempts set apart as poison.
+    /// The leases of a fetch's claims, in partition and sequence order;
+    /// their events' positions are kept for the settles.
+    fn leases(
+        &self,
+        req: &FetchRequest,
+        claimed: Vec<(u32, u64, u32, LeaseId)>,
+        mut events: HashMap<(u32, u64), Arc<Event>>,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Vec<Lease>> {
+        let mut leases = Vec::with_capacity(claimed.len());
+        let mut positions = self.positions.lock();
+        for (p, seq, attempt, lease_id) in claimed {
+            let event = events
+                .remove(&(p, seq))
+                .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
+            let at = super::Located {
+                partition: p,
+                sequence: seq,
+                attempt,
+            };
+            positions.insert((req.stream.clone(), event.id.clone()), at);
+            let mut lease = Lease::new(
+                req.group.clone(),
+                event,
+                lease_id,
+                req.consumer_id.clone(),
+                attempt,
+                now,
+                expires_at,
+            );
+            lease.receipt = Some(entry_id(seq));
+            leases.push(lease);
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok(leases)
+    }
+
+    /// A fetch in one round trip, planned from the views this process
+    /// keeps: when every selected partition was last seen with nothing
+    /// ready, due or expired and at least `limit` new events, the policy
+    /// shares the limit over those views exactly as it would over a fresh
+    /// read (no partition can run short, so the larger true high watermarks
+    /// change nothing), the claims are sent guarded by what the plan
+    /// assumed (each cursor unchanged; no member of `ready`, none due in
+    /// `delayed` or expired in `leased`), and the events and the high
+    /// watermarks are read in the same pipeline. `None` when there is no
+    /// such view or it no longer holds: the caller reads.
+    async fn fetch_planned(
+        &self,
+        req: &FetchRequest,
+        selected: &[u32],
+        first: usize,
+    ) -> Result<Option<Vec<Lease>>> {
+        let (s, g) = (&req.stream, &req.group);
+        let limit = req.limit as usize;
+        let views: Option<Vec<View>> = {
+            let views = self.views.lock();
+            selected
+                .iter()
+                .map(|&p| views.get(&(s.clone(), g.clone(), p)).copied())
+                .collect()
+        };
+        let Some(views) = views else { return Ok(None) };
+        let capacity: Vec<usize> = views
+            .iter()
+            .map(|v| claim_capacity(0, v.cursor, v.high_watermark))
+            .collect();
+        if views
+            .iter()
+            .zip(&capacity)
+            .any(|(v, &c)| !v.quiet || c < limit)
+        {
+            return Ok(None);
+        }
+        let quotas = round_robin(&capacity, limit, first);
+        let now = self.clock.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let now_ms = now.as_millis().to_string();
+        let cursors = self.keys.cursors(s, g);
+        let mut cas = Cas::default();
+        let mut claimed = Vec::with_capacity(limit);
+        let mut pipe_reads = Vec::new();
+        for ((&p, view), &quota) in selected.iter().zip(&views).zip(&quotas) {
+            let k = self.keys.partition(s, g, p);
+            cas.zset_none_until(&k.ready, "+inf");
+            cas.zset_none_until(&k.delayed, &now_ms);
+            cas.zset_none_until(&k.leased, &now_ms);
+            if quota == 0 {
+                continue;
+            }
+            let field = p.to_string();
+            cas.hget_is(&cursors, &field, Some(&view.cursor.to_string()));
+            let next = view.cursor + quota as u64;
+            for seq in view.cursor..next {
+                let lease_id = LeaseId::generate();
+                let new = Delivery::fresh().leased(&lease_id, &req.consumer_id, now, expires_at);
+                self.place(&mut cas, &k, seq, None, &new);
+                claimed.push((p, seq, 1, lease_id));
+            }
+            cas.write(&["HSET", &cursors, &field, &next.to_string()]);
+            pipe_reads.push((p, view.cursor, quota, next));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cas_command(&cas));
+        for &(p, cursor, quota, _) in &pipe_reads {
+            pipe.cmd("XRANGE")
+                .arg(self.keys.log(s, p))
+                .arg(entry_id(cursor))
+                .arg("+")
+                .arg("COUNT")
+                .arg(quota);
+            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
+        }
+        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
+            Ok(replies) => replies,
+            Err(e) if super::is_noscript(&e) => {
+                // Redis lost its scripts (a restart): load it, then read.
+                self.load_cas().await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(map_error(e, Phase::Write)),
+        };
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
+        let failed: i64 = value(next()?)?;
+        let key = |p: u32| (s.clone(), g.clone(), p);
+        if failed != 0 {
+            let mut views = self.views.lock();
+            for &p in selected {
+                views.remove(&key(p));
+            }
+            return Ok(None);
+        }
+        let mut events = HashMap::with_capacity(claimed.len());
+        let mut seen = Vec::with_capacity(pipe_reads.len());
+        for &(p, _, _, cursor) in &pipe_reads {
+            let entries: Vec<Entry> = value(next()?)?;
+            let high_watermark: Option<u64> = value(next()?)?;
+            for (entry, fields) in entries {
+                let event = super::decode_event(s, p, &entry, fields)?;
+                events.insert((p, event.sequence), Arc::new(event));
+            }
+            seen.push((p, cursor, high_watermark.unwrap_or(0)));
+        }
+        {
+            let mut views = self.views.lock();
+            for (p, cursor, high_watermark) in seen {
+                views.insert(
+                    key(p),
+                    View {
+                        cursor,
+                        high_watermark,
+                        quiet: true,
+                    },
+                );
+            }
+        }
+        Ok(Some(self.leases(req, claimed, events, now, expires_at)?))
+    }
+
+    /// What each selected partition can give a fetch, in one round trip
+    /// (two when there are ready, due or expired deliveries): its cursor
+    /// and high watermark, up to `limit` claimable deliveries (ready, due,
+    /// expired) in sequence order with expired last attempts set apart as
+    /// poison, and the log read ahead from the cursor as last seen here.
     async fn candidates(
         &self,
         s: &StreamName,
         g: &GroupName,
-        p: u32,
+        selected: &[u32],
         now: Timestamp,
         limit: usize,
         config: &GroupConfig,
-    ) -> Result<Candidates> {
+    ) -> Result<Vec<Candidates>> {
         let k = &self.keys;
-        let field = p.to_string();
         let now_ms = now.as_millis();
         // Due retries and expired leases are indexed by time, not sequence:
         // read a generous number of them so that the lowest sequences are
         // among them unless a very large backlog fell due at once.
         let due_cap = limit.saturating_mul(4).saturating_add(1000);
-        let due = |index: String| {
-            redis::cmd("ZRANGEBYSCORE")
-                .arg(index)
-                .arg("-inf")
-                .arg(now_ms)
-                .arg("LIMIT")
-                .arg(0)
-                .arg(due_cap)
-                .clone()
+        let ahead = limit.div_ceil(selected.len()).max(1);
+        let guesses: Vec<u64> = {
+            let views = self.views.lock();
+            selected
+                .iter()
+                .map(|&p| {
+                    let key = (s.clone(), g.clone(), p);
+                    views.get(&key).map_or(1, |v| v.cursor)
+                })
+                .collect()
         };
         let mut pipe = redis::pipe();
-        pipe.cmd("HGET").arg(k.cursors(s, g)).arg(&field);
-        pipe.cmd("HGET").arg(k.high_watermarks(s)).arg(&field);
-        pipe.cmd("ZRANGE")
-            .arg(k.ready(s, g, p))
-            .arg(0)
-            .arg(limit.saturating_sub(1));
-        pipe.add_command(due(k.delayed(s, g, p)));
-        pipe.add_command(due(k.leased(s, g, p)));
-        type Read = (Option<String>, Option<u64>, Vec<u64>, Vec<u64>, Vec<u64>);
-        let (cursor_raw, high_watermark, ready, delayed, expired): Read = pipe
+        for (&p, guess) in selected.iter().zip(&guesses) {
+            let field = p.to_string();
+            pipe.cmd("HGET").arg(k.cursors(s, g)).arg(&field);
+            pipe.cmd("HGET").arg(k.high_watermarks(s)).arg(&field);
+            pipe.cmd("ZRANGE")
+                .arg(k.ready(s, g, p))
+                .arg(0)
+                .arg(limit.saturating_sub(1));
+            for index in [k.delayed(s, g, p), k.leased(s, g, p)] {
+                pipe.cmd("ZRANGEBYSCORE")
+                    .arg(index)
+                    .arg("-inf")
+                    .arg(now_ms)
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(due_cap);
+            }
+            pipe.cmd("XRANGE")
+                .arg(k.log(s, p))
+                .arg(entry_id(*guess))
+                .arg("+")
+                .arg("COUNT")
+                .arg(ahead);
+        }
+        let replies: Vec<redis::Value> = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
-        let cursor = match &cursor_raw {
-            Some(raw) => raw.parse().map_err(|_| corrupt("cursor", raw))?,
-            None => 1,
-        };
-        let mut seqs: Vec<u64> = Vec::with_capacity(ready.len() + delayed.len() + expired.len());
-        seqs.extend(ready);
-        seqs.extend(delayed);
-        seqs.extend(expired);
-        seqs.sort_unstable();
-        seqs.dedup();
-        let mut part = Candidates {
-            cursor,
-            cursor_raw,
-            high_watermark: high_watermark.unwrap_or(0),
-            ..Candidates::default()
-        };
-        if seqs.is_empty() {
-            return Ok(part);
-        }
-        let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
-        let raws: Vec<Option<String>> = self
-            .run(
-                redis::cmd("HMGET").arg(k.deliveries(s, g, p)).arg(&fields),
-                Phase::Read,
-            )
-            .await?;
-        for (seq, raw) in seqs.into_iter().zip(raws) {
-            let Some(raw) = raw else { continue };
-            let delivery = Delivery::decode(&raw)?;
-            let claimable = match delivery.status {
-                Status::Available => delivery.available_at.is_none_or(|t| t <= now_ms),
-                Status::Leased => delivery.expires_at.is_some_and(|t| t <= now_ms),
-                Status::Acked | Status::Dead => false,
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
+        let mut parts = Vec::with_capacity(selected.len());
+        let mut wanted: Vec<(u32, Vec<u64>)> = Vec::new();
+        for &p in selected {
+            let cursor_raw: Option<String> = value(next()?)?;
+            let high_watermark: Option<u64> = value(next()?)?;
+            let mut seqs: Vec<u64> = value(next()?)?;
+            seqs.extend(value::<Vec<u64>>(next()?)?);
+            seqs.extend(value::<Vec<u64>>(next()?)?);
+            let entries: Vec<Entry> = value(next()?)?;
+            seqs.sort_unstable();
+            seqs.dedup();
+            let cursor = match &cursor_raw {
+                Some(raw) => raw.parse().map_err(|_| corrupt("cursor", raw))?,
+                None => 1,
             };
-            if !claimable {
-                continue;
+            self.views.lock().insert(
+                (s.clone(), g.clone(), p),
+                View {
+                    cursor,
+                    high_watermark: high_watermark.unwrap_or(0),
+                    quiet: seqs.is_empty(),
+                },
+            );
+            if !seqs.is_empty() {
+                wanted.push((p, seqs));
             }
-            if delivery.status == Status::Leased && poisoned(delivery.attempt, config.max_attempts)
-            {
-                part.poison.push((seq, raw, delivery));
-            } else if part.claimable.len() < limit {
-                part.claimable.push((seq, raw, delivery));
+            parts.push(Candidates {
+                cursor,
+                cursor_raw,
+                high_watermark: high_watermark.unwrap_or(0),
+                ahead: entries,
+                ..Candidates::default()
+            });
+        }
+        if wanted.is_empty() {
+            return Ok(parts);
+        }
+        let mut pipe = redis::pipe();
+        for (p, seqs) in &wanted {
+            pipe.cmd("HMGET").arg(k.deliveries(s, g, *p)).arg(seqs);
+        }
+        let raws: Vec<Vec<Option<String>>> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        for ((p, seqs), raws) in wanted.into_iter().zip(raws) {
+            let i = selected.iter().position(|&q| q == p).expect("selected");
+            let part = &mut parts[i];
+            for (seq, raw) in seqs.into_iter().zip(raws) {
+                let Some(raw) = raw else { continue };
+                let delivery = Delivery::decode(&raw)?;
+                let claimable = match delivery.status {
+                    Status::Available => delivery.available_at.is_none_or(|t| t <= now_ms),
+                    Status::Leased => delivery.expires_at.is_some_and(|t| t <= now_ms),
+                    Status::Acked | Status::Dead => false,
+                };
+                if !claimable {
+                    continue;
+                }
+                if delivery.status == Status::Leased
+                    && poisoned(delivery.attempt, config.max_attempts)
+                {
+                    part.poison.push((seq, raw, delivery));
+                } else if part.claimable.len() < limit {
+                    part.claimable.push((seq, raw, delivery));
+                }
             }
         }
-        Ok(part)
+        Ok(parts)
     }
 
-    /// The `count` events from sequence `from` on.
+    /// The `count` events from sequence `from` on, taken from what was read
+    /// ahead where it holds them (a log has no gaps, so entries that start
+    /// at `from` are the ones wanted).
     async fn fresh_events(
         &self,
         s: &StreamName,
         p: u32,
         from: u64,
         count: u64,
+        ahead: Vec<Entry>,
     ) -> Result<Vec<Event>> {
-        let events: Vec<Event> = self.read_range(s, p, from, from + count - 1).await?;
+        let last = from + count - 1;
+        let mut events = Vec::with_capacity(count as usize);
+        for (entry, fields) in ahead {
+            let seq = super::entry_sequence(&entry)?;
+            if (from..=last).contains(&seq) {
+                events.push(super::decode_event(s, p, &entry, fields)?);
+            }
+        }
+        if events.first().is_some_and(|e| e.sequence != from) {
+            events.clear();
+        }
+        let have = events.last().map_or(from, |e| e.sequence + 1);
+        if have <= last {
+            events.extend(self.read_range(s, p, have, last).await?);
+        }
         if events.len() as u64 != count {
             return Err(corrupt(
                 "log",
@@ -468,11 +799,11 @@ impl RedisBackend {
             for found in held {
                 match found {
                     Ok((p, seq, raw, mut delivery)) => {
-                        let records = self.keys.deliveries(s, g, p);
-                        cas.hget_is(&records, &seq.to_string(), Some(&raw));
+                        let k = self.keys.partition(s, g, p);
+                        cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
                         let old = Slot::of(&delivery);
                         delivery.expires_at = Some(expires_at.as_millis());
-                        self.place(&mut cas, s, g, (p, seq), Some(old), &delivery);
+                        self.place(&mut cas, &k, seq, Some(old), &delivery);
                         results.push(Ok(expires_at));
                     }
                     Err(e) => results.push(Err(e)),
@@ -488,6 +819,47 @@ impl RedisBackend {
         )))
     }
 
+    /// Where each target's event is: from what this process fetched, else
+    /// from the id index (`None`: no such event).
+    pub(super) async fn locate(
+        &self,
+        s: &StreamName,
+        targets: &[SettleTarget],
+    ) -> Result<Vec<Option<(u32, u64)>>> {
+        let mut located: Vec<Option<(u32, u64)>> = {
+            let positions = self.positions.lock();
+            targets
+                .iter()
+                .map(|t| {
+                    let at = positions.get(&(s.clone(), t.event_id.clone()))?;
+                    Some((at.partition, at.sequence))
+                })
+                .collect()
+        };
+        let missing: Vec<usize> = (0..targets.len())
+            .filter(|&i| located[i].is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(located);
+        }
+        let ids: Vec<&str> = missing
+            .iter()
+            .map(|&i| targets[i].event_id.as_str())
+            .collect();
+        let found: Vec<Option<String>> = self
+            .run(
+                redis::cmd("HMGET").arg(self.keys.ids(s)).arg(&ids),
+                Phase::Read,
+            )
+            .await?;
+        for (i, position) in missing.into_iter().zip(found) {
+            located[i] = position
+                .map(|raw| super::decode_position(&raw))
+                .transpose()?;
+        }
+        Ok(located)
+    }
+
     /// The fencing check of each target: the delivery must be leased under
     /// its lease id (and receipt). Per target: where it is, its record as
     /// read, or the item's error.
@@ -500,35 +872,27 @@ impl RedisBackend {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<&str> = targets.iter().map(|t| t.event_id.as_str()).collect();
-        let positions: Vec<Option<String>> = self
-            .run(
-                redis::cmd("HMGET").arg(self.keys.ids(s)).arg(&ids),
-                Phase::Read,
-            )
-            .await?;
+        let located = self.locate(s, targets).await?;
         let mut by_partition: HashMap<u32, Vec<u64>> = HashMap::new();
-        let mut located = Vec::with_capacity(targets.len());
-        for position in positions {
-            let at = position
-                .map(|raw| super::decode_position(&raw))
-                .transpose()?;
-            if let Some((p, seq)) = at {
-                by_partition.entry(p).or_default().push(seq);
-            }
-            located.push(at);
+        for &(p, seq) in located.iter().flatten() {
+            by_partition.entry(p).or_default().push(seq);
         }
+        let by_partition: Vec<(u32, Vec<u64>)> = by_partition.into_iter().collect();
+        let mut pipe = redis::pipe();
+        for (p, seqs) in &by_partition {
+            pipe.cmd("HMGET")
+                .arg(self.keys.deliveries(s, g, *p))
+                .arg(seqs);
+        }
+        let raws: Vec<Vec<Option<String>>> = if by_partition.is_empty() {
+            Vec::new()
+        } else {
+            pipe.query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?
+        };
         let mut records: HashMap<(u32, u64), String> = HashMap::new();
-        for (p, seqs) in by_partition {
-            let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
-            let raws: Vec<Option<String>> = self
-                .run(
-                    redis::cmd("HMGET")
-                        .arg(self.keys.deliveries(s, g, p))
-                        .arg(&fields),
-                    Phase::Read,
-                )
-                .await?;
+        for ((p, seqs), raws) in by_partition.into_iter().zip(raws) {
             for (seq, raw) in seqs.into_iter().zip(raws) {
                 if let Some(raw) = raw {
                     records.insert((p, seq), raw);
@@ -552,9 +916,7 @@ impl RedisBackend {
                 out.push(Err(Error::StaleLease));
                 continue;
             }
-            if let Some(receipt) = &target.receipt
-                && receipt != target.lease_id.as_str()
-            {
+            if target.receipt.as_ref().is_some_and(|r| *r != entry_id(seq)) {
                 out.push(Err(Error::ReceiptMismatch));
                 continue;
             }
@@ -562,6 +924,16 @@ impl RedisBackend {
         }
         Ok(out)
     }
+}
+
+/// The log entry id of a sequence: the receipt of its leases.
+pub(super) fn entry_id(seq: u64) -> String {
+    format!("{seq}-0")
+}
+
+/// A reply converted, or the reply's shape reported as corrupt.
+fn value<T: redis::FromRedisValue>(v: redis::Value) -> Result<T> {
+    redis::from_redis_value(v).map_err(|e| corrupt("reply", e))
 }
 
 /// A dead letter's member in the group's dead set: scored by sequence,

@@ -28,8 +28,11 @@ impl RedisBackend {
         cas.hget_is(&groups, name, None);
         cas.write(&["HSET", &groups, name, &settings.to_string()]);
         let cursors = self.keys.cursors(s, &spec.name);
+        let floors = self.keys.floors(s, &spec.name);
         for (p, start) in starts.iter().enumerate() {
-            cas.write(&["HSET", &cursors, &p.to_string(), &(start + 1).to_string()]);
+            let (field, cursor) = (p.to_string(), (start + 1).to_string());
+            cas.write(&["HSET", &cursors, &field, &cursor]);
+            cas.write(&["HSET", &floors, &field, &cursor]);
         }
         if self.apply(&cas).await? == Applied::Conflict {
             return Err(Error::AlreadyExists(format!(

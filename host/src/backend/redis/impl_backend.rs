@@ -92,7 +92,7 @@ impl Backend for RedisBackend {
         let leased_at = Timestamp::from_millis(delivery.leased_at.unwrap_or_default());
         let lease_id = LeaseId::parse(req.target.lease_id.as_str())
             .map_err(|e| super::corrupt("lease id", e))?;
-        Ok(Lease::new(
+        let mut lease = Lease::new(
             g.clone(),
             Arc::clone(&event),
             lease_id,
@@ -100,7 +100,9 @@ impl Backend for RedisBackend {
             delivery.attempt,
             leased_at,
             expires_at,
-        ))
+        );
+        lease.receipt = Some(super::claims::entry_id(seq));
+        Ok(lease)
     }
 
     async fn renew_many(

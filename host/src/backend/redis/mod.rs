@@ -89,6 +89,14 @@ impl Keys {
         format!("{}:{{{stream}}}:g:{group}:cursor", self.prefix)
     }
 
+    /// Hash: partition → the group's floor, where its cursor was put by the
+    /// group's creation or its last reset: below the cursor, a sequence
+    /// without a delivery record was acked on its first attempt if it is at
+    /// or above the floor, and never delivered if below.
+    pub(crate) fn floors(&self, stream: &StreamName, group: &GroupName) -> String {
+        self.group_key(stream, group, "floor")
+    }
+
     fn group_key(&self, stream: &StreamName, group: &GroupName, what: &str) -> String {
         format!("{}:{{{stream}}}:g:{group}:{what}", self.prefix)
     }
@@ -129,6 +137,20 @@ impl Keys {
         self.group_key(s, g, "dead")
     }
 
+    /// The keys of one partition's deliveries, built once for a batch.
+    pub(crate) fn partition(&self, s: &StreamName, g: &GroupName, p: u32) -> PartitionKeys {
+        PartitionKeys {
+            records: self.deliveries(s, g, p),
+            ready: self.ready(s, g, p),
+            delayed: self.delayed(s, g, p),
+            leased: self.leased(s, g, p),
+            open: self.open(s, g, p),
+            fresh: self.fresh(s, g, p),
+            dead: self.dead(s, g),
+            partition: p,
+        }
+    }
+
     /// The pub/sub channel of wake-ups: a message is a stream name.
     pub(crate) fn wakeups(&self) -> String {
         format!("{}:wakeups", self.prefix)
@@ -139,6 +161,19 @@ impl Keys {
     pub(crate) fn all(&self) -> String {
         format!("{}:*", self.prefix)
     }
+}
+
+/// [`Keys::partition`].
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionKeys {
+    pub(crate) records: String,
+    pub(crate) ready: String,
+    pub(crate) delayed: String,
+    pub(crate) leased: String,
+    pub(crate) open: String,
+    pub(crate) fresh: String,
+    pub(crate) dead: String,
+    pub(crate) partition: u32,
 }
 
 /// A Redis URL split into what the driver takes and Rheo's own `prefix`.
@@ -185,33 +220,133 @@ impl RedisUrl {
 
 /// What an operation sends to `cas.lua`: guards on what it read, and the
 /// writes it decided, as the script's flat argument list.
+///
+/// Writes of a variadic command to the same key are sent as one command
+/// (an `HSET` of every record a fetch writes, one `ZADD` per index), which
+/// is what keeps a batch's script short: Redis pays its per-call cost once
+/// per key, not once per delivery. A write joins the previous one only if
+/// nothing in between touched its key, so the order of writes to each key
+/// is kept. Guards on one hash are likewise read with one `HMGET`.
 #[derive(Debug, Default)]
 struct Cas {
-    /// Per guard: key, field, `1` and the expected value, or `0` and `""`
-    /// for "absent".
-    guards: Vec<String>,
-    /// Per write: its argument count, then the command and its arguments.
-    writes: Vec<String>,
+    guards: Vec<Guard>,
+    /// The commands, each its name, key and arguments.
+    writes: Vec<Vec<String>>,
+    /// Per key, the index of the last write that touched it.
+    touched: HashMap<String, usize, foldhash::fast::RandomState>,
+}
+
+/// A guard group of `cas.lua`.
+#[derive(Debug)]
+enum Guard {
+    /// Fields of one hash: field, kind (`0` absent, `1` equal, `2` prefix)
+    /// and the value.
+    Hash(String, Vec<[String; 3]>),
+    /// No member of a sorted set scored at most this.
+    ZsetNoneUntil(String, String),
 }
 
 impl Cas {
+    /// Commands whose arguments after the key may repeat (`HSET` and `ZADD`
+    /// in pairs; Rheo never gives `ZADD` options).
+    const VARIADIC: [&'static str; 4] = ["HSET", "HDEL", "ZADD", "ZREM"];
+    /// Arguments per joined command, and guards per group, at most (Lua's
+    /// `unpack` has a limit).
+    const MAX_ARGS: usize = 1000;
+
+    fn hash_guard(&mut self, key: &str, field: &str, kind: &str, value: &str) {
+        let guard = [field, kind, value].map(str::to_owned);
+        if let Some(Guard::Hash(last, fields)) = self.guards.last_mut()
+            && last == key
+            && fields.len() < Self::MAX_ARGS / 2
+        {
+            fields.push(guard);
+            return;
+        }
+        self.guards.push(Guard::Hash(key.to_owned(), vec![guard]));
+    }
+
     /// Holds only if `HGET key field` is still `expected` (`None`: absent).
     fn hget_is(&mut self, key: &str, field: &str, expected: Option<&str>) {
-        let (present, value) = match expected {
-            Some(v) => ("1", v),
-            None => ("0", ""),
-        };
+        match expected {
+            Some(v) => self.hash_guard(key, field, "1", v),
+            None => self.hash_guard(key, field, "0", ""),
+        }
+    }
+
+    /// Holds only if `HGET key field` still starts with `prefix`.
+    fn hget_starts(&mut self, key: &str, field: &str, prefix: &str) {
+        self.hash_guard(key, field, "2", prefix);
+    }
+
+    /// Holds only if the sorted set `key` has no member scored at most
+    /// `max` (`+inf`: no member at all).
+    fn zset_none_until(&mut self, key: &str, max: &str) {
         self.guards
-            .extend([key, field, present, value].map(str::to_owned));
+            .push(Guard::ZsetNoneUntil(key.to_owned(), max.to_owned()));
     }
 
     fn write(&mut self, command: &[&str]) {
-        self.writes.push(command.len().to_string());
-        self.writes.extend(command.iter().map(|a| (*a).to_owned()));
+        let (name, key) = (command[0], command.get(1).copied().unwrap_or_default());
+        if Self::VARIADIC.contains(&name)
+            && let Some(&last) = self.touched.get(key)
+            && self.writes[last][0] == name
+            && self.writes[last].len() + command.len() <= Self::MAX_ARGS
+        {
+            self.writes[last].extend(command[2..].iter().map(|a| (*a).to_owned()));
+            return;
+        }
+        self.writes
+            .push(command.iter().map(|a| (*a).to_owned()).collect());
+        self.touched.insert(key.to_owned(), self.writes.len() - 1);
     }
 
     fn is_empty(&self) -> bool {
         self.writes.is_empty()
+    }
+
+    /// Adds the script's arguments to `to`: the guard groups, then each
+    /// write (a `ZADD` whose members share one score, or are their own
+    /// scores, in its short form).
+    fn push_args(&self, to: &mut redis::Cmd) {
+        to.arg(self.guards.len());
+        for guard in &self.guards {
+            match guard {
+                Guard::Hash(key, fields) => {
+                    to.arg("h").arg(key).arg(fields.len());
+                    for field in fields {
+                        to.arg(field);
+                    }
+                }
+                Guard::ZsetNoneUntil(key, max) => {
+                    to.arg("z").arg(key).arg(max);
+                }
+            }
+        }
+        for write in &self.writes {
+            let pairs = || write[2..].chunks_exact(2);
+            if write[0] == "ZADD" && write.len() > 4 {
+                let score = &write[2];
+                if pairs().all(|p| &p[0] == score) {
+                    to.arg(write.len() / 2 + 2)
+                        .arg("ZADD*")
+                        .arg(&write[1])
+                        .arg(score);
+                    for p in pairs() {
+                        to.arg(&p[1]);
+                    }
+                    continue;
+                }
+                if pairs().all(|p| p[0] == p[1]) {
+                    to.arg(write.len() / 2 + 1).arg("ZADD=").arg(&write[1]);
+                    for p in pairs() {
+                        to.arg(&p[1]);
+                    }
+                    continue;
+                }
+            }
+            to.arg(write.len()).arg(write);
+        }
     }
 }
 
@@ -241,6 +376,54 @@ pub(crate) struct RedisBackend {
     /// once is kept (never a negative answer).
     streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
     groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), GroupConfig>>>,
+    /// Where the events this process fetched are: a settle of them need
+    /// not read the id index.
+    positions: Arc<parking_lot::Mutex<Positions>>,
+    /// Each group partition as this process last read or wrote it: a fetch
+    /// reads the log ahead from that cursor, or claims in one round trip
+    /// when the view allows it (`claims`).
+    views: Arc<parking_lot::Mutex<Views>>,
+    /// Tests: deletes the prefix's keys when the last clone is dropped.
+    #[cfg(test)]
+    janitor: Option<Arc<tests::Janitor>>,
+}
+
+/// [`claims::View`]s by stream, group and partition.
+type Views = HashMap<(StreamName, GroupName, u32), claims::View>;
+
+/// Where an event is, and the attempt of this process's latest lease of it.
+#[derive(Debug, Clone, Copy)]
+struct Located {
+    partition: u32,
+    sequence: u64,
+    attempt: u32,
+}
+
+/// Event positions by id, bounded: an event never moves, so any entry
+/// stays true; the older half is dropped when the newer fills up.
+#[derive(Debug, Default)]
+struct Positions {
+    current: HashMap<(StreamName, EventId), Located, foldhash::fast::RandomState>,
+    previous: HashMap<(StreamName, EventId), Located, foldhash::fast::RandomState>,
+}
+
+impl Positions {
+    /// Entries per half.
+    const HALF: usize = 1 << 16;
+
+    fn get(&self, key: &(StreamName, EventId)) -> Option<Located> {
+        self.current
+            .get(key)
+            .or_else(|| self.previous.get(key))
+            .copied()
+    }
+
+    fn insert(&mut self, key: (StreamName, EventId), at: Located) {
+        if self.current.len() >= Self::HALF {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(key, at);
+    }
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -320,6 +503,11 @@ fn map_error(e: redis::RedisError, phase: Phase) -> Error {
     }
 }
 
+/// Redis does not have the script (it was restarted or flushed).
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::Failed(format!("corrupt {what} in redis: {detail}"))
 }
@@ -352,6 +540,10 @@ impl RedisBackend {
             rotation: Arc::default(),
             streams: Arc::default(),
             groups: Arc::default(),
+            positions: Arc::default(),
+            views: Arc::default(),
+            #[cfg(test)]
+            janitor: None,
         })
     }
 
@@ -375,6 +567,13 @@ impl RedisBackend {
         }
     }
 
+    /// [`wake`](Self::wake) as one of a batch's writes: other nodes hear
+    /// of it only if the batch is written; the caller notifies this node's
+    /// waiters after.
+    fn publish_wake(&self, cas: &mut Cas, stream: &StreamName) {
+        cas.write(&["PUBLISH", &self.keys.wakeups(), stream.as_str()]);
+    }
+
     /// The rotating start of a group's next fetch.
     fn rotate(&self, s: &StreamName, g: &GroupName) -> usize {
         let mut rotation = self.rotation.lock();
@@ -384,16 +583,36 @@ impl RedisBackend {
         current
     }
 
+    /// `EVALSHA` of `cas.lua` with a batch's arguments, built in one
+    /// buffer.
+    fn cas_command(&self, cas: &Cas) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.cas.get_hash()).arg(0);
+        cas.push_args(&mut cmd);
+        cmd
+    }
+
+    /// Loads `cas.lua` into Redis (after a restart or `SCRIPT FLUSH`, its
+    /// `EVALSHA` answers `NOSCRIPT`).
+    async fn load_cas(&self) -> Result<()> {
+        self.cas
+            .load_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        Ok(())
+    }
+
     /// Runs `cas.lua`.
     async fn apply(&self, cas: &Cas) -> Result<Applied> {
-        let failed: i64 = self
-            .cas
-            .arg(cas.guards.len() / 4)
-            .arg(&cas.guards)
-            .arg(&cas.writes)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| map_error(e, Phase::Write))?;
+        let cmd = self.cas_command(cas);
+        let failed: i64 = match cmd.query_async(&mut self.conn.clone()).await {
+            Err(e) if is_noscript(&e) => {
+                self.load_cas().await?;
+                cmd.query_async(&mut self.conn.clone()).await
+            }
+            other => other,
+        }
+        .map_err(|e| map_error(e, Phase::Write))?;
         Ok(if failed == 0 {
             Applied::Yes
         } else {
@@ -582,34 +801,34 @@ impl RedisBackend {
         }
         if cas.is_empty() {
             // Every input was a duplicate: nothing to write.
-        } else if self.apply(&cas).await? == Applied::Conflict {
-            return Ok(None);
         } else {
-            self.wake(stream).await;
+            self.publish_wake(&mut cas, stream);
+            if self.apply(&cas).await? == Applied::Conflict {
+                return Ok(None);
+            }
+            self.notifier.notify(stream);
         }
         Ok(Some(crate::backend::policy::appended(out, &known)))
     }
 
-    /// The `XADD` of one event: entry id `<sequence>-0`, one field per
-    /// event attribute (type and key only when set).
+    /// The `XADD` of one event: entry id `<sequence>-0` and one field,
+    /// `event`, holding the event as JSON ([`LogEntry`]).
     fn write_event(&self, cas: &mut Cas, event: &Event) -> Result<()> {
         let key = self.keys.log(&event.stream, event.partition);
-        let entry = format!("{}-0", event.sequence);
-        let ts = event.timestamp.as_millis().to_string();
-        let payload = serde_json::to_string(&event.payload).map_err(|e| corrupt("payload", e))?;
-        let metadata =
-            serde_json::to_string(&event.metadata).map_err(|e| corrupt("metadata", e))?;
-        let mut command = vec!["XADD", &key, &entry, "id", event.id.as_str(), "ts", &ts];
-        if let Some(t) = &event.event_type {
-            command.extend(["type", t]);
-        }
-        if let Some(k) = &event.key {
-            command.extend(["key", k]);
-        }
-        command.extend(["payload", &payload, "metadata", &metadata]);
-        cas.write(&command);
+        let entry = claims::entry_id(event.sequence);
+        let ts = event.timestamp.as_millis();
+        let body = serde_json::to_string(&LogEntry {
+            id: event.id.as_str(),
+            ts,
+            event_type: event.event_type.as_deref(),
+            key: event.key.as_deref(),
+            payload: &event.payload,
+            metadata: &event.metadata,
+        })
+        .map_err(|e| corrupt("event", e))?;
+        cas.write(&["XADD", &key, &entry, "event", &body]);
         let times = self.keys.times(&event.stream, event.partition);
-        cas.write(&["ZADD", &times, &ts, &event.sequence.to_string()]);
+        cas.write(&["ZADD", &times, &ts.to_string(), &event.sequence.to_string()]);
         Ok(())
     }
 
@@ -627,6 +846,38 @@ impl RedisBackend {
             .next()
             .ok_or_else(|| corrupt("id index", format!("{partition}:{seq} has no entry")))?;
         Ok(Arc::new(decode_event(stream, partition, &id, fields)?))
+    }
+
+    /// The events at several positions, in one round trip.
+    async fn events_at(
+        &self,
+        stream: &StreamName,
+        positions: &[(u32, u64)],
+    ) -> Result<HashMap<(u32, u64), Arc<Event>>> {
+        if positions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut pipe = redis::pipe();
+        for &(p, seq) in positions {
+            let entry = claims::entry_id(seq);
+            pipe.cmd("XRANGE")
+                .arg(self.keys.log(stream, p))
+                .arg(&entry)
+                .arg(&entry);
+        }
+        let replies: Vec<Vec<claims::Entry>> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let mut out = HashMap::with_capacity(positions.len());
+        for (&(p, seq), entries) in positions.iter().zip(replies) {
+            let (id, fields) = entries
+                .into_iter()
+                .next()
+                .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
+            out.insert((p, seq), Arc::new(decode_event(stream, p, &id, fields)?));
+        }
+        Ok(out)
     }
 
     /// Events of one partition from `first` to `last`, both included.
@@ -693,6 +944,45 @@ fn decode_position(raw: &str) -> Result<(u32, u64)> {
         .ok_or_else(|| corrupt("id index", raw))
 }
 
+/// The sequence of an entry id (`<sequence>-0`).
+fn entry_sequence(entry: &str) -> Result<u64> {
+    entry
+        .strip_suffix("-0")
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| corrupt("entry id", entry))
+}
+
+/// An event in the log: one JSON field per entry, so that a read of many
+/// entries is few reply elements (type, key and empty metadata are left
+/// out).
+#[derive(serde::Serialize)]
+struct LogEntry<'a> {
+    id: &'a str,
+    ts: i64,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    payload: &'a JsonObject,
+    #[serde(skip_serializing_if = "JsonObject::is_empty")]
+    metadata: &'a JsonObject,
+}
+
+/// [`LogEntry`], read back.
+#[derive(serde::Deserialize)]
+struct ReadEntry {
+    id: EventId,
+    ts: i64,
+    #[serde(rename = "type", default)]
+    event_type: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    payload: JsonObject,
+    #[serde(default)]
+    metadata: JsonObject,
+}
+
 /// An event from its entry id (`<sequence>-0`) and its fields.
 fn decode_event(
     stream: &StreamName,
@@ -700,32 +990,21 @@ fn decode_event(
     entry: &str,
     fields: Vec<String>,
 ) -> Result<Event> {
-    let sequence = entry
-        .strip_suffix("-0")
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| corrupt("entry id", entry))?;
-    let mut map: HashMap<String, String> = HashMap::new();
-    let mut it = fields.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        map.insert(k, v);
-    }
-    let mut take = |f: &str| map.remove(f);
-    let id = take("id").ok_or_else(|| corrupt("entry", format!("{entry} has no id")))?;
-    let object = |raw: Option<String>, what: &str| -> Result<JsonObject> {
-        serde_json::from_str(raw.as_deref().unwrap_or("{}")).map_err(|e| corrupt(what, e))
+    let sequence = entry_sequence(entry)?;
+    let body = match fields.as_slice() {
+        [name, body] if name == "event" => body,
+        _ => return Err(corrupt("entry", format!("{entry} has no event field"))),
     };
-    let ts: i64 = take("ts")
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| corrupt("entry", format!("{entry} has no time")))?;
+    let read: ReadEntry = serde_json::from_str(body).map_err(|e| corrupt("event", e))?;
     Ok(Event {
-        id: EventId::parse(id).map_err(|e| corrupt("event id", e))?,
+        id: read.id,
         stream: stream.clone(),
         partition,
         sequence,
-        event_type: take("type"),
-        key: take("key"),
-        timestamp: Timestamp::from_millis(ts),
-        payload: object(take("payload"), "payload")?,
-        metadata: object(take("metadata"), "metadata")?,
+        event_type: read.event_type,
+        key: read.key,
+        timestamp: Timestamp::from_millis(read.ts),
+        payload: read.payload,
+        metadata: read.metadata,
     })
 }

@@ -7,7 +7,7 @@
 //! that lies before its cursor (before its start) gets a record. Positions
 //! are re-opened in chunks, each one guarded script.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
 use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
@@ -205,9 +205,12 @@ impl RedisBackend {
                 let cursor_text = cursor.to_string();
                 cas.hget_is(&cursors, &p.to_string(), Some(&cursor_text));
                 let fields: Vec<String> = seqs.iter().map(u64::to_string).collect();
-                let records = self.keys.deliveries(s, g, p);
+                let k = self.keys.partition(s, g, p);
                 let raws: Vec<Option<String>> = self
-                    .run(redis::cmd("HMGET").arg(&records).arg(&fields), Phase::Read)
+                    .run(
+                        redis::cmd("HMGET").arg(&k.records).arg(&fields),
+                        Phase::Read,
+                    )
                     .await?;
                 let mut missing = Vec::new();
                 for ((seq, field), raw) in seqs.iter().zip(&fields).zip(raws) {
@@ -221,7 +224,7 @@ impl RedisBackend {
                     if before.is_none() && *seq >= cursor {
                         continue; // not delivered yet: nothing to re-open
                     }
-                    cas.hget_is(&records, field, raw.as_deref());
+                    cas.hget_is(&k.records, field, raw.as_deref());
                     match before {
                         Some(d) => {
                             let (d_status, old) = (d.status, Slot::of(&d));
@@ -239,24 +242,26 @@ impl RedisBackend {
                                 ..d
                             };
                             let was_dead = d_status == Status::Dead;
-                            self.place(&mut cas, s, g, (p, *seq), Some(old), &reopened);
+                            self.place(&mut cas, &k, *seq, Some(old), &reopened);
                             if was_dead {
-                                let dead = self.keys.dead(s, g);
-                                cas.write(&["ZREM", &dead, &dead_member(p, *seq)]);
+                                cas.write(&["ZREM", &k.dead, &dead_member(p, *seq)]);
                             }
                         }
                         None => missing.push(*seq),
                     }
                 }
-                let mut events: HashMap<u64, Event> = HashMap::new();
-                for &seq in &missing {
-                    let event = self.event_at(s, p, seq).await?;
-                    events.insert(seq, (*event).clone());
-                }
+                // Below the cursor, no record means acked on the first
+                // attempt, or never delivered below the floor (`Status`).
+                let floor: Option<u64> = self
+                    .run(
+                        redis::cmd("HGET").arg(self.keys.floors(s, g)).arg(p),
+                        Phase::Read,
+                    )
+                    .await?;
+                let floor = floor.unwrap_or(1);
                 for seq in missing {
                     count += 1;
-                    let record = Delivery::fresh(events[&seq].id.as_str().to_owned());
-                    self.place(&mut cas, s, g, (p, seq), None, &record);
+                    self.place(&mut cas, &k, seq, None, &Delivery::recordless(seq, floor));
                 }
             }
             if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
@@ -281,6 +286,7 @@ impl RedisBackend {
         let k = &self.keys;
         let dead_key = k.dead(s, g);
         let cursors = k.cursors(s, g);
+        let floors = k.floors(s, g);
         for &p in &selected {
             for key in [
                 k.deliveries(s, g, p),
@@ -297,6 +303,7 @@ impl RedisBackend {
             }
             let start = (starts[p as usize] + 1).to_string();
             cas.write(&["HSET", &cursors, &p.to_string(), &start]);
+            cas.write(&["HSET", &floors, &p.to_string(), &start]);
         }
         self.apply(&cas).await?;
         self.wake(s).await;

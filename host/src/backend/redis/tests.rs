@@ -1,8 +1,10 @@
-//! The Redis backend's log against a real Redis (`TEST_REDIS_URL`): URL
-//! parsing, the guarded script, streams, appends (idempotent, gap-free
-//! under concurrent writers) and reads. Each test keys under a prefix of
-//! its own and deletes its keys; prefixes left by a crashed run are
-//! deleted by the first test of the next run after an hour.
+//! The Redis backend against a real Redis (`TEST_REDIS_URL`): URL parsing,
+//! the guarded script, streams, appends (idempotent, gap-free under
+//! concurrent writers), reads, claims, settles, rewinds and queries, the
+//! conformance suites and a lost connection. Each test (each conformance
+//! check too) keys under a prefix of its own, deleted when its backend is
+//! dropped; prefixes left by a crashed run are deleted by the first test of
+//! the next run after an hour.
 
 use std::sync::Arc;
 
@@ -31,14 +33,49 @@ async fn backend() -> Option<RedisBackend> {
 
 /// The same, with its frozen clock.
 async fn clocked() -> Option<(RedisBackend, Arc<FrozenClock>)> {
+    let clock = FrozenClock::new(START);
+    Some((connect_fresh(clock.clone()).await?, clock))
+}
+
+/// A backend on `TEST_REDIS_URL` under a fresh prefix whose keys are
+/// deleted when the backend's last clone is dropped.
+async fn connect_fresh(clock: crate::clock::SharedClock) -> Option<RedisBackend> {
     let url = service_url("TEST_REDIS_URL", "redis")?;
     let prefix = fresh_prefix(&url).await;
     let sep = if url.contains('?') { '&' } else { '?' };
-    let clock = FrozenClock::new(START);
-    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock.clone())
+    let mut backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
         .await
         .expect("connect to TEST_REDIS_URL");
-    Some((backend, clock))
+    backend.janitor = Some(Arc::new(Janitor {
+        url,
+        pattern: backend.keys.all(),
+    }));
+    Some(backend)
+}
+
+/// Deletes every key matching `pattern` when dropped (the end of a test).
+#[derive(Debug)]
+pub(super) struct Janitor {
+    url: String,
+    pattern: String,
+}
+
+impl Drop for Janitor {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&self.pattern)
+            .query(&mut conn)
+            .unwrap_or_default();
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+        }
+    }
 }
 
 /// A prefix of its own for one test (`rheo_t_<unix secs>_<random>`); the
@@ -84,23 +121,6 @@ async fn drop_stale_prefixes(url: &str, now: u64) {
             }
         })
         .await;
-}
-
-/// Deletes every key under the backend's prefix.
-async fn clean(b: &RedisBackend) {
-    let keys: Vec<String> = b
-        .run(
-            &redis::cmd("KEYS").arg(b.keys.all()).clone(),
-            super::Phase::Read,
-        )
-        .await
-        .expect("list keys");
-    if !keys.is_empty() {
-        let _: () = b
-            .run(&redis::cmd("DEL").arg(&keys).clone(), super::Phase::Write)
-            .await
-            .expect("delete keys");
-    }
 }
 
 fn sn(s: &str) -> StreamName {
@@ -182,7 +202,6 @@ async fn the_script_writes_everything_or_nothing() {
         all,
         [("a".into(), "1".into()), ("b".into(), "2".into())].into()
     );
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -215,7 +234,6 @@ async fn streams_are_created_once_listed_sorted_and_found() {
     );
     assert_eq!(b.get_stream(&alpha).await.unwrap().partition_count, 1);
     assert_eq!(code(b.get_stream(&sn("nope")).await), "stream_not_found");
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -309,7 +327,6 @@ async fn appends_number_each_partition_and_keep_ids_once() {
         })
         .await;
     assert_eq!(code(bad_read), "invalid_partition");
-    clean(&b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,7 +371,6 @@ async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
         (1..=140).collect::<Vec<_>>(),
         "no gap, no repeat"
     );
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -438,7 +454,6 @@ async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
     );
     assert_eq!(listed[4].retry_backoff_ms, [100, 2000]);
     assert_eq!(code(b.list_groups(&sn("nope")).await), "stream_not_found");
-    clean(&b).await;
 }
 
 /// Stream `s` (`partitions`), group `g` (`max_attempts`), `per` events in
@@ -516,9 +531,11 @@ async fn fetches_share_the_limit_across_partitions_and_skip_held_leases() {
     assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (1, 1, 1)]);
     let leases: std::collections::HashSet<&LeaseId> = first.iter().map(|l| &l.lease_id).collect();
     assert_eq!(leases.len(), 3, "a fresh lease id per lease");
+    let receipts: Vec<Option<&str>> = first.iter().map(|l| l.receipt.as_deref()).collect();
     assert_eq!(
-        first[0].receipt.as_deref(),
-        Some(first[0].lease_id.as_str())
+        receipts,
+        [Some("1-0"), Some("2-0"), Some("1-0")],
+        "the receipt is the entry id"
     );
     assert_eq!(
         (first[0].leased_at, first[0].expires_at),
@@ -542,7 +559,6 @@ async fn fetches_share_the_limit_across_partitions_and_skip_held_leases() {
         })
         .await;
     assert_eq!(code(nowhere), "group_not_found");
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -623,7 +639,6 @@ async fn settles_follow_the_policy_and_are_fenced() {
             super::claims::dead_member(0, 3)
         ]
     );
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -669,7 +684,6 @@ async fn expired_leases_come_back_and_an_expired_last_attempt_is_dead() {
         .unwrap();
     let record = super::claims::Delivery::decode(&record).unwrap();
     assert_eq!(record.reason.as_deref(), Some("max_attempts_expired"));
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -745,7 +759,6 @@ async fn lag_group_info_and_the_next_due_time_follow_the_deliveries() {
         "group_not_found"
     );
     b.ping().await.unwrap();
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -808,7 +821,60 @@ async fn dead_letters_page_in_sequence_order_and_redrive_with_fresh_attempts() {
         again.iter().map(|l| l.attempt).collect::<Vec<_>>(),
         [1, 1, 1, 1]
     );
-    clean(&b).await;
+}
+
+/// The fields of a partition's delivery records.
+async fn record_fields(b: &RedisBackend, s: &StreamName, g: &GroupName) -> Vec<String> {
+    let mut fields: Vec<String> = b
+        .run(
+            &redis::cmd("HKEYS").arg(b.keys.deliveries(s, g, 0)).clone(),
+            super::Phase::Read,
+        )
+        .await
+        .unwrap();
+    fields.sort_unstable();
+    fields
+}
+
+#[tokio::test]
+async fn an_ack_keeps_a_record_only_after_a_retry_and_replay_counts_on() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 3, 5).await;
+    let first = fetch(&b, &s, &g, 3).await;
+    // Sequence 2 expires and is claimed again: attempt 2.
+    for l in [&first[0], &first[2]] {
+        assert_eq!(settle(&b, l, SettleOp::Ack).await, "ok");
+    }
+    clock.advance(1000);
+    let again = fetch(&b, &s, &g, 3).await;
+    assert_eq!(positions(&again), [(0, 2, 2)]);
+    // All acks of leases this node fetched: one unread, guarded batch.
+    let acks = vec![Settlement {
+        target: again[0].target(),
+        op: SettleOp::Ack,
+    }];
+    assert!(b.settle(&s, &g, acks).await.unwrap()[0].is_ok());
+    assert_eq!(
+        record_fields(&b, &s, &g).await,
+        ["2"],
+        "a first-attempt ack leaves no record; a later one keeps its attempts"
+    );
+    // The old lease of sequence 2 is stale, on the guarded path too.
+    assert_eq!(settle(&b, &first[1], SettleOp::Ack).await, "stale_lease");
+
+    let all = Replay::FromSequence {
+        after: 0,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, all).await.unwrap(), 3);
+    let replayed = fetch(&b, &s, &g, 3).await;
+    assert_eq!(
+        positions(&replayed),
+        [(0, 1, 2), (0, 2, 3), (0, 3, 2)],
+        "attempts count on"
+    );
 }
 
 #[tokio::test]
@@ -881,7 +947,6 @@ async fn replay_reopens_and_reset_starts_over() {
         seqs(&fetch(&b, &s, &g, 10).await),
         [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
     );
-    clean(&b).await;
 }
 
 #[tokio::test]
@@ -976,7 +1041,6 @@ async fn queries_filter_order_and_page_like_every_backend() {
         code(b.query(&sn("nope"), &by_time).await),
         "stream_not_found"
     );
-    clean(&b).await;
 }
 
 async fn settle_err(b: &RedisBackend, l: &Lease) -> crate::backend::Result<()> {
@@ -1021,7 +1085,6 @@ async fn two_nodes_claim_every_event_exactly_once() {
     all.sort_unstable();
     let expected: Vec<(u32, u64)> = (0..3).flat_map(|p| (1..=40).map(move |q| (p, q))).collect();
     assert_eq!(all, expected, "each event acked exactly once");
-    clean(&b).await;
 }
 
 impl RedisBackend {
@@ -1030,20 +1093,16 @@ impl RedisBackend {
         let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
         let sep = if url.contains('?') { '&' } else { '?' };
         let url = format!("{url}{sep}prefix={}", b.keys.prefix);
-        RedisBackend::connect(&url, b.clock.clone())
+        let mut other = RedisBackend::connect(&url, b.clock.clone())
             .await
-            .expect("connect")
+            .expect("connect");
+        other.janitor = b.janitor.clone();
+        other
     }
 }
 
 async fn factory(clock: crate::clock::SharedClock) -> Option<Arc<dyn crate::backend::Backend>> {
-    let url = service_url("TEST_REDIS_URL", "redis")?;
-    let prefix = fresh_prefix(&url).await;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
-        .await
-        .expect("connect to TEST_REDIS_URL");
-    Some(Arc::new(backend))
+    Some(Arc::new(connect_fresh(clock).await?))
 }
 
 mod conformance {
@@ -1058,13 +1117,13 @@ async fn nodes(
     Arc<dyn crate::backend::Backend>,
     Arc<dyn crate::backend::Backend>,
 )> {
-    let url = service_url("TEST_REDIS_URL", "redis")?;
+    let a = connect_fresh(clock.clone()).await?;
+    let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
     let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{sep}prefix={}", fresh_prefix(&url).await);
-    let a = RedisBackend::connect(&url, clock.clone())
-        .await
-        .expect("node a");
-    let b = RedisBackend::connect(&url, clock).await.expect("node b");
+    let url = format!("{url}{sep}prefix={}", a.keys.prefix);
+    let mut b = RedisBackend::connect(&url, clock).await.expect("node b");
+    // One prefix: b shares a's janitor, so the keys go with the last node.
+    b.janitor = a.janitor.clone();
     Some((Arc::new(a), Arc::new(b)))
 }
 
@@ -1079,6 +1138,10 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         return;
     };
     let prefix = fresh_prefix(&url).await;
+    let janitor = Arc::new(Janitor {
+        url: url.clone(),
+        pattern: format!("{prefix}:*"),
+    });
     crate::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
         &url,
         |relayed, clock| async move {
@@ -1089,4 +1152,5 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         },
     )
     .await;
+    drop(janitor);
 }
