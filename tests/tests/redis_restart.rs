@@ -157,7 +157,7 @@ fn a_redis_restart_mid_run_is_unavailable_then_backs_off_and_finishes() {
         &http,
         &server,
         "/v1/streams/orders/events",
-        &json!({"events": [{"id": "while-down", "payload": {}}]}),
+        &json!({"id": "while-down", "payload": {}}),
     );
     // A write sent on the connection Redis just closed may have landed:
     // that one is `ambiguous`; a write refused outright is unavailable.
@@ -200,11 +200,11 @@ fn a_redis_restart_mid_run_is_unavailable_then_backs_off_and_finishes() {
     assert_eq!(info["dead_letters"], 0, "{info}");
     let (status, stream) = get(&http, &server, "/v1/streams/orders");
     assert_eq!(status, 200, "{stream}");
-    let total: u64 = stream["high_watermarks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h.as_u64().unwrap())
+    let total: u64 = stream["partitions"]
+        .as_object()
+        .expect("partitions")
+        .values()
+        .map(|p| p["high_watermark"].as_u64().expect("a high watermark"))
         .sum();
     assert_eq!(
         total, 3000,
