@@ -29,6 +29,19 @@ pub(crate) async fn delete_prefix(url: &str, prefix: &str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// One `XADD` of each payload to `key`, as a pipeline.
+fn xadds(key: &str, payloads: &[String]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for payload in payloads {
+        pipe.cmd("XADD")
+            .arg(key)
+            .arg("*")
+            .arg("payload")
+            .arg(payload);
+    }
+    pipe
+}
+
 /// Adds `payloads` to a fresh stream, `batch` `XADD`s per pipeline (timed).
 /// The stream is deleted afterwards.
 pub(crate) async fn add(
@@ -43,15 +56,7 @@ pub(crate) async fn add(
         let Some(chunk) = chunks.next() else {
             return anyhow::Ok(0);
         };
-        let mut pipe = redis::pipe();
-        for payload in chunk {
-            pipe.cmd("XADD")
-                .arg(&key)
-                .arg("*")
-                .arg("payload")
-                .arg(payload);
-        }
-        let ids: Vec<String> = pipe.query_async(&mut conn.clone()).await?;
+        let ids: Vec<String> = xadds(&key, chunk).query_async(&mut conn.clone()).await?;
         Ok(ids.len())
     };
     let result = crate::timed_rounds("xadd", payloads.len(), round).await;
@@ -70,16 +75,7 @@ pub(crate) async fn read_ack(
     let mut conn = connect(url).await?;
     let key = format!("rheo_compare_raw_{:08x}", rand::random::<u32>());
     for chunk in payloads.chunks(500) {
-        let mut pipe = redis::pipe();
-        for payload in chunk {
-            pipe.cmd("XADD")
-                .arg(&key)
-                .arg("*")
-                .arg("payload")
-                .arg(payload)
-                .ignore();
-        }
-        let _: () = pipe.query_async(&mut conn).await?;
+        let _: () = xadds(&key, chunk).query_async(&mut conn).await?;
     }
     let _: () = redis::cmd("XGROUP")
         .arg("CREATE")
