@@ -8,8 +8,12 @@
 //! is refused with [`Error::Invalid`] (or a more specific code) before
 //! anything is written.
 
+#[cfg(any(feature = "redis", feature = "mongodb"))]
+mod entry;
 mod error;
 pub mod memory;
+#[cfg(feature = "mongodb")]
+pub(crate) mod mongo;
 mod policy;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -497,7 +501,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
 /// Opens the backend a URL names — `memory://`, `sqlite://path.db` (or
 /// `sqlite::memory:`), `postgres://…[?schema=name]`,
-/// `redis://host:port[/db][?prefix=name]` — applying pending migrations.
+/// `redis://host:port[/db][?prefix=name]`, `mongodb://host:port/[database][?options]`
+/// — applying pending migrations.
 pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
     connect(url, clock, true).await
 }
@@ -521,16 +526,14 @@ pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc
         )),
         #[cfg(feature = "redis")]
         Some("redis") => Ok(Arc::new(redis::RedisBackend::connect(url, clock).await?)),
-        Some("mongodb") => Err(Error::invalid(
-            "backend",
-            format!(
-                "{url:?}: the MongoDB backend is not available yet (known: memory://, sqlite://, postgres://, redis://)"
-            ),
+        #[cfg(feature = "mongodb")]
+        Some("mongodb") => Ok(Arc::new(
+            mongo::MongoBackend::connect(url, clock, migrate).await?,
         )),
         Some(other) => Err(Error::invalid(
             "backend",
             format!(
-                "no backend for {other:?} URLs in this build (known: memory://, sqlite://, postgres://, redis://)"
+                "no backend for {other:?} URLs in this build (known: memory://, sqlite://, postgres://, redis://, mongodb://)"
             ),
         )),
         None => Err(Error::invalid(

@@ -28,7 +28,7 @@ use crate::backend::policy::{GroupConfig, plan_append, route_batch};
 use crate::backend::{CreateStream, Error, Notifier, ReadRequest, Result};
 use crate::clock::SharedClock;
 use crate::model::{
-    Appended, Event, EventId, EventInput, GroupName, JsonObject, Stream, StreamName, Timestamp,
+    Appended, Event, EventId, EventInput, GroupName, Stream, StreamName, Timestamp,
 };
 
 /// Key prefix when the URL names none.
@@ -817,15 +817,7 @@ impl RedisBackend {
         let key = self.keys.log(&event.stream, event.partition);
         let entry = claims::entry_id(event.sequence);
         let ts = event.timestamp.as_millis();
-        let body = serde_json::to_string(&LogEntry {
-            id: event.id.as_str(),
-            ts,
-            event_type: event.event_type.as_deref(),
-            key: event.key.as_deref(),
-            payload: &event.payload,
-            metadata: &event.metadata,
-        })
-        .map_err(|e| corrupt("event", e))?;
+        let body = crate::backend::entry::encode(event).map_err(|e| corrupt("event", e))?;
         cas.write(&["XADD", &key, &entry, "event", &body]);
         let times = self.keys.times(&event.stream, event.partition);
         cas.write(&["ZADD", &times, &ts.to_string(), &event.sequence.to_string()]);
@@ -952,37 +944,6 @@ fn entry_sequence(entry: &str) -> Result<u64> {
         .ok_or_else(|| corrupt("entry id", entry))
 }
 
-/// An event in the log: one JSON field per entry, so that a read of many
-/// entries is few reply elements (type, key and empty metadata are left
-/// out).
-#[derive(serde::Serialize)]
-struct LogEntry<'a> {
-    id: &'a str,
-    ts: i64,
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    event_type: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
-    payload: &'a JsonObject,
-    #[serde(skip_serializing_if = "JsonObject::is_empty")]
-    metadata: &'a JsonObject,
-}
-
-/// [`LogEntry`], read back.
-#[derive(serde::Deserialize)]
-struct ReadEntry {
-    id: EventId,
-    ts: i64,
-    #[serde(rename = "type", default)]
-    event_type: Option<String>,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    payload: JsonObject,
-    #[serde(default)]
-    metadata: JsonObject,
-}
-
 /// An event from its entry id (`<sequence>-0`) and its fields.
 fn decode_event(
     stream: &StreamName,
@@ -995,16 +956,6 @@ fn decode_event(
         [name, body] if name == "event" => body,
         _ => return Err(corrupt("entry", format!("{entry} has no event field"))),
     };
-    let read: ReadEntry = serde_json::from_str(body).map_err(|e| corrupt("event", e))?;
-    Ok(Event {
-        id: read.id,
-        stream: stream.clone(),
-        partition,
-        sequence,
-        event_type: read.event_type,
-        key: read.key,
-        timestamp: Timestamp::from_millis(read.ts),
-        payload: read.payload,
-        metadata: read.metadata,
-    })
+    crate::backend::entry::decode(stream, partition, sequence, body)
+        .map_err(|e| corrupt("event", e))
 }

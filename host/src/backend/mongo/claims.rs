@@ -1,0 +1,577 @@
+//! Claims, renewals and settles (`docs/groups.md#claims`,
+//! `docs/groups.md#leases-and-fencing`, `docs/groups.md#settle-policy`),
+//! each a conditional write of single delivery documents — atomic in
+//! MongoDB without a transaction.
+//!
+//! A delivery document exists for every event a group has handed out (or
+//! had re-opened by a replay): `st` is `available`, `leased`, `acked` or
+//! `dead`; `a` counts claims; `lid` is the fencing token while leased;
+//! `due` delays an available delivery; `exp` ends a lease.
+//!
+//! A fetch first dead-letters expired leases that used their last attempt
+//! (the poison guard), then re-claims what is claimable — each with a
+//! `find_one_and_update` that holds only if the delivery is still as read —
+//! and creates the deliveries of events past the cursor by inserting them
+//! already leased: the unique (stream, group, partition, sequence) index
+//! lets exactly one fetcher create each, and the cursor is moved with
+//! `$max` after the insert, so an event below the cursor always has its
+//! delivery (a fetcher that dies in between leaves leased deliveries above
+//! the cursor, which the next fetcher steps over and which expire like
+//! any lease).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use futures::future::join_all;
+use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use mongodb::error::ErrorKind;
+use mongodb::options::ReturnDocument;
+
+use super::groups::group_key;
+use super::{
+    DELIVERIES, GROUPS, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, opt_text, text,
+    uint,
+};
+use crate::backend::policy::{POISON_REASON, Write, claim_capacity, round_robin, settle_write};
+use crate::backend::{
+    Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
+};
+use crate::model::{
+    ConsumerId, Event, GroupName, Lease, LeaseId, SettleOp, SettleTarget, Settlement, StreamName,
+    Timestamp, clip_reason,
+};
+
+/// Delivery statuses.
+pub(crate) const AVAILABLE: &str = "available";
+pub(crate) const LEASED: &str = "leased";
+pub(crate) const ACKED: &str = "acked";
+pub(crate) const DEAD: &str = "dead";
+
+/// The filter of one group's deliveries.
+pub(crate) fn deliveries_of(s: &StreamName, g: &GroupName) -> Document {
+    doc! {"s": s.as_str(), "g": g.as_str()}
+}
+
+/// What makes a delivery claimable at `now`: available and due, or leased
+/// with its lease over (and attempts left: the poison guard takes the rest).
+pub(crate) fn claimable(now: Timestamp, max_attempts: u32) -> Document {
+    let now = now.as_millis();
+    doc! {"$or": [
+        {"st": AVAILABLE, "due": null},
+        {"st": AVAILABLE, "due": {"$lte": now}},
+        {"st": LEASED, "exp": {"$lte": now}, "a": {"$lt": i64::from(max_attempts)}},
+    ]}
+}
+
+/// A claim made by this fetch.
+struct Claimed {
+    partition: u32,
+    sequence: u64,
+    attempt: u32,
+    lease_id: LeaseId,
+    event: Option<Arc<Event>>,
+}
+
+/// Whether a batch is the common case: acks of distinct events with no
+/// receipt to check, which one conditional `update_many` applies at once.
+fn plain_acks(items: &[Settlement]) -> bool {
+    let mut seen = HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|i| {
+            i.op == SettleOp::Ack
+                && i.target
+                    .receipt
+                    .as_deref()
+                    .is_none_or(|r| r == i.target.lease_id.as_str())
+                && seen.insert(i.target.event_id.as_str())
+        })
+}
+
+/// How many documents of an ordered `insert_many` went in before it failed
+/// on a duplicate key; `None` for any other failure.
+fn inserted_before_duplicate(e: &mongodb::error::Error) -> Option<usize> {
+    match &*e.kind {
+        ErrorKind::InsertMany(m) => {
+            let first = m.write_errors.as_ref()?.iter().min_by_key(|w| w.index)?;
+            (first.code == 11000).then_some(first.index)
+        }
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000 => Some(0),
+        _ => None,
+    }
+}
+
+impl MongoBackend {
+    pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        req.validate()?;
+        let (partition_count, _) = self.meta(&req.stream).await?;
+        let config = self.group_config(&req.stream, &req.group).await?;
+        let selected = req.partitions.resolve(partition_count)?;
+        if selected.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A fetch that lost every race to other fetchers looks again: what
+        // they left may still be claimable.
+        for _ in 0..3 {
+            let (leases, lost) = self
+                .fetch_once(&req, config.max_attempts, &selected, partition_count)
+                .await?;
+            if !leases.is_empty() || !lost {
+                return Ok(leases);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// One round of claims; also says whether a race was lost.
+    async fn fetch_once(
+        &self,
+        req: &FetchRequest,
+        max_attempts: u32,
+        selected: &[u32],
+        partition_count: u32,
+    ) -> Result<(Vec<Lease>, bool)> {
+        let (s, g) = (&req.stream, &req.group);
+        let now = self.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
+        let deliveries = self.coll(DELIVERIES);
+
+        // The poison guard.
+        let mut poison = deliveries_of(s, g);
+        poison.insert("p", doc! {"$in": &in_selected});
+        poison.insert("st", LEASED);
+        poison.insert("exp", doc! {"$lte": now.as_millis()});
+        poison.insert("a", doc! {"$gte": i64::from(max_attempts)});
+        deliveries
+            .update_many(
+                poison,
+                doc! {
+                    "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
+                    "$unset": {"lid": "", "due": ""},
+                },
+            )
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+
+        // Claimable deliveries, lowest sequences first in each partition.
+        let mut filter = deliveries_of(s, g);
+        filter.insert("p", doc! {"$in": &in_selected});
+        filter.extend(claimable(now, max_attempts));
+        let window = (i64::from(req.limit) * selected.len() as i64).min(10_000);
+        let candidates = self
+            .find_all(DELIVERIES, filter, Some(doc! {"q": 1, "p": 1}), window)
+            .await?;
+        let mut per_partition: BTreeMap<u32, Vec<Document>> = BTreeMap::new();
+        for d in candidates {
+            let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
+            per_partition.entry(p).or_default().push(d);
+        }
+
+        let state = self.group_state(s, g, partition_count).await?;
+        let hw = self.high_watermarks(s).await?;
+        let capacity: Vec<usize> = selected
+            .iter()
+            .map(|p| {
+                let claimable = per_partition.get(p).map_or(0, Vec::len);
+                claim_capacity(claimable, state.cursors[*p as usize], hw[*p as usize])
+            })
+            .collect();
+        let first = self.rotate(s, g) % selected.len();
+        let quotas = round_robin(&capacity, req.limit as usize, first);
+
+        let consumer = req.consumer_id.as_str();
+        let mut claimed = Vec::new();
+        let mut lost = false;
+        // Re-claims, each conditional on the delivery as it was read; the
+        // rest of each partition's share are new deliveries.
+        let mut attempts = Vec::new();
+        let mut fresh = Vec::new();
+        for (i, p) in selected.iter().enumerate() {
+            let list = per_partition.remove(p).unwrap_or_default();
+            let take = quotas[i].min(list.len());
+            fresh.push((*p, (quotas[i] - take) as u64));
+            for d in list.into_iter().take(take) {
+                attempts.push(self.reclaim(d, consumer, now, expires_at));
+            }
+        }
+        for outcome in join_all(attempts).await {
+            match outcome? {
+                Some(c) => claimed.push(c),
+                None => lost = true,
+            }
+        }
+        for (p, n) in fresh.into_iter().filter(|(_, n)| *n > 0) {
+            let cursor = state.cursors[p as usize];
+            let lease = (consumer, now, expires_at);
+            let (mut created, raced) = self
+                .create_leased((s, g), p, cursor, n, lease, state.epoch)
+                .await?;
+            lost |= raced;
+            claimed.append(&mut created);
+        }
+
+        // The events of the re-claims (new ones came with theirs).
+        let missing: Vec<(u32, u64)> = claimed
+            .iter()
+            .filter(|c| c.event.is_none())
+            .map(|c| (c.partition, c.sequence))
+            .collect();
+        let mut events = self.events_at(s, &missing).await?;
+        let mut leases = Vec::with_capacity(claimed.len());
+        for c in claimed {
+            let event = match c.event {
+                Some(event) => event,
+                None => events.remove(&(c.partition, c.sequence)).ok_or_else(|| {
+                    Error::Failed(format!("event {}/{} is missing", c.partition, c.sequence))
+                })?,
+            };
+            leases.push(Lease::new(
+                g.clone(),
+                event,
+                c.lease_id,
+                req.consumer_id.clone(),
+                c.attempt,
+                now,
+                expires_at,
+            ));
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok((leases, lost))
+    }
+
+    /// Claims one delivery if it is still as `d` shows it.
+    async fn reclaim(
+        &self,
+        d: Document,
+        consumer: &str,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<Option<Claimed>> {
+        let id = d.get_object_id("_id").map_err(|e| corrupt("delivery", e))?;
+        let mut guard = doc! {"_id": id, "st": text(&d, "st")?, "a": int(&d, "a")?};
+        guard.insert("lid", d.get("lid").cloned().unwrap_or(Bson::Null));
+        guard.insert("due", d.get("due").cloned().unwrap_or(Bson::Null));
+        guard.insert("exp", d.get("exp").cloned().unwrap_or(Bson::Null));
+        let lease_id = LeaseId::generate();
+        let update = doc! {
+            "$set": {
+                "st": LEASED,
+                "lid": lease_id.as_str(),
+                "c": consumer,
+                "lat": now.as_millis(),
+                "exp": expires_at.as_millis(),
+            },
+            "$inc": {"a": 1_i64},
+            "$unset": {"due": ""},
+        };
+        let after = self
+            .coll(DELIVERIES)
+            .find_one_and_update(guard, update)
+            .return_document(ReturnDocument::After)
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        let Some(after) = after else { return Ok(None) };
+        Ok(Some(Claimed {
+            partition: u32::try_from(int(&after, "p")?).map_err(|e| corrupt("partition", e))?,
+            sequence: uint(&after, "q")?,
+            attempt: u32::try_from(int(&after, "a")?).map_err(|e| corrupt("attempt", e))?,
+            lease_id,
+            event: None,
+        }))
+    }
+
+    /// Creates up to `n` deliveries of partition `p` from `cursor` on,
+    /// leased, and moves the cursor past them; also says whether another
+    /// fetcher had created some first.
+    async fn create_leased(
+        &self,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        cursor: u64,
+        n: u64,
+        (consumer, now, expires_at): (&str, Timestamp, Timestamp),
+        epoch: i64,
+    ) -> Result<(Vec<Claimed>, bool)> {
+        let events = self.read_range(s, p, cursor, cursor + n - 1).await?;
+        let mut docs = Vec::with_capacity(events.len());
+        let mut claimed = Vec::with_capacity(events.len());
+        for event in events {
+            let lease_id = LeaseId::generate();
+            docs.push(doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(event.sequence),
+                "e": event.id.as_str(),
+                "st": LEASED,
+                "a": 1_i64,
+                "lid": lease_id.as_str(),
+                "c": consumer,
+                "lat": now.as_millis(),
+                "exp": expires_at.as_millis(),
+            });
+            claimed.push(Claimed {
+                partition: p,
+                sequence: event.sequence,
+                attempt: 1,
+                lease_id,
+                event: Some(Arc::new(event)),
+            });
+        }
+        if docs.is_empty() {
+            return Ok((claimed, false));
+        }
+        let (inserted, raced) = match self.coll(DELIVERIES).insert_many(docs).await {
+            Ok(_) => (claimed.len(), false),
+            Err(e) => match inserted_before_duplicate(&e) {
+                Some(k) => (k, true),
+                None => return Err(map_error(e, Phase::Write)),
+            },
+        };
+        claimed.truncate(inserted);
+        let mut past = cursor + inserted as u64;
+        if raced {
+            // Step over deliveries other fetchers created from there (one
+            // may have died before moving the cursor).
+            past = self.created_from(s, g, p, past).await?;
+        }
+        let mut filter = group_key(s, g);
+        filter.insert("epoch", epoch);
+        self.coll(GROUPS)
+            .update_one(filter, doc! {"$max": {format!("cursor.{p}"): big(past)}})
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        Ok((claimed, raced))
+    }
+
+    /// The first sequence from `from` on in partition `p` that has no
+    /// delivery yet.
+    async fn created_from(&self, s: &StreamName, g: &GroupName, p: u32, from: u64) -> Result<u64> {
+        let mut filter = deliveries_of(s, g);
+        filter.insert("p", p as i32);
+        filter.insert("q", doc! {"$gte": big(from)});
+        let existing = self
+            .find_all(DELIVERIES, filter, Some(doc! {"q": 1}), 1000)
+            .await?;
+        let mut next = from;
+        for d in &existing {
+            if uint(d, "q")? != next {
+                break;
+            }
+            next += 1;
+        }
+        Ok(next)
+    }
+
+    /// Extends one lease; the updated delivery, or the item's error.
+    async fn renew_one(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        target: &SettleTarget,
+        expires_at: Timestamp,
+    ) -> Result<Result<Document>> {
+        let mut filter = deliveries_of(s, g);
+        filter.insert("e", target.event_id.as_str());
+        filter.insert("st", LEASED);
+        filter.insert("lid", target.lease_id.as_str());
+        if target
+            .receipt
+            .as_deref()
+            .is_some_and(|r| r != target.lease_id.as_str())
+        {
+            // Fenced first: a stale lease is stale whatever its receipt.
+            let held = self
+                .coll(DELIVERIES)
+                .find_one(filter)
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?;
+            return Ok(Err(match held {
+                Some(_) => Error::ReceiptMismatch,
+                None => Error::StaleLease,
+            }));
+        }
+        let after = self
+            .coll(DELIVERIES)
+            .find_one_and_update(filter, doc! {"$set": {"exp": expires_at.as_millis()}})
+            .return_document(ReturnDocument::After)
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        Ok(after.ok_or(Error::StaleLease))
+    }
+
+    pub(crate) async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let expires_at = self.now().add_ms(req.lease_ms);
+        let d = self.renew_one(s, g, &req.target, expires_at).await??;
+        let position = (
+            u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?,
+            uint(&d, "q")?,
+        );
+        let event = self
+            .events_at(s, &[position])
+            .await?
+            .remove(&position)
+            .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+        let consumer = ConsumerId::parse(opt_text(&d, "c").unwrap_or_default())
+            .map_err(|e| corrupt("consumer id", e))?;
+        let leased_at = Timestamp::from_millis(opt_int(&d, "lat")?.unwrap_or_default());
+        let attempt = u32::try_from(int(&d, "a")?).map_err(|e| corrupt("attempt", e))?;
+        Ok(Lease::new(
+            req.group,
+            event,
+            req.target.lease_id,
+            consumer,
+            attempt,
+            leased_at,
+            expires_at,
+        ))
+    }
+
+    pub(crate) async fn renew_many(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        validate_renewals(&targets, lease_ms)?;
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let expires_at = self.now().add_ms(lease_ms);
+        let renewals = targets.iter().map(|t| self.renew_one(s, g, t, expires_at));
+        join_all(renewals)
+            .await
+            .into_iter()
+            .map(|r| Ok(r?.map(|_| expires_at)))
+            .collect()
+    }
+
+    pub(crate) async fn settle(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        validate_settlements(&items)?;
+        self.meta(s).await?;
+        let config = self.group_config(s, g).await?;
+        let now = self.now();
+        if plain_acks(&items) {
+            return self.ack_all(s, g, &items, now).await;
+        }
+        let mut results = Vec::with_capacity(items.len());
+        let mut requeued = false;
+        for item in items {
+            if let Err(e) = item.validate() {
+                results.push(Err(e.into()));
+                continue;
+            }
+            let t = &item.target;
+            let mut filter = deliveries_of(s, g);
+            filter.insert("e", t.event_id.as_str());
+            filter.insert("st", LEASED);
+            filter.insert("lid", t.lease_id.as_str());
+            let held = self
+                .coll(DELIVERIES)
+                .find_one(filter.clone())
+                .projection(doc! {"a": 1})
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?;
+            let Some(held) = held else {
+                results.push(Err(Error::StaleLease));
+                continue;
+            };
+            if t.receipt
+                .as_deref()
+                .is_some_and(|r| r != t.lease_id.as_str())
+            {
+                results.push(Err(Error::ReceiptMismatch));
+                continue;
+            }
+            let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
+            let write = settle_write(item.op, attempt, &config, now);
+            requeued |= write.requeues();
+            let update = match write {
+                Write::Ack => doc! {"$set": {"st": ACKED}, "$unset": {"lid": ""}},
+                Write::Retry { due, reason } => {
+                    let mut set = doc! {"st": AVAILABLE, "r": clip_reason(&reason)};
+                    let mut unset = doc! {"lid": ""};
+                    match due {
+                        Some(due) => set.insert("due", due.as_millis()),
+                        None => unset.insert("due", ""),
+                    };
+                    doc! {"$set": set, "$unset": unset}
+                }
+                Write::Dead(reason) => doc! {
+                    "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
+                    "$unset": {"lid": "", "due": ""},
+                },
+            };
+            let changed = self
+                .coll(DELIVERIES)
+                .update_one(filter, update)
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?;
+            results.push(match changed.matched_count {
+                1 => Ok(()),
+                _ => Err(Error::StaleLease),
+            });
+        }
+        if requeued {
+            self.wake(s).await;
+        }
+        Ok(results)
+    }
+
+    /// Acks of distinct leases in one `update_many`, fenced on each
+    /// (event, lease id) pair; a token marks what this call acked, read
+    /// back only when some were not.
+    async fn ack_all(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: &[Settlement],
+        now: Timestamp,
+    ) -> Result<Vec<Result<()>>> {
+        let pairs: Vec<Document> = items
+            .iter()
+            .map(|i| doc! {"lid": i.target.lease_id.as_str(), "e": i.target.event_id.as_str()})
+            .collect();
+        let token = ObjectId::new();
+        let mut filter = deliveries_of(s, g);
+        filter.insert("st", LEASED);
+        filter.insert("$or", pairs);
+        let update = doc! {
+            "$set": {"st": ACKED, "tok": token, "acked_at": now.as_millis()},
+            "$unset": {"lid": ""},
+        };
+        let done = self
+            .coll(DELIVERIES)
+            .update_many(filter, update)
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        if done.modified_count as usize == items.len() {
+            return Ok(items.iter().map(|_| Ok(())).collect());
+        }
+        let mut mine = deliveries_of(s, g);
+        mine.insert("tok", token);
+        let acked: HashSet<String> = self
+            .find_all(DELIVERIES, mine, None, 0)
+            .await?
+            .iter()
+            .map(|d| text(d, "e").map(str::to_owned))
+            .collect::<Result<_>>()?;
+        Ok(items
+            .iter()
+            .map(|i| match acked.contains(i.target.event_id.as_str()) {
+                true => Ok(()),
+                false => Err(Error::StaleLease),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,127 @@
+//! The MongoDB backend against a MongoDB-compatible server
+//! (`TEST_MONGODB_URL`; `scripts/test` starts the SecantusDB stand-in):
+//! the conformance suite, the two-node suite and a lost connection. Each
+//! test has a database of its own, dropped when its backend is dropped.
+
+use std::sync::Arc;
+
+use super::MongoBackend;
+use crate::backend::Backend;
+use crate::backend::conformance::service_url;
+use crate::clock::SharedClock;
+
+/// Drops a test's database when dropped (the end of the test).
+#[derive(Debug)]
+pub(super) struct Janitor {
+    url: String,
+    database: String,
+}
+
+impl Drop for Janitor {
+    fn drop(&mut self) {
+        let (url, database) = (self.url.clone(), self.database.clone());
+        // Drop runs outside any runtime the test may still be tearing down.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let client = mongodb::Client::with_uri_str(&url).await.ok()?;
+                client.database(&database).drop().await.ok()
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// `url` with its database replaced by `database`.
+pub(super) fn with_database(url: &str, database: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a mongodb:// URL");
+    let (hosts, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = tail.split_once('?').map_or("", |(_, q)| q);
+    match query {
+        "" => format!("{scheme}://{hosts}/{database}"),
+        q => format!("{scheme}://{hosts}/{database}?{q}"),
+    }
+}
+
+/// A fresh database name.
+pub(super) fn fresh_database() -> String {
+    format!("rheo_t_{:016x}", rand::random::<u64>())
+}
+
+/// A backend on a fresh database of `TEST_MONGODB_URL`, or `None` (with a
+/// note) when it is unset and MongoDB is not required.
+async fn connect_fresh(clock: SharedClock) -> Option<MongoBackend> {
+    let url = service_url("TEST_MONGODB_URL", "mongodb")?;
+    let database = fresh_database();
+    let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true)
+        .await
+        .expect("connect to TEST_MONGODB_URL and migrate");
+    backend.janitor = Some(Arc::new(Janitor { url, database }));
+    Some(backend)
+}
+
+async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+    Some(Arc::new(connect_fresh(clock).await?))
+}
+
+mod conformance {
+    use super::factory;
+    crate::backend_conformance!(factory);
+}
+
+/// Two backends (two servers) on one database.
+async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let a = connect_fresh(clock.clone()).await?;
+    let url = std::env::var("TEST_MONGODB_URL").expect("set when a backend exists");
+    let url = with_database(&url, a.db.name());
+    let mut b = MongoBackend::connect(&url, clock, false)
+        .await
+        .expect("node b");
+    // One database: b shares a's janitor, so it goes with the last node.
+    b.janitor = a.janitor.clone();
+    Some((Arc::new(a), Arc::new(b)))
+}
+
+mod nodes {
+    use super::nodes;
+    crate::shared_store_conformance!(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
+    let Some(url) = service_url("TEST_MONGODB_URL", "mongodb") else {
+        return;
+    };
+    let database = fresh_database();
+    let janitor = Janitor {
+        url: url.clone(),
+        database: database.clone(),
+    };
+    crate::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
+        &url,
+        |relayed, clock| async move {
+            let url = with_database(&relayed, &database);
+            let b = MongoBackend::connect(&url, clock, true).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[test]
+fn a_url_gets_the_database_it_is_given() {
+    let url = "mongodb://127.0.0.1:27018/?directConnection=true";
+    assert_eq!(
+        with_database(url, "x"),
+        "mongodb://127.0.0.1:27018/x?directConnection=true"
+    );
+    assert_eq!(with_database("mongodb://h:1", "y"), "mongodb://h:1/y");
+    assert_eq!(
+        with_database("mongodb://h:1/old?a=b&c=d", "z"),
+        "mongodb://h:1/z?a=b&c=d"
+    );
+}
