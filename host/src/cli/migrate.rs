@@ -9,7 +9,8 @@ use crate::clock::SystemClock;
 /// Arguments of `rheo migrate`.
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
-    /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name], memory://
+    /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name],
+    /// redis://host:port[/db][?prefix=name], mongodb://host:port/database, memory://
     #[arg(long, env = "RHEO_BACKEND", default_value = crate::config::DEFAULT_BACKEND)]
     backend: String,
 }

@@ -33,7 +33,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RHEO_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name], memory://
+    /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name],
+    /// redis://host:port[/db][?prefix=name], mongodb://host:port/database, memory://
     /// [default: sqlite://rheo.db]
     #[arg(long, env = "RHEO_BACKEND", value_name = "URL")]
     backend: Option<String>,

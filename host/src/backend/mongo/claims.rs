@@ -19,11 +19,11 @@
 //! the cursor, which the next fetcher steps over and which expire like
 //! any lease).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
-use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use mongodb::bson::{Document, doc, oid::ObjectId};
 use mongodb::error::ErrorKind;
 use mongodb::options::ReturnDocument;
 
@@ -52,15 +52,28 @@ pub(crate) fn deliveries_of(s: &StreamName, g: &GroupName) -> Document {
     doc! {"s": s.as_str(), "g": g.as_str()}
 }
 
-/// What makes a delivery claimable at `now`: available and due, or leased
-/// with its lease over (and attempts left: the poison guard takes the rest).
-pub(crate) fn claimable(now: Timestamp, max_attempts: u32) -> Document {
+/// What makes a delivery of the selected partitions claimable at `now`,
+/// as two filters: available and due, or leased with its lease over and
+/// attempts left (the poison guard takes the rest). Two filters rather
+/// than one `$or`, so that each names only fields of one index.
+pub(crate) fn claimable(
+    s: &StreamName,
+    g: &GroupName,
+    partitions: &[i32],
+    now: Timestamp,
+    max_attempts: u32,
+) -> [Document; 2] {
     let now = now.as_millis();
-    doc! {"$or": [
-        {"st": AVAILABLE, "due": null},
-        {"st": AVAILABLE, "due": {"$lte": now}},
-        {"st": LEASED, "exp": {"$lte": now}, "a": {"$lt": i64::from(max_attempts)}},
-    ]}
+    let mut available = deliveries_of(s, g);
+    available.insert("st", AVAILABLE);
+    available.insert("p", doc! {"$in": partitions});
+    available.insert("due", doc! {"$not": {"$gt": now}});
+    let mut expired = deliveries_of(s, g);
+    expired.insert("st", LEASED);
+    expired.insert("p", doc! {"$in": partitions});
+    expired.insert("exp", doc! {"$lte": now});
+    expired.insert("a", doc! {"$lt": i64::from(max_attempts)});
+    [available, expired]
 }
 
 /// A claim made by this fetch.
@@ -136,35 +149,45 @@ impl MongoBackend {
         let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
         let deliveries = self.coll(DELIVERIES);
 
-        // The poison guard.
+        // The poison guard: a read first, as there is rarely anything to
+        // write.
         let mut poison = deliveries_of(s, g);
-        poison.insert("p", doc! {"$in": &in_selected});
         poison.insert("st", LEASED);
+        poison.insert("p", doc! {"$in": &in_selected});
         poison.insert("exp", doc! {"$lte": now.as_millis()});
         poison.insert("a", doc! {"$gte": i64::from(max_attempts)});
-        deliveries
-            .update_many(
-                poison,
-                doc! {
-                    "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
-                    "$unset": {"lid": "", "due": ""},
-                },
-            )
+        let any = deliveries
+            .find_one(poison.clone())
+            .projection(doc! {"_id": 1})
             .await
-            .map_err(|e| map_error(e, Phase::Write))?;
+            .map_err(|e| map_error(e, Phase::Read))?;
+        if any.is_some() {
+            deliveries
+                .update_many(
+                    poison,
+                    doc! {
+                        "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
+                        "$unset": {"lid": "", "due": ""},
+                    },
+                )
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?;
+        }
 
         // Claimable deliveries, lowest sequences first in each partition.
-        let mut filter = deliveries_of(s, g);
-        filter.insert("p", doc! {"$in": &in_selected});
-        filter.extend(claimable(now, max_attempts));
         let window = (i64::from(req.limit) * selected.len() as i64).min(10_000);
-        let candidates = self
-            .find_all(DELIVERIES, filter, Some(doc! {"q": 1, "p": 1}), window)
-            .await?;
         let mut per_partition: BTreeMap<u32, Vec<Document>> = BTreeMap::new();
-        for d in candidates {
-            let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
-            per_partition.entry(p).or_default().push(d);
+        for filter in claimable(s, g, &in_selected, now, max_attempts) {
+            let found = self
+                .find_all(DELIVERIES, filter, Some(doc! {"q": 1, "p": 1}), window)
+                .await?;
+            for d in found {
+                let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
+                per_partition.entry(p).or_default().push(d);
+            }
+        }
+        for list in per_partition.values_mut() {
+            list.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
         }
 
         let state = self.group_state(s, g, partition_count).await?;
@@ -180,6 +203,7 @@ impl MongoBackend {
         let quotas = round_robin(&capacity, req.limit as usize, first);
 
         let consumer = req.consumer_id.as_str();
+        let max = max_attempts;
         let mut claimed = Vec::new();
         let mut lost = false;
         // Re-claims, each conditional on the delivery as it was read; the
@@ -191,7 +215,7 @@ impl MongoBackend {
             let take = quotas[i].min(list.len());
             fresh.push((*p, (quotas[i] - take) as u64));
             for d in list.into_iter().take(take) {
-                attempts.push(self.reclaim(d, consumer, now, expires_at));
+                attempts.push(self.reclaim(d, consumer, (now, expires_at), max.into()));
             }
         }
         for outcome in join_all(attempts).await {
@@ -204,7 +228,7 @@ impl MongoBackend {
             let cursor = state.cursors[p as usize];
             let lease = (consumer, now, expires_at);
             let (mut created, raced) = self
-                .create_leased((s, g), p, cursor, n, lease, state.epoch)
+                .create_leased((s, g), p, cursor, n, hw[p as usize], lease, state.epoch)
                 .await?;
             lost |= raced;
             claimed.append(&mut created);
@@ -244,14 +268,24 @@ impl MongoBackend {
         &self,
         d: Document,
         consumer: &str,
-        now: Timestamp,
-        expires_at: Timestamp,
+        (now, expires_at): (Timestamp, Timestamp),
+        max_attempts: i64,
     ) -> Result<Option<Claimed>> {
-        let id = d.get_object_id("_id").map_err(|e| corrupt("delivery", e))?;
-        let mut guard = doc! {"_id": id, "st": text(&d, "st")?, "a": int(&d, "a")?};
-        guard.insert("lid", d.get("lid").cloned().unwrap_or(Bson::Null));
-        guard.insert("due", d.get("due").cloned().unwrap_or(Bson::Null));
-        guard.insert("exp", d.get("exp").cloned().unwrap_or(Bson::Null));
+        // Still claimable: available and due (whoever had it since), or
+        // still the same expired lease.
+        let mut guard = doc! {
+            "s": text(&d, "s")?,
+            "g": text(&d, "g")?,
+            "e": text(&d, "e")?,
+            "st": text(&d, "st")?,
+        };
+        if text(&d, "st")? == LEASED {
+            guard.insert("lid", text(&d, "lid")?);
+            guard.insert("exp", doc! {"$lte": now.as_millis()});
+            guard.insert("a", doc! {"$lt": max_attempts});
+        } else {
+            guard.insert("due", doc! {"$not": {"$gt": now.as_millis()}});
+        }
         let lease_id = LeaseId::generate();
         let update = doc! {
             "$set": {
@@ -280,68 +314,86 @@ impl MongoBackend {
         }))
     }
 
-    /// Creates up to `n` deliveries of partition `p` from `cursor` on,
-    /// leased, and moves the cursor past them; also says whether another
-    /// fetcher had created some first.
+    /// Creates up to `n` deliveries of partition `p` from `cursor` on (up
+    /// to its high watermark `hw`), leased, and moves the cursor past them;
+    /// also says whether another fetcher had created some first. Where one
+    /// had, it carries on after the deliveries that exist.
+    #[allow(clippy::too_many_arguments)]
     async fn create_leased(
         &self,
         (s, g): (&StreamName, &GroupName),
         p: u32,
-        cursor: u64,
-        n: u64,
+        mut cursor: u64,
+        mut n: u64,
+        hw: u64,
         (consumer, now, expires_at): (&str, Timestamp, Timestamp),
         epoch: i64,
     ) -> Result<(Vec<Claimed>, bool)> {
-        let events = self.read_range(s, p, cursor, cursor + n - 1).await?;
-        let mut docs = Vec::with_capacity(events.len());
-        let mut claimed = Vec::with_capacity(events.len());
-        for event in events {
-            let lease_id = LeaseId::generate();
-            docs.push(doc! {
-                "_id": ObjectId::new(),
-                "s": s.as_str(),
-                "g": g.as_str(),
-                "p": p as i32,
-                "q": big(event.sequence),
-                "e": event.id.as_str(),
-                "st": LEASED,
-                "a": 1_i64,
-                "lid": lease_id.as_str(),
-                "c": consumer,
-                "lat": now.as_millis(),
-                "exp": expires_at.as_millis(),
-            });
-            claimed.push(Claimed {
-                partition: p,
-                sequence: event.sequence,
-                attempt: 1,
-                lease_id,
-                event: Some(Arc::new(event)),
-            });
+        let mut claimed = Vec::new();
+        let mut raced = false;
+        let start = cursor;
+        for _ in 0..16 {
+            if n == 0 || cursor > hw {
+                break;
+            }
+            let last = (cursor + n - 1).min(hw);
+            let events = self.read_range(s, p, cursor, last).await?;
+            let mut docs = Vec::with_capacity(events.len());
+            let mut batch = Vec::with_capacity(events.len());
+            for event in events {
+                let lease_id = LeaseId::generate();
+                docs.push(doc! {
+                    "_id": ObjectId::new(),
+                    "s": s.as_str(),
+                    "g": g.as_str(),
+                    "p": p as i32,
+                    "q": big(event.sequence),
+                    "e": event.id.as_str(),
+                    "st": LEASED,
+                    "a": 1_i64,
+                    "lid": lease_id.as_str(),
+                    "c": consumer,
+                    "lat": now.as_millis(),
+                    "exp": expires_at.as_millis(),
+                });
+                batch.push(Claimed {
+                    partition: p,
+                    sequence: event.sequence,
+                    attempt: 1,
+                    lease_id,
+                    event: Some(Arc::new(event)),
+                });
+            }
+            if docs.is_empty() {
+                break;
+            }
+            let (inserted, conflict) = match self.coll(DELIVERIES).insert_many(docs).await {
+                Ok(_) => (batch.len(), false),
+                Err(e) => match inserted_before_duplicate(&e) {
+                    Some(k) => (k, true),
+                    None => return Err(map_error(e, Phase::Write)),
+                },
+            };
+            batch.truncate(inserted);
+            claimed.append(&mut batch);
+            n -= inserted as u64;
+            cursor += inserted as u64;
+            if !conflict {
+                continue;
+            }
+            // Step over what other fetchers created (one may have died
+            // before moving the cursor) and go on from there.
+            raced = true;
+            cursor = self.created_from(s, g, p, cursor).await?;
         }
-        if docs.is_empty() {
-            return Ok((claimed, false));
+        if cursor > start {
+            let mut filter = group_key(s, g);
+            filter.insert("epoch", epoch);
+            self.coll(GROUPS)
+                .update_one(filter, doc! {"$max": {format!("cursor.{p}"): big(cursor)}})
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?;
         }
-        let (inserted, raced) = match self.coll(DELIVERIES).insert_many(docs).await {
-            Ok(_) => (claimed.len(), false),
-            Err(e) => match inserted_before_duplicate(&e) {
-                Some(k) => (k, true),
-                None => return Err(map_error(e, Phase::Write)),
-            },
-        };
-        claimed.truncate(inserted);
-        let mut past = cursor + inserted as u64;
-        if raced {
-            // Step over deliveries other fetchers created from there (one
-            // may have died before moving the cursor).
-            past = self.created_from(s, g, p, past).await?;
-        }
-        let mut filter = group_key(s, g);
-        filter.insert("epoch", epoch);
-        self.coll(GROUPS)
-            .update_one(filter, doc! {"$max": {format!("cursor.{p}"): big(past)}})
-            .await
-            .map_err(|e| map_error(e, Phase::Write))?;
         Ok((claimed, raced))
     }
 
@@ -497,7 +549,9 @@ impl MongoBackend {
             let write = settle_write(item.op, attempt, &config, now);
             requeued |= write.requeues();
             let update = match write {
-                Write::Ack => doc! {"$set": {"st": ACKED}, "$unset": {"lid": ""}},
+                // An acked delivery keeps its last lease id: it says which
+                // lease settled it (see `ack_all`).
+                Write::Ack => doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
                 Write::Retry { due, reason } => {
                     let mut set = doc! {"st": AVAILABLE, "r": clip_reason(&reason)};
                     let mut unset = doc! {"lid": ""};
@@ -528,9 +582,11 @@ impl MongoBackend {
         Ok(results)
     }
 
-    /// Acks of distinct leases in one `update_many`, fenced on each
-    /// (event, lease id) pair; a token marks what this call acked, read
-    /// back only when some were not.
+    /// Acks of distinct leases: the deliveries are read by event, those
+    /// still leased under the item's lease id are acked by one
+    /// `update_many` (lease ids are unique, so `lid ∈ {…}` picks exactly
+    /// them), and only if fewer changed than expected (another writer got
+    /// in between) are they read again to see which.
     async fn ack_all(
         &self,
         s: &StreamName,
@@ -538,39 +594,63 @@ impl MongoBackend {
         items: &[Settlement],
         now: Timestamp,
     ) -> Result<Vec<Result<()>>> {
-        let pairs: Vec<Document> = items
-            .iter()
-            .map(|i| doc! {"lid": i.target.lease_id.as_str(), "e": i.target.event_id.as_str()})
-            .collect();
-        let token = ObjectId::new();
-        let mut filter = deliveries_of(s, g);
-        filter.insert("st", LEASED);
-        filter.insert("$or", pairs);
-        let update = doc! {
-            "$set": {"st": ACKED, "tok": token, "acked_at": now.as_millis()},
-            "$unset": {"lid": ""},
-        };
-        let done = self
-            .coll(DELIVERIES)
-            .update_many(filter, update)
-            .await
-            .map_err(|e| map_error(e, Phase::Write))?;
-        if done.modified_count as usize == items.len() {
-            return Ok(items.iter().map(|_| Ok(())).collect());
-        }
-        let mut mine = deliveries_of(s, g);
-        mine.insert("tok", token);
-        let acked: HashSet<String> = self
-            .find_all(DELIVERIES, mine, None, 0)
+        let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
+        let mut by_event = deliveries_of(s, g);
+        by_event.insert("e", doc! {"$in": &events});
+        let held: HashMap<String, (String, Option<String>)> = self
+            .find_all(DELIVERIES, by_event.clone(), None, 0)
             .await?
             .iter()
-            .map(|d| text(d, "e").map(str::to_owned))
+            .map(|d| {
+                let e = text(d, "e")?.to_owned();
+                Ok((e, (text(d, "st")?.to_owned(), opt_text(d, "lid"))))
+            })
             .collect::<Result<_>>()?;
+        let fenced = |i: &Settlement| {
+            held.get(i.target.event_id.as_str()).is_some_and(|(st, lid)| {
+                st == LEASED && lid.as_deref() == Some(i.target.lease_id.as_str())
+            })
+        };
+        let valid: Vec<&Settlement> = items.iter().filter(|i| fenced(i)).collect();
+        let mut modified = 0;
+        if !valid.is_empty() {
+            let mut filter = deliveries_of(s, g);
+            let ids: Vec<&str> = valid.iter().map(|i| i.target.event_id.as_str()).collect();
+            let leases: Vec<&str> = valid.iter().map(|i| i.target.lease_id.as_str()).collect();
+            filter.insert("e", doc! {"$in": ids});
+            filter.insert("st", LEASED);
+            filter.insert("lid", doc! {"$in": leases});
+            let update = doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}};
+            modified = self
+                .coll(DELIVERIES)
+                .update_many(filter, update)
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?
+                .modified_count;
+        }
+        let after = if modified as usize == valid.len() {
+            None
+        } else {
+            // Acked under the item's lease: by this call (a delivery keeps
+            // the lease id that acked it).
+            let docs = self.find_all(DELIVERIES, by_event, None, 0).await?;
+            let acked: HashSet<(String, String)> = docs
+                .iter()
+                .filter(|d| d.get_str("st") == Ok(ACKED))
+                .filter_map(|d| Some((opt_text(d, "e")?, opt_text(d, "lid")?)))
+                .collect();
+            Some(acked)
+        };
         Ok(items
             .iter()
-            .map(|i| match acked.contains(i.target.event_id.as_str()) {
-                true => Ok(()),
-                false => Err(Error::StaleLease),
+            .map(|i| {
+                let pair = || {
+                    let t = &i.target;
+                    (t.event_id.as_str().to_owned(), t.lease_id.as_str().to_owned())
+                };
+                let done = fenced(i)
+                    && after.as_ref().is_none_or(|acked| acked.contains(&pair()));
+                if done { Ok(()) } else { Err(Error::StaleLease) }
             })
             .collect())
     }

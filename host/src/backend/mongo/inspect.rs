@@ -130,33 +130,40 @@ impl MongoBackend {
     pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         req.validate()?;
         let (s, g) = (&req.stream, &req.group);
-        self.meta(s).await?;
+        let (partition_count, _) = self.meta(s).await?;
         self.group_config(s, g).await?;
         let mut filter = deliveries_of(s, g);
         filter.insert("st", DEAD);
         // Listing order is (sequence, partition); a page starts after its cursor.
+        // The page's cursor as a bound on the sequence alone (an index
+        // range); the few at that sequence in lower partitions are skipped
+        // here.
+        let mut after = None;
         if let Some(id) = &req.after {
             let found = self.locate(s, std::slice::from_ref(id)).await?;
             let (p, seq) = found
                 .get(id.as_str())
                 .copied()
                 .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
-            filter.insert(
-                "$or",
-                vec![
-                    doc! {"q": {"$gt": big(seq)}},
-                    doc! {"q": big(seq), "p": {"$gt": p as i32}},
-                ],
-            );
+            filter.insert("q", doc! {"$gte": big(seq)});
+            after = Some((seq, p));
         }
-        let docs = self
+        let extra = i64::from(partition_count);
+        let mut docs = self
             .find_all(
                 DELIVERIES,
                 filter,
                 Some(doc! {"q": 1, "p": 1}),
-                i64::from(req.limit),
+                i64::from(req.limit) + extra,
             )
             .await?;
+        if let Some((seq, p)) = after {
+            docs.retain(|d| {
+                let position = (uint(d, "q").unwrap_or(0), int(d, "p").unwrap_or(-1));
+                position > (seq, i64::from(p))
+            });
+        }
+        docs.truncate(req.limit as usize);
         let mut positions = Vec::with_capacity(docs.len());
         for d in &docs {
             let p = u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?;
@@ -213,12 +220,11 @@ impl MongoBackend {
             f
         };
         // Claimable now, or an expired lease the poison guard will take.
-        let mut now_filter = open();
-        now_filter.extend(claimable(now, config.max_attempts));
+        let [available, _] = claimable(s, g, &in_selected, now, config.max_attempts);
         let mut expired = open();
         expired.insert("st", LEASED);
         expired.insert("exp", doc! {"$lte": now.as_millis()});
-        for filter in [now_filter, expired] {
+        for filter in [available, expired] {
             let found = self
                 .coll(DELIVERIES)
                 .find_one(filter)

@@ -327,20 +327,28 @@ impl MongoBackend {
         if positions.is_empty() {
             return Ok(HashMap::new());
         }
-        let mut by_partition: HashMap<u32, Vec<i64>> = HashMap::new();
-        for &(p, seq) in positions {
-            by_partition.entry(p).or_default().push(big(seq));
-        }
-        let any: Vec<Document> = by_partition
-            .into_iter()
-            .map(|(p, seqs)| doc! {"p": p as i32, "q": {"$in": seqs}})
-            .collect();
-        let filter = doc! {"s": s.as_str(), "$or": any};
+        // Partitions × sequences: a superset (one index range per pair at
+        // most), cut to the positions asked for below.
+        let mut partitions: Vec<i32> = positions.iter().map(|&(p, _)| p as i32).collect();
+        let mut sequences: Vec<i64> = positions.iter().map(|&(_, q)| big(q)).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        sequences.sort_unstable();
+        sequences.dedup();
+        let filter = doc! {
+            "s": s.as_str(),
+            "p": {"$in": partitions},
+            "q": {"$in": sequences},
+        };
         let docs = self.find_all(EVENTS, filter, None, 0).await?;
         let mut out = HashMap::with_capacity(docs.len());
+        let wanted: HashSet<(u32, u64)> = positions.iter().copied().collect();
         for d in &docs {
             let event = decode_event(s, d)?;
-            out.insert((event.partition, event.sequence), Arc::new(event));
+            let at = (event.partition, event.sequence);
+            if wanted.contains(&at) {
+                out.insert(at, Arc::new(event));
+            }
         }
         Ok(out)
     }

@@ -131,8 +131,14 @@ pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
 /// write conflict with another transaction, or a transient failure the
 /// server labelled as such.
 fn is_conflict(e: &mongodb::error::Error) -> bool {
-    if e.contains_label(TRANSIENT_TRANSACTION_ERROR) {
-        return true;
+    match &*e.kind {
+        // The label is also given to a lost server: that is an outage to
+        // report, not a race to run again.
+        ErrorKind::Io(_)
+        | ErrorKind::ServerSelection { .. }
+        | ErrorKind::ConnectionPoolCleared { .. } => return false,
+        _ if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => return true,
+        _ => {}
     }
     match &*e.kind {
         ErrorKind::Command(c) => c.code == 112 || c.code == 251,
