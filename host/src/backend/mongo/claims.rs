@@ -607,9 +607,10 @@ impl MongoBackend {
             })
             .collect::<Result<_>>()?;
         let fenced = |i: &Settlement| {
-            held.get(i.target.event_id.as_str()).is_some_and(|(st, lid)| {
-                st == LEASED && lid.as_deref() == Some(i.target.lease_id.as_str())
-            })
+            held.get(i.target.event_id.as_str())
+                .is_some_and(|(st, lid)| {
+                    st == LEASED && lid.as_deref() == Some(i.target.lease_id.as_str())
+                })
         };
         let valid: Vec<&Settlement> = items.iter().filter(|i| fenced(i)).collect();
         let mut modified = 0;
@@ -646,10 +647,12 @@ impl MongoBackend {
             .map(|i| {
                 let pair = || {
                     let t = &i.target;
-                    (t.event_id.as_str().to_owned(), t.lease_id.as_str().to_owned())
+                    (
+                        t.event_id.as_str().to_owned(),
+                        t.lease_id.as_str().to_owned(),
+                    )
                 };
-                let done = fenced(i)
-                    && after.as_ref().is_none_or(|acked| acked.contains(&pair()));
+                let done = fenced(i) && after.as_ref().is_none_or(|acked| acked.contains(&pair()));
                 if done { Ok(()) } else { Err(Error::StaleLease) }
             })
             .collect())
