@@ -10,6 +10,8 @@ use rheo_e2e::{Server, answer};
 use serde_json::Value;
 use ureq::Agent;
 
+pub(crate) mod restart;
+
 /// Status and JSON body of a response.
 pub(crate) type Answer = (u16, Value);
 
@@ -207,4 +209,91 @@ pub(crate) fn append_batch(
     );
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["events"].as_array().map(Vec::len), Some(count));
+}
+
+/// Two `rheo serve` processes on one shared store (`backend`), the `echo`
+/// handler deployed to both, consume one group of `events` events
+/// together: every event is acked exactly once, by one server or the
+/// other (nothing retried, rejected, lost or dead: no delivery was leased
+/// to both), both take part, and neither panics. Waits up to `wait` for
+/// them to catch up.
+pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, wait: Duration) {
+    use serde_json::json;
+    let options = rheo_e2e::ServerOptions {
+        backend: Some(backend),
+        ..rheo_e2e::ServerOptions::default()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Server::start(dir_a.path(), &options);
+    let b = Server::start(dir_b.path(), &options);
+    let http = rheo_e2e::agent();
+
+    let (status, body) = post(
+        &http,
+        &a,
+        "/v1/streams",
+        &json!({"name": "orders", "partition_count": 4}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let manifest = json!({"stream": "orders", "group": "g", "concurrency": 4});
+    for server in [&a, &b] {
+        let (status, body) = deploy(&http, server, "worker", &manifest, &guest("echo"));
+        assert!(status == 200 || status == 201, "{status} {body}");
+    }
+    for n in 0..events.div_ceil(500) {
+        append_batch(
+            &http,
+            &a,
+            "orders",
+            "e",
+            n * 500..((n + 1) * 500).min(events),
+        );
+    }
+
+    let counters = |server: &Server| -> Value {
+        let (status, body) = get(&http, server, "/v1/handlers/worker");
+        assert_eq!(status, 200, "{body}");
+        body["counters"].clone()
+    };
+    let (ca, cb) = eventually("both servers caught up", wait, || {
+        let (ca, cb) = (counters(&a), counters(&b));
+        let acked = ca["acked"].as_u64()? + cb["acked"].as_u64()?;
+        let (status, lag) = get(&http, &b, "/v1/streams/orders/groups/g/lag");
+        assert_eq!(status, 200, "{lag}");
+        (acked >= events as u64 && lag["lag"] == 0).then_some((ca, cb))
+    });
+    let acked = |c: &Value| c["acked"].as_u64().unwrap();
+    assert_eq!(
+        acked(&ca) + acked(&cb),
+        events as u64,
+        "each event acked once"
+    );
+    for c in [&ca, &cb] {
+        assert!(acked(c) > 0, "both servers took part: {ca} / {cb}");
+        for counter in ["retried", "rejected", "lost", "settle_errors", "trapped"] {
+            assert_eq!(c[counter], 0, "{counter}: {c}");
+        }
+    }
+    let (status, lag) = get(&http, &a, "/v1/streams/orders/groups/g/lag");
+    assert_eq!(status, 200, "{lag}");
+    assert_eq!(
+        (lag["lag"].as_u64(), lag["inflight"].as_u64()),
+        (Some(0), Some(0)),
+        "{lag}"
+    );
+    let (status, info) = get(&http, &a, "/v1/streams/orders/groups/g");
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["dead_letters"], 0, "{info}");
+    for server in [&a, &b] {
+        let log = server.log_text();
+        assert!(!log.contains("panicked"), "no panic:\n{log}");
+    }
+}
+
+/// A few random bits without another dependency.
+pub(crate) fn rand_suffix() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.subsec_nanos() ^ (t.as_secs() as u32)
 }
