@@ -637,7 +637,7 @@ impl MongoBackend {
             let docs = self.find_all(DELIVERIES, by_event, None, 0).await?;
             let acked: HashSet<(String, String)> = docs
                 .iter()
-                .filter(|d| d.get_str("st") == Ok(ACKED))
+                .filter(|d| d.get_str("st").is_ok_and(|st| st == ACKED))
                 .filter_map(|d| Some((opt_text(d, "e")?, opt_text(d, "lid")?)))
                 .collect();
             Some(acked)
