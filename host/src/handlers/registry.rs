@@ -286,6 +286,11 @@ impl HandlerRegistry {
         let Some(store) = &self.store else {
             return 0;
         };
+        // The directory is listed under the lock: a deploy holds it while it
+        // compiles (seconds for a Python module) and writes its files before
+        // letting go, so a listing taken earlier could miss a handler
+        // deployed meanwhile and drain it as removed.
+        let mut entries = self.entries.lock().await;
         let files = match store.manifests() {
             Ok(files) => files,
             Err(e) => {
@@ -294,7 +299,6 @@ impl HandlerRegistry {
             }
         };
         let records = store.records();
-        let mut entries = self.entries.lock().await;
         let mut changed = 0;
         for (name, path) in &files {
             let (manifest, bytes) = match store.read(path) {

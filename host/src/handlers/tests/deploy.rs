@@ -60,6 +60,26 @@ async fn handlers_survive_a_restart_with_their_versions_and_rollback() {
     again.shutdown().await;
 }
 
+/// A reload of the directory that starts while a deploy compiles (seconds,
+/// for a Python module) must not take the handler being deployed for one
+/// whose manifest was removed: the directory is listed only once the
+/// deploy, files included, is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_during_a_deploy_keeps_the_deployed_handler() {
+    let f = Fixture::new().await;
+    let (deployed, _) = tokio::join!(
+        biased;
+        // Polled first: holds the registry while it compiles.
+        f.registry.deploy(hn("late"), f.manifest("late"), guest("transform")),
+        f.registry.sync_directory(),
+    );
+    deployed.unwrap();
+    let view = f.registry.get(&hn("late")).await.expect("still deployed");
+    assert_eq!(view.status, HandlerStatus::Running);
+    assert!(f.dir.path().join("late.toml").exists());
+    f.registry.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watched_directory_deploys_swaps_and_refuses() {
     let f = Fixture::new().await;
