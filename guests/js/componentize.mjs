@@ -30,6 +30,6 @@ try {
   });
   writeFileSync(out, component);
 } catch (error) {
-  console.error(String(error?.message ?? error).trimEnd());
+  console.error(String(error?.message ?? error).replace(/^:\s*/, "").trimEnd());
   process.exit(1);
 }

@@ -1,12 +1,14 @@
 //! The example handlers in every guest language behave alike: the same
 //! cases run against the Rust guests (`guests/`, embedded in `rheo`) and
-//! their Python twins (`guests/python/examples/`), each set deployed to a
-//! fresh `rheo serve` (SQLite, on the test clock) and driven over HTTP.
+//! their Python and JavaScript twins (`guests/python/examples/`,
+//! `guests/js/examples/`), each set deployed to a fresh `rheo serve`
+//! (SQLite, on the test clock) and driven over HTTP.
 //!
-//! The Python components are built by `guests/python/build.sh`, which does
-//! nothing when they are up to date (`scripts/test` builds them first).
-//! Without Python the Python tests skip and say why — unless
-//! `REQUIRE_GUESTS` (set by CI) lists `python`, in which case they fail.
+//! The Python and JavaScript components are built by each language's
+//! `guests/<language>/build.sh`, which does nothing when they are up to date
+//! (`scripts/test` builds them first). Without the language's toolchain
+//! (Python, Node) its tests skip and say why — unless `REQUIRE_GUESTS` (set
+//! by CI) lists the language (`python`, `js`), in which case they fail.
 //!
 //! A Python component takes seconds to compile in the host, so each
 //! language deploys each module once and every case reuses it; time moves
@@ -15,13 +17,12 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rheo_e2e::{Server, ServerOptions, repo_root};
+use rheo_e2e::{Server, ServerOptions};
 use serde_json::{Value, json};
+use support::guests::{Guest, read_module};
 use support::{deploy, eventually, get, post, strings};
 use ureq::Agent;
 
@@ -51,12 +52,21 @@ fn rust_examples_pass_the_shared_cases() {
 
 #[test]
 fn python_examples_pass_the_shared_cases() {
-    let Some(dir) = python_guests() else { return };
+    guest_examples_pass_the_shared_cases(Guest::Python);
+}
+
+#[test]
+fn js_examples_pass_the_shared_cases() {
+    guest_examples_pass_the_shared_cases(Guest::Js);
+}
+
+fn guest_examples_pass_the_shared_cases(language: Guest) {
+    let Some(dir) = language.built() else { return };
     let modules = EXAMPLES
         .iter()
         .map(|name| (*name, read_module(dir, name)))
         .collect();
-    shared_cases("python", &modules);
+    shared_cases(language.name(), &modules);
 }
 
 /// The SDK from inside a real component (`guests/python/tests/sdk_check`):
@@ -64,25 +74,6 @@ fn python_examples_pass_the_shared_cases() {
 /// not outcomes, the host functions, and the sandbox as Python meets it.
 #[test]
 fn python_sdk_in_a_component() {
-    let Some(dir) = python_guests() else { return };
-    let module = read_module(dir, "sdk_check");
-    let (server, http, _dir) = start_server();
-    stream(&http, &server, "checks", 1);
-    stream(&http, &server, "sdk-out", 1);
-    // One attempt: a retry is dead-lettered at once, with its reason.
-    let (status, body) = post(
-        &http,
-        &server,
-        "/v1/streams/checks/groups",
-        &json!({"name": "sdk", "max_attempts": 1}),
-    );
-    assert_eq!(status, 201, "{body}");
-    let manifest = json!({
-        "stream": "checks", "group": "sdk",
-        "config": {"greeting": "hi"},
-    });
-    deploy_timed(&http, &server, "python", "sdk_check", &manifest, &module);
-
     let cases = [
         "raise",
         "return_none",
@@ -99,125 +90,304 @@ fn python_sdk_in_a_component() {
         "sandbox",
         "ack",
     ];
-    let events: Vec<Value> = cases
-        .iter()
-        .enumerate()
-        .map(|(n, case)| {
-            json!({
-                "id": format!("c-{case}"), "key": "k-7", "type": "check",
-                "payload": {"do": case, "n": n},
-                "metadata": {"correlation_id": "corr-1"},
-            })
-        })
-        .collect();
-    append_events(&http, &server, "checks", events);
-    let started = Instant::now();
-    let view = wait_processed(&http, &server, "sdk_check", ("checks", "sdk"), cases.len());
+    let Some(check) = SdkCheck::run(Guest::Python, &cases) else {
+        return;
+    };
     assert_eq!(
         counters(
-            &view,
+            &check.view,
             &["acked", "retried", "rejected", "trapped", "timed_out"]
         ),
         json!([2, 5, 7, 0, 0]),
-        "exceptions and bad results are retries, never traps: {view}"
+        "exceptions and bad results are retries, never traps: {}",
+        check.view
     );
 
-    let reasons = dead_letter_reasons(&http, &server, "checks", "sdk");
-    let reason = |case: &str| -> &str {
-        reasons
-            .get(&format!("c-{case}"))
-            .map(|(_, reason)| reason.as_str())
-            .unwrap_or_else(|| panic!("no dead letter for {case}: {reasons:?}"))
-    };
-    assert_eq!(reason("raise"), "max_attempts: ValueError: boom 0");
+    assert_eq!(check.reason("raise"), "max_attempts: ValueError: boom 0");
     assert_eq!(
-        reason("return_none"),
+        check.reason("return_none"),
         "max_attempts: rheo_handler: the handler returned None (NoneType), \
          not Ack(), Retry(reason) or Reject(reason)"
     );
-    assert!(
-        reason("return_text")
-            .starts_with("max_attempts: rheo_handler: the handler returned 'ack' (str)"),
-        "{reasons:?}"
+    check.reason_starts_with(
+        "return_text",
+        "max_attempts: rheo_handler: the handler returned 'ack' (str)",
     );
-    assert!(
-        reason("bad_delay").starts_with("max_attempts: later (rheo_handler: delay_ms -5 is not"),
-        "{reasons:?}"
+    check.reason_starts_with(
+        "bad_delay",
+        "max_attempts: later (rheo_handler: delay_ms -5 is not",
     );
     assert_eq!(
-        reason("append_list"),
+        check.reason("append_list"),
         "max_attempts: TypeError: append: payload must be a dict, not list"
     );
-    assert_eq!(reason("append_missing"), "stream_not_found||False");
-    let invalid = reason("append_invalid");
+    assert_eq!(check.reason("append_missing"), "stream_not_found||False");
+    let invalid = check.reason("append_invalid");
     assert!(
         invalid.starts_with("invalid|")
             && invalid.contains("partition")
             && invalid.ends_with("|False"),
         "{invalid}"
     );
-    assert_eq!(reason("config"), "'hi' None");
-    assert_eq!(reason("now"), T0_MS.to_string());
-    assert_eq!(reason("sandbox"), "sandbox: sealed");
-
-    // The delivery as the handler saw it, against the stored event.
-    let seen: Value = serde_json::from_str(reason("delivery")).expect("the delivery as JSON");
-    let stored = query(&http, &server, "checks")
-        .into_iter()
-        .find(|e| e["id"] == "c-delivery")
-        .expect("the stored event");
-    assert_eq!(seen["id"], json!("c-delivery"));
-    assert_eq!(seen["stream"], json!("checks"));
-    assert_eq!(seen["partition"], stored["partition"], "{stored}");
-    assert_eq!(seen["sequence"], stored["sequence"], "{stored}");
-    assert_eq!(seen["key"], json!("k-7"));
-    assert_eq!(seen["type"], json!("check"));
-    assert_eq!(seen["timestamp_ms"], json!(T0_MS));
-    assert_eq!(seen["payload"], json!({"do": "delivery", "n": 10}));
-    assert_eq!(seen["metadata"], json!({"correlation_id": "corr-1"}));
-    assert_eq!(seen["group"], json!("sdk"));
-    assert_eq!(seen["attempt"], json!(1));
-    assert!(
-        seen["lease_id"].as_str().is_some_and(|l| !l.is_empty()),
-        "{seen}"
-    );
-
-    // Two appends with one id: written once, the second a duplicate.
-    let appended: Value = serde_json::from_str(reason("append")).expect("the refs as JSON");
-    assert_eq!(
-        appended,
-        json!({"id": "c-append:out", "stream": "sdk-out", "partition": 0, "sequence": 1,
-               "duplicate": false, "again_duplicate": true, "again_sequence": 1})
-    );
-    let out = query(&http, &server, "sdk-out");
-    assert_eq!(out.len(), 1, "{out:?}");
-    let event = &out[0];
-    assert_eq!(
-        [&event["id"], &event["type"], &event["key"]],
-        [&json!("c-append:out"), &json!("checked"), &json!("k-1")]
-    );
-    assert_eq!(
-        event["payload"],
-        json!({"from": "c-append", "text": "héllo ✓"})
-    );
-    assert_eq!(event["metadata"], json!({"correlation_id": "c-9"}));
-
-    // Log lines and stdout reach the server's log; so does the traceback.
-    let log = server.log_text();
-    for line in [
+    assert_eq!(check.reason("config"), "'hi' None");
+    assert_eq!(check.reason("sandbox"), "sandbox: sealed");
+    check.assert_shared(&[
         "sdk-check info line",
         "sdk-check warn line",
         "sdk-check error line",
         "sdk-check stdout line",
         "handler raised on event c-raise (attempt 1)",
         "ValueError: boom 0",
-    ] {
-        assert!(log.contains(line), "{line:?} not in the server log:\n{log}");
-    }
-    eprintln!(
-        "python: the SDK checks passed in {:.1} s after the deploy",
-        started.elapsed().as_secs_f64()
+    ]);
+}
+
+/// The JavaScript SDK from inside a real component
+/// (`guests/js/tests/sdk_check`): the same checks as Python's, plus what is
+/// JavaScript's own — thrown values that are not Errors, a Promise returned
+/// by an async handler, delays out of u64's range or given as a BigInt, a
+/// lone surrogate in a reason — each of which the bindings alone would turn
+/// into a trap.
+#[test]
+fn js_sdk_in_a_component() {
+    let cases = [
+        "raise",
+        "throw_text",
+        "return_none",
+        "return_text",
+        "return_promise",
+        "bad_delay",
+        "big_delay",
+        "bigint_delay",
+        "append_list",
+        "append_missing",
+        "append_invalid",
+        "append",
+        "config",
+        "now",
+        "delivery",
+        "log",
+        "sandbox",
+        "surrogate",
+        "ack",
+    ];
+    let Some(check) = SdkCheck::run(Guest::Js, &cases) else {
+        return;
+    };
+    assert_eq!(
+        counters(
+            &check.view,
+            &["acked", "retried", "rejected", "trapped", "timed_out"]
+        ),
+        json!([2, 9, 8, 0, 0]),
+        "exceptions and bad results are retries, never traps: {}",
+        check.view
     );
+
+    assert_eq!(check.reason("raise"), "max_attempts: RangeError: boom 0");
+    assert_eq!(
+        check.reason("throw_text"),
+        "max_attempts: a thrown string: \"plain text\""
+    );
+    assert_eq!(
+        check.reason("return_none"),
+        "max_attempts: rheo-handler: the handler returned undefined (a missing return?), \
+         not Ack(), Retry(reason) or Reject(reason)"
+    );
+    check.reason_starts_with(
+        "return_text",
+        "max_attempts: rheo-handler: the handler returned \"ack\" (string)",
+    );
+    check.reason_starts_with(
+        "return_promise",
+        "max_attempts: rheo-handler: the handler returned a Promise (an async function?)",
+    );
+    check.reason_starts_with(
+        "bad_delay",
+        "max_attempts: later (rheo-handler: delayMs -5 is not a whole number",
+    );
+    check.reason_starts_with(
+        "big_delay",
+        "max_attempts: much later (rheo-handler: delayMs 18446744073709552000 is not",
+    );
+    // A BigInt delay is taken as it is: no note, no trap.
+    let (attempt, reason) = &check.reasons["c-bigint_delay"];
+    assert_eq!((*attempt, reason.as_str()), (1, "max_attempts: bigint"));
+    assert_eq!(
+        check.reason("append_list"),
+        "max_attempts: TypeError: append: payload must be an object, not array"
+    );
+    assert_eq!(check.reason("append_missing"), "stream_not_found||false");
+    let invalid = check.reason("append_invalid");
+    assert!(
+        invalid.starts_with("invalid|")
+            && invalid.contains("partition")
+            && invalid.ends_with("|false"),
+        "{invalid}"
+    );
+    assert_eq!(check.reason("config"), "\"hi\" null");
+    assert_eq!(check.reason("sandbox"), "sandbox: sealed");
+    assert_eq!(check.reason("surrogate"), "bad \u{fffd} byte");
+    check.assert_shared(&[
+        "sdk-check info line",
+        "sdk-check warn line",
+        "sdk-check error line",
+        "sdk-check console line {\"n\":1}",
+        "handler threw on event c-raise (attempt 1): RangeError: boom 0",
+    ]);
+}
+
+/// A language's `tests/sdk_check` handler run once per case, in order, in a
+/// group with one attempt (a retry is dead-lettered at once, with its
+/// reason), with what it left behind.
+struct SdkCheck {
+    language: Guest,
+    cases: Vec<String>,
+    server: Server,
+    http: Agent,
+    _dir: tempfile::TempDir,
+    /// The handler's view once every case was processed.
+    view: Value,
+    /// Dead letters: event id (`c-<case>`) → (attempt, reason).
+    reasons: BTreeMap<String, (u64, String)>,
+    started: Instant,
+}
+
+impl SdkCheck {
+    /// Deploys `language`'s `sdk_check` and appends one event per case
+    /// (`{"do": case, "n": index}`, id `c-<case>`); `None` when the
+    /// language's guests are not available (see [`Guest::built`]).
+    fn run(language: Guest, cases: &[&str]) -> Option<SdkCheck> {
+        let module = read_module(language.built()?, "sdk_check");
+        let (server, http, dir) = start_server();
+        stream(&http, &server, "checks", 1);
+        stream(&http, &server, "sdk-out", 1);
+        let (status, body) = post(
+            &http,
+            &server,
+            "/v1/streams/checks/groups",
+            &json!({"name": "sdk", "max_attempts": 1}),
+        );
+        assert_eq!(status, 201, "{body}");
+        let manifest = json!({
+            "stream": "checks", "group": "sdk",
+            "config": {"greeting": "hi"},
+        });
+        deploy_timed(
+            &http,
+            &server,
+            language.name(),
+            "sdk_check",
+            &manifest,
+            &module,
+        );
+        let events: Vec<Value> = cases
+            .iter()
+            .enumerate()
+            .map(|(n, case)| {
+                json!({
+                    "id": format!("c-{case}"), "key": "k-7", "type": "check",
+                    "payload": {"do": case, "n": n},
+                    "metadata": {"correlation_id": "corr-1"},
+                })
+            })
+            .collect();
+        append_events(&http, &server, "checks", events);
+        let started = Instant::now();
+        let view = wait_processed(&http, &server, "sdk_check", ("checks", "sdk"), cases.len());
+        let reasons = dead_letter_reasons(&http, &server, "checks", "sdk");
+        Some(SdkCheck {
+            language,
+            cases: cases.iter().map(|c| (*c).to_owned()).collect(),
+            server,
+            http,
+            _dir: dir,
+            view,
+            reasons,
+            started,
+        })
+    }
+
+    /// The dead-letter reason of `case`.
+    fn reason(&self, case: &str) -> &str {
+        self.reasons
+            .get(&format!("c-{case}"))
+            .map(|(_, reason)| reason.as_str())
+            .unwrap_or_else(|| panic!("no dead letter for {case}: {:?}", self.reasons))
+    }
+
+    fn reason_starts_with(&self, case: &str, prefix: &str) {
+        let reason = self.reason(case);
+        assert!(reason.starts_with(prefix), "{case}: {reason:?}");
+    }
+
+    /// What every language's `sdk_check` answers alike: the delivery as
+    /// the handler saw it, two appends with one id, the clock, and `log`
+    /// lines (`log_lines`, in the language's words) in the server's log.
+    fn assert_shared(&self, log_lines: &[&str]) {
+        let (http, server) = (&self.http, &self.server);
+        assert_eq!(self.reason("now"), T0_MS.to_string());
+
+        // The delivery as the handler saw it, against the stored event.
+        let seen: Value =
+            serde_json::from_str(self.reason("delivery")).expect("the delivery as JSON");
+        let stored = query(http, server, "checks")
+            .into_iter()
+            .find(|e| e["id"] == "c-delivery")
+            .expect("the stored event");
+        let n = self
+            .cases
+            .iter()
+            .position(|c| c == "delivery")
+            .expect("a delivery case");
+        assert_eq!(seen["id"], json!("c-delivery"));
+        assert_eq!(seen["stream"], json!("checks"));
+        assert_eq!(seen["partition"], stored["partition"], "{stored}");
+        assert_eq!(seen["sequence"], stored["sequence"], "{stored}");
+        assert_eq!(seen["key"], json!("k-7"));
+        assert_eq!(seen["type"], json!("check"));
+        assert_eq!(seen["timestamp_ms"], json!(T0_MS));
+        assert_eq!(seen["payload"], json!({"do": "delivery", "n": n}));
+        assert_eq!(seen["metadata"], json!({"correlation_id": "corr-1"}));
+        assert_eq!(seen["group"], json!("sdk"));
+        assert_eq!(seen["attempt"], json!(1));
+        assert!(
+            seen["lease_id"].as_str().is_some_and(|l| !l.is_empty()),
+            "{seen}"
+        );
+
+        // Two appends with one id: written once, the second a duplicate.
+        let appended: Value =
+            serde_json::from_str(self.reason("append")).expect("the refs as JSON");
+        assert_eq!(
+            appended,
+            json!({"id": "c-append:out", "stream": "sdk-out", "partition": 0, "sequence": 1,
+                   "duplicate": false, "again_duplicate": true, "again_sequence": 1})
+        );
+        let out = query(http, server, "sdk-out");
+        assert_eq!(out.len(), 1, "{out:?}");
+        let event = &out[0];
+        assert_eq!(
+            [&event["id"], &event["type"], &event["key"]],
+            [&json!("c-append:out"), &json!("checked"), &json!("k-1")]
+        );
+        assert_eq!(
+            event["payload"],
+            json!({"from": "c-append", "text": "héllo ✓"})
+        );
+        assert_eq!(event["metadata"], json!({"correlation_id": "c-9"}));
+
+        // Log lines and stdout reach the server's log; so does the
+        // exception's trace.
+        let log = server.log_text();
+        for line in log_lines {
+            assert!(log.contains(line), "{line:?} not in the server log:\n{log}");
+        }
+        eprintln!(
+            "{}: the SDK checks passed in {:.1} s after the deploy",
+            self.language.name(),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// The SDK's own unit tests (`guests/python/tests/test_sdk.py`), on stub
@@ -225,10 +395,10 @@ fn python_sdk_in_a_component() {
 /// argument checks and error mapping.
 #[test]
 fn python_sdk_unit_tests() {
-    if python_guests().is_none() {
+    if Guest::Python.built().is_none() {
         return;
     }
-    let python_dir = repo_root().join("guests/python");
+    let python_dir = Guest::Python.dir();
     let out = Command::new(python_dir.join(".venv/bin/python"))
         .args(["-m", "unittest", "discover", "-s"])
         .arg(python_dir.join("tests"))
@@ -239,6 +409,25 @@ fn python_sdk_unit_tests() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the SDK's unit tests failed:\n{text}");
     assert!(text.contains("\nOK"), "{text}");
+}
+
+/// The JavaScript SDK's own unit tests (`guests/js/tests/sdk.test.js`), on
+/// a fake host outside WebAssembly, with `node --test`.
+#[test]
+fn js_sdk_unit_tests() {
+    if Guest::Js.built().is_none() {
+        return;
+    }
+    let js_dir = Guest::Js.dir();
+    let node = std::env::var("NODE").unwrap_or_else(|_| "node".into());
+    let out = Command::new(node)
+        .args(["--test", "tests/"])
+        .current_dir(&js_dir)
+        .output()
+        .expect("run node");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the SDK's unit tests failed:\n{text}");
+    assert!(text.contains("\n# fail 0"), "{text}");
 }
 
 /// The cases every language's examples must pass, on one fresh server:
@@ -489,67 +678,6 @@ fn flaky_retries_after_its_delay_then_acks(http: &Agent, server: &Server) {
         "acked on attempt 3: {view}"
     );
     assert!(dead_letter_reasons(http, server, "jobs", "workers").is_empty());
-}
-
-// --- Building the Python guests ---------------------------------------------
-
-/// Whether `REQUIRE_GUESTS` lists `language`.
-fn required(language: &str) -> bool {
-    std::env::var("REQUIRE_GUESTS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|l| l.trim() == language)
-}
-
-/// The folder of the built Python components, built (or found up to date)
-/// by `guests/python/build.sh` once per test run; `None` (with the reason
-/// printed) when Python is not available here and not required.
-fn python_guests() -> Option<&'static Path> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BUILT.get_or_init(build_python_guests) {
-        Ok(dir) => Some(dir),
-        Err(why) if required("python") => {
-            panic!("{why}, but REQUIRE_GUESTS lists python")
-        }
-        Err(why) => {
-            eprintln!("skipping the Python guests: {why}");
-            None
-        }
-    }
-}
-
-fn build_python_guests() -> Result<PathBuf, String> {
-    let script = repo_root().join("guests/python/build.sh");
-    let out_dir = repo_root().join("guests/python/target");
-    let started = Instant::now();
-    let run = Command::new("bash")
-        .arg(&script)
-        .arg(&out_dir)
-        .output()
-        .map_err(|e| format!("cannot run bash: {e}"))?;
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    match run.status.code() {
-        Some(0) => {
-            eprintln!(
-                "python guests ready in {:.1} s:\n{stdout}",
-                started.elapsed().as_secs_f64()
-            );
-            Ok(out_dir)
-        }
-        // build.sh's code for "no usable Python toolchain here".
-        Some(3) => Err(format!("no Python toolchain: {}", stderr.trim())),
-        _ => panic!(
-            "{} failed ({}):\n{stdout}\n{stderr}",
-            script.display(),
-            run.status
-        ),
-    }
-}
-
-fn read_module(dir: &Path, name: &str) -> Vec<u8> {
-    let path = dir.join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
 // --- Server helpers -----------------------------------------------------------
