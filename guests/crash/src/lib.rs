@@ -3,13 +3,13 @@
 //! a failed call, not a crash of its own.
 
 use rheo_guest::serde_json::Value;
-use rheo_guest::{Delivery, Outcome};
+use rheo_guest::{Delivery, Outcome, PayloadError};
 
-fn handle(delivery: Delivery) -> Outcome {
-    if delivery.event.payload_json().get("panic") == Some(&Value::Bool(true)) {
+fn handle(delivery: Delivery) -> Result<Outcome, PayloadError> {
+    if delivery.event.payload_json()?.get("panic") == Some(&Value::Bool(true)) {
         panic!("crash: asked to panic by event {}", delivery.event.id);
     }
-    Outcome::Ack
+    Ok(Outcome::Ack)
 }
 
 rheo_guest::handler!(handle);

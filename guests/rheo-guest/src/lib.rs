@@ -3,30 +3,40 @@
 //! ```ignore
 //! use rheo_guest::{Delivery, Outcome};
 //!
-//! fn handle(delivery: Delivery) -> Outcome {
-//!     let payload = delivery.event.payload_json();
-//!     rheo_guest::log::info(&format!("got {payload}"));
-//!     Outcome::Ack
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     id: String,
+//!     total_cents: u64,
+//! }
+//!
+//! fn handle(delivery: Delivery) -> Result<Outcome, rheo_guest::PayloadError> {
+//!     let order: Order = delivery.payload()?; // bad JSON: a retry with the error
+//!     rheo_guest::info!("order {} for {} cents", order.id, order.total_cents);
+//!     Ok(Outcome::Ack)
 //! }
 //!
 //! rheo_guest::handler!(handle);
 //! ```
 //!
-//! The crate generates the bindings of the `rheo:handler` world from the
-//! repository's `wit/` directory once, so every guest agrees with the host on
-//! the same contract, and adds a few conveniences over the raw imports:
-//! JSON payloads as [`serde_json::Value`], [`config`] lookups, [`log`]
-//! functions per level and an [`append`] that takes an [`EventInput`] built
-//! from JSON.
+//! The crate carries the `rheo:handler` WIT world it is generated from
+//! (`wit/`), so a project outside the Rheo repository depends on it by path
+//! (`rheo handler new --lang rust` writes a copy into the project's `sdk/`).
+//! Over the raw imports it adds: typed payloads and metadata through serde
+//! ([`Event::payload`]; text that is not a JSON object is an error, never an
+//! empty object), handlers that return `Result<Outcome, E>` (an `Err` is a
+//! retry with the error's text), [`config`] lookups, `info!`-style log
+//! macros and an [`append`] that takes an [`EventInput`] built from JSON.
 //!
-//! Build a guest with `cargo build --release --target wasm32-wasip2`; the
-//! result is a component, ready for the host.
+//! Build a guest with `cargo build --release --target wasm32-wasip2` (or
+//! `rheo handler build`); the result is a component, ready for the host.
 
 // The generated `export!` macro and the bindings name their runtime by an
 // absolute path, so guests need no direct `wit-bindgen` dependency. That
 // path has to resolve inside this crate too.
 extern crate self as rheo_guest;
 
+pub use serde;
+use serde::de::DeserializeOwned;
 pub use serde_json;
 use serde_json::{Map, Value};
 #[doc(hidden)]
@@ -36,7 +46,7 @@ pub use wit_bindgen;
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "handler",
         pub_export_macro: true,
         default_bindings_module: "::rheo_guest::bindings",
@@ -48,8 +58,9 @@ pub use bindings::rheo::handler::types::{
     AppendError, Delivery, Event, EventInput, EventRef, Level, Outcome, Retry,
 };
 
-/// Exports `$handle` (a `fn(Delivery) -> Outcome`) as the component's
-/// `handle` function. Use it once per guest crate.
+/// Exports `$handle` as the component's `handle` function. `$handle` is a
+/// `fn(Delivery) -> Outcome` or a `fn(Delivery) -> Result<Outcome, E>` with
+/// `E: Display` (see [`IntoOutcome`]). Use it once per guest crate.
 #[macro_export]
 macro_rules! handler {
     ($handle:path) => {
@@ -58,7 +69,7 @@ macro_rules! handler {
 
         impl $crate::bindings::Guest for RheoHandlerExport {
             fn handle(delivery: $crate::Delivery) -> $crate::Outcome {
-                $handle(delivery)
+                $crate::IntoOutcome::into_outcome($handle(delivery))
             }
         }
 
@@ -66,24 +77,102 @@ macro_rules! handler {
     };
 }
 
-/// Parses JSON object text; anything else (bad JSON, not an object) gives
-/// an empty object, since the host only ever sends objects.
-fn parse_object(text: &str) -> Value {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => Value::Object(Map::new()),
+/// What a handler function may return: an [`Outcome`], or a `Result` whose
+/// `Err` becomes a retry (with the group's backoff) whose reason is the
+/// error's text — so `?` works inside a handler.
+pub trait IntoOutcome {
+    /// The outcome the host settles the delivery by.
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Outcome {
+        self
     }
 }
 
+impl<E: std::fmt::Display> IntoOutcome for Result<Outcome, E> {
+    fn into_outcome(self) -> Outcome {
+        self.unwrap_or_else(|e| Outcome::retry(e.to_string()))
+    }
+}
+
+/// A payload or metadata that does not decode: not JSON, not an object,
+/// or not the shape of the type asked for.
+#[derive(Debug)]
+pub struct PayloadError {
+    /// `"payload"` or `"metadata"`.
+    field: &'static str,
+    /// The event's id.
+    event_id: String,
+    source: serde_json::Error,
+}
+
+impl std::fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} of event {} does not decode: {}",
+            self.field, self.event_id, self.source
+        )
+    }
+}
+
+impl std::error::Error for PayloadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Decodes a JSON text of `event` as `T`. The host sends objects only, so
+/// as a [`Value`] anything but an object is refused too.
+fn decode<T: DeserializeOwned>(
+    event: &Event,
+    field: &'static str,
+    text: &str,
+) -> Result<T, PayloadError> {
+    let error = |source| PayloadError {
+        field,
+        event_id: event.id.clone(),
+        source,
+    };
+    let value: Value = serde_json::from_str(text).map_err(error)?;
+    if !value.is_object() {
+        return Err(error(serde::de::Error::custom(format!(
+            "expected a JSON object, got {value}"
+        ))));
+    }
+    serde_json::from_value(value).map_err(error)
+}
+
 impl Event {
-    /// The payload as JSON (always an object).
-    pub fn payload_json(&self) -> Value {
-        parse_object(&self.payload)
+    /// The payload decoded as `T` (any `serde::Deserialize` type, or
+    /// [`Value`]).
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        decode(self, "payload", &self.payload)
     }
 
-    /// The metadata as JSON (always an object).
-    pub fn metadata_json(&self) -> Value {
-        parse_object(&self.metadata)
+    /// The metadata decoded as `T` (any `serde::Deserialize` type, or
+    /// [`Value`]).
+    pub fn metadata<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        decode(self, "metadata", &self.metadata)
+    }
+
+    /// The payload as a JSON object.
+    pub fn payload_json(&self) -> Result<Map<String, Value>, PayloadError> {
+        self.payload()
+    }
+
+    /// The metadata as a JSON object.
+    pub fn metadata_json(&self) -> Result<Map<String, Value>, PayloadError> {
+        self.metadata()
+    }
+}
+
+impl Delivery {
+    /// The event's payload decoded as `T`: `delivery.payload::<Order>()?`.
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        self.event.payload()
     }
 }
 
@@ -202,5 +291,108 @@ pub mod log {
     /// Logs at error level.
     pub fn error(message: &str) {
         log(Level::Error, message);
+    }
+}
+
+/// Logs a `format!`-style message at trace level: `trace!("got {id}")`.
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)+) => { $crate::log::trace(&::std::format!($($arg)+)) };
+}
+
+/// Logs a `format!`-style message at debug level.
+#[macro_export]
+macro_rules! debug {
+    ($($arg:tt)+) => { $crate::log::debug(&::std::format!($($arg)+)) };
+}
+
+/// Logs a `format!`-style message at info level.
+#[macro_export]
+macro_rules! info {
+    ($($arg:tt)+) => { $crate::log::info(&::std::format!($($arg)+)) };
+}
+
+/// Logs a `format!`-style message at warn level.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)+) => { $crate::log::warn(&::std::format!($($arg)+)) };
+}
+
+/// Logs a `format!`-style message at error level.
+#[macro_export]
+macro_rules! error {
+    ($($arg:tt)+) => { $crate::log::error(&::std::format!($($arg)+)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(payload: &str) -> Event {
+        Event {
+            id: "e-1".into(),
+            stream: "orders".into(),
+            partition: 0,
+            sequence: 1,
+            key: None,
+            type_: None,
+            timestamp_ms: 0,
+            payload: payload.into(),
+            metadata: r#"{"correlation_id":"c-9"}"#.into(),
+        }
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Order {
+        id: String,
+        cents: u64,
+    }
+
+    #[test]
+    fn a_payload_decodes_into_the_type_asked_for() {
+        let order: Order = event(r#"{"id":"o-1","cents":250}"#).payload().unwrap();
+        assert_eq!(
+            order,
+            Order {
+                id: "o-1".into(),
+                cents: 250
+            }
+        );
+        let meta = event("{}").metadata_json().unwrap();
+        assert_eq!(meta["correlation_id"], "c-9");
+    }
+
+    #[test]
+    fn what_does_not_decode_is_an_error_naming_the_field_and_event() {
+        for (payload, says) in [
+            ("{not json", "key must be a string"),
+            ("[1, 2]", "expected a JSON object"),
+            ("", "EOF while parsing"),
+            (r#"{"id":"o-1"}"#, "missing field `cents`"),
+        ] {
+            let e = event(payload).payload::<Order>().unwrap_err().to_string();
+            assert!(
+                e.starts_with("the payload of event e-1 does not decode: "),
+                "{e}"
+            );
+            assert!(e.contains(says), "{payload:?}: {e}");
+        }
+        assert!(event("[]").payload_json().is_err());
+    }
+
+    #[test]
+    fn an_err_from_a_handler_is_a_retry_with_its_text() {
+        let failed: Result<Outcome, PayloadError> =
+            event("[]").payload::<Order>().map(|_| Outcome::Ack);
+        match failed.into_outcome() {
+            Outcome::Retry(Retry { reason, delay_ms }) => {
+                assert!(reason.contains("expected a JSON object"), "{reason}");
+                assert_eq!(delay_ms, None);
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+        let ok: Result<Outcome, String> = Ok(Outcome::reject("bad"));
+        assert!(matches!(ok.into_outcome(), Outcome::Reject(r) if r == "bad"));
+        assert!(matches!(Outcome::Ack.into_outcome(), Outcome::Ack));
     }
 }

@@ -4,11 +4,11 @@
 use std::hint::black_box;
 
 use rheo_guest::serde_json::Value;
-use rheo_guest::{Delivery, Outcome};
+use rheo_guest::{Delivery, Outcome, PayloadError};
 
-fn handle(delivery: Delivery) -> Outcome {
-    if delivery.event.payload_json().get("spin") != Some(&Value::Bool(true)) {
-        return Outcome::Ack;
+fn handle(delivery: Delivery) -> Result<Outcome, PayloadError> {
+    if delivery.event.payload_json()?.get("spin") != Some(&Value::Bool(true)) {
+        return Ok(Outcome::Ack);
     }
     // A side-effect-free infinite loop is undefined behaviour in LLVM's eyes
     // and may be deleted; `black_box` makes every iteration observable.

@@ -10,21 +10,21 @@
 //! duplicate), retries when it failed.
 
 use rheo_guest::serde_json::{Map, Value};
-use rheo_guest::{Delivery, EventInput, Outcome};
+use rheo_guest::{Delivery, EventInput, Outcome, PayloadError};
 
-fn handle(delivery: Delivery) -> Outcome {
+fn handle(delivery: Delivery) -> Result<Outcome, PayloadError> {
     let Some(target) = rheo_guest::config("target_stream") else {
-        return Outcome::reject("transform: config target_stream is not set");
+        return Ok(Outcome::reject(
+            "transform: config target_stream is not set",
+        ));
     };
     let source = &delivery.event;
 
-    let mut payload = source.payload_json();
-    if let Value::Object(fields) = &mut payload {
-        fields.insert("source".into(), Value::String(source.id.clone()));
-    }
+    let mut payload = source.payload_json()?;
+    payload.insert("source".into(), Value::String(source.id.clone()));
     let mut metadata = Map::new();
     metadata.insert("causation_id".into(), Value::String(source.id.clone()));
-    if let Some(correlation) = source.metadata_json().get("correlation_id") {
+    if let Some(correlation) = source.metadata_json()?.get("correlation_id") {
         metadata.insert("correlation_id".into(), correlation.clone());
     }
     metadata.insert("transformed_at_ms".into(), rheo_guest::now_ms().into());
@@ -33,24 +33,24 @@ fn handle(delivery: Delivery) -> Outcome {
         None => "transformed".to_owned(),
     };
 
-    let derived = EventInput::json(&payload)
+    let derived = EventInput::json(&Value::Object(payload))
         .with_id(format!("{}:transformed", source.id))
         .with_type(event_type)
         .with_metadata(&Value::Object(metadata));
-    match rheo_guest::append(&target, &derived) {
+    Ok(match rheo_guest::append(&target, &derived) {
         Ok(appended) => {
-            rheo_guest::log::debug(&format!(
+            rheo_guest::debug!(
                 "appended {} to {} at {}/{} (duplicate: {})",
                 appended.id,
                 appended.stream,
                 appended.partition,
                 appended.sequence,
                 appended.duplicate
-            ));
+            );
             Outcome::Ack
         }
         Err(e) => Outcome::retry(format!("transform: append to {target} failed: {e:?}")),
-    }
+    })
 }
 
 rheo_guest::handler!(handle);

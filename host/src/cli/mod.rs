@@ -14,6 +14,7 @@ mod demo;
 mod migrate;
 mod multipart;
 mod ops;
+mod project;
 mod serve;
 mod table;
 

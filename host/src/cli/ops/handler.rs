@@ -25,6 +25,12 @@ pub(crate) struct HandlerArgs {
 
 #[derive(Debug, Subcommand)]
 enum HandlerAction {
+    /// Create a handler project (source, manifest, README and the SDK) in
+    /// Rust, Python or JavaScript.
+    New(crate::cli::project::NewArgs),
+    /// Build a handler project into a component (installs the build tools
+    /// into the cache when missing; RHEO_CACHE_DIR, else ~/.cache/rheo).
+    Build(crate::cli::project::BuildArgs),
     /// Deploy a handler, or replace its manifest and module (a new version).
     Deploy {
         /// The handler's name.
@@ -32,9 +38,10 @@ enum HandlerAction {
         /// Its manifest: stream, group, concurrency, … (.toml or .json).
         #[arg(long, value_name = "FILE")]
         manifest: PathBuf,
-        /// The WebAssembly component (.wasm).
+        /// The WebAssembly component (.wasm) [default: the manifest's
+        /// `module`, relative to the manifest].
         #[arg(long, value_name = "FILE")]
-        module: PathBuf,
+        module: Option<PathBuf>,
     },
     /// Hot-swap a handler's module; deliveries in flight finish on the old one.
     Swap {
@@ -74,6 +81,11 @@ enum HandlerAction {
 
 impl HandlerArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
+        match self.action {
+            HandlerAction::New(new) => return new.run(),
+            HandlerAction::Build(build) => return build.run(),
+            _ => {}
+        }
         let client = self.server.client()?;
         let path = |name: &str, rest: &str| format!("/v1/handlers/{}{rest}", segment(name));
         let (answer, done) = match &self.action {
@@ -85,12 +97,13 @@ impl HandlerArgs {
                 let answer = client.get(&path(name, ""), &[])?;
                 return self.server.print(&answer, render_one);
             }
+            HandlerAction::New(_) | HandlerAction::Build(_) => unreachable!("run above"),
             HandlerAction::Deploy {
                 name,
                 manifest,
                 module,
             } => (
-                deploy(&client, &path(name, ""), manifest, module)?,
+                deploy(&client, &path(name, ""), manifest, module.as_deref())?,
                 "deployed",
             ),
             HandlerAction::Swap { name, module } => {
@@ -117,7 +130,13 @@ impl HandlerArgs {
 }
 
 /// `PUT /v1/handlers/{h}` with the manifest and module as multipart parts.
-fn deploy(client: &Client, path: &str, manifest: &Path, module: &Path) -> anyhow::Result<Value> {
+/// Without `module`, the manifest's `module` (relative to the manifest).
+fn deploy(
+    client: &Client,
+    path: &str,
+    manifest: &Path,
+    module: Option<&Path>,
+) -> anyhow::Result<Value> {
     let content_type = match manifest.extension().and_then(|e| e.to_str()) {
         Some("toml") => "application/toml",
         Some("json") => "application/json",
@@ -127,6 +146,11 @@ fn deploy(client: &Client, path: &str, manifest: &Path, module: &Path) -> anyhow
         ),
     };
     let manifest_bytes = read(manifest)?;
+    let module = match module {
+        Some(module) => module.to_path_buf(),
+        None => manifest_module(manifest, content_type, &manifest_bytes)?,
+    };
+    let module = module.as_path();
     let module_bytes = read(module)?;
     let body = multipart::encode(&[
         Part {
@@ -143,6 +167,33 @@ fn deploy(client: &Client, path: &str, manifest: &Path, module: &Path) -> anyhow
         },
     ]);
     Ok(client.put(path, &body.content_type, &body.body)?)
+}
+
+/// The `module` a manifest names, relative to the manifest's folder.
+fn manifest_module(manifest: &Path, content_type: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+    // Only `module` is read here; the server checks the rest.
+    let module = if content_type == "application/toml" {
+        let table: toml::Table = toml::from_str(&String::from_utf8_lossy(bytes))
+            .with_context(|| format!("{}", manifest.display()))?;
+        table
+            .get("module")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+    } else {
+        let value: Value =
+            serde_json::from_slice(bytes).with_context(|| format!("{}", manifest.display()))?;
+        value["module"].as_str().map(str::to_owned)
+    };
+    let Some(module) = module else {
+        anyhow::bail!(
+            "{} names no `module`: give the component with --module FILE.wasm",
+            manifest.display()
+        );
+    };
+    Ok(manifest
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join(module))
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
