@@ -20,7 +20,11 @@
 // * a return value that is not `Ack()`, `Retry(...)` or `Reject(...)` (a
 //   Promise included: handlers are synchronous) becomes a `Retry` naming it;
 // * `log`, `config`, `append` and `nowMs` wrap the host's imports with plain
-//   JavaScript values (`append` takes objects and throws `AppendError`).
+//   JavaScript values (`append` takes objects and throws `AppendError`);
+// * what the bindings would trap on is repaired or refused first: a lone
+//   surrogate in text for the host becomes U+FFFD, a delay outside u64 is
+//   dropped with a note, a BigInt delay becomes a Number;
+// * a `console` (QuickJS has none) whose lines go to the server's log.
 //
 // This module does not import the host itself: the component's entry module
 // (entry.js) hands it the `rheo:handler/host` import with `bind`, and the

@@ -2,7 +2,7 @@
 // to a fake host and fed deliveries shaped like the WIT bindings'. What needs
 // a real component and host is checked by tests/tests/polyglot.rs.
 //
-//     node --test guests/js/tests/
+//     node --test guests/js/tests/sdk.test.js
 //
 // (Node ≥ 18; nothing to install.)
 
