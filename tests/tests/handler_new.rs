@@ -74,6 +74,37 @@ fn new_refuses_a_folder_that_is_not_empty() {
     assert_eq!(left.len(), 1, "nothing was written next to keep.txt");
 }
 
+#[test]
+fn a_missing_tool_is_named_with_its_fix() {
+    for (lang, says) in [
+        ("rust", "cargo not found: install Rust with rustup"),
+        ("python", "python3 not found: install Python 3.9 or newer"),
+        ("js", "node not found: install Node.js 18 or newer"),
+    ] {
+        let work = tempfile::tempdir().expect("temp dir");
+        let project = work.path().join("p").display().to_string();
+        let empty_cache = work.path().join("cache").display().to_string();
+        let created = run_rheo_with(
+            &["handler", "new", "p", "--lang", lang, "--dir", &project],
+            &[],
+            None,
+        );
+        assert_eq!(created.code, Some(0), "{created:?}");
+        // No tool on PATH, nothing in the cache.
+        let run = run_rheo_with(
+            &["handler", "build", &project],
+            &[("PATH", "/nonexistent"), ("RHEO_CACHE_DIR", &empty_cache)],
+            None,
+        );
+        assert_eq!(run.code, Some(1), "{lang}: {run:?}");
+        assert!(run.stderr.contains(says), "{lang}: {}", run.stderr);
+        assert!(
+            !work.path().join("p/build/p.wasm").exists(),
+            "{lang}: no component"
+        );
+    }
+}
+
 /// Whether the language's tools are installed; when they are not, a skip
 /// (printed) or, when `REQUIRE_GUESTS` lists `language`, a failure.
 fn available(language: &str, tools: &[&str]) -> bool {
