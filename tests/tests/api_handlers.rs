@@ -217,11 +217,12 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         "no_previous_version",
     );
 
-    // A swap must be application/wasm; a broken module is refused and the
-    // running version stays.
+    // A swap is application/wasm or application/octet-stream (what
+    // generated clients send, docs/http.md); a broken module is refused
+    // and the running version stays.
     let as_json = answer(
         http.put(server.url("/v1/handlers/h/module"))
-            .header("Content-Type", "application/octet-stream")
+            .header("Content-Type", "application/json")
             .send(&echo[..]),
     );
     assert_error(&as_json, 415, "unsupported_media_type");
@@ -230,6 +231,12 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         400,
         "invalid_module",
     );
+    let as_octets = answer(
+        http.put(server.url("/v1/handlers/h/module"))
+            .header("Content-Type", "application/octet-stream")
+            .send(GARBAGE),
+    );
+    assert_error(&as_octets, 400, "invalid_module");
     let view = handler(&http, &server, "h");
     assert_eq!(
         (view["version"].clone(), view["digest"].clone()),

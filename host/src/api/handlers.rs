@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::dto::{HandlerBody, HandlerListBody};
+use super::dto::{DeployForm, HandlerBody, HandlerListBody, WasmModule};
 use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::handlers::{HandlerRegistry, Manifest};
@@ -89,7 +89,8 @@ async fn handler_get(
 /// replaces anything; a refused module leaves the running version alone.
 #[utoipa::path(put, path = "/v1/handlers/{handler}", tag = "handlers",
     params(("handler" = String, Path, description = "Handler name")),
-    request_body(content_type = "multipart/form-data", description = "`manifest` and `module` parts"),
+    request_body(content = DeployForm, content_type = "multipart/form-data",
+        description = "`manifest` and `module` parts"),
     responses(
         (status = 201, description = "Deployed", body = HandlerBody),
         (status = 200, description = "Replaced (new version)", body = HandlerBody),
@@ -157,16 +158,21 @@ async fn handler_deploy(
     Ok((status, Json(view.into())))
 }
 
-/// Hot-swap a handler's module (`application/wasm` body), keeping its
-/// manifest. Deliveries in flight finish on the old version.
+/// Hot-swap a handler's module, keeping its manifest. Deliveries in flight
+/// finish on the old version.
+///
+/// The body is the component, sent as `application/wasm` or as
+/// `application/octet-stream`. The document names only the second: it is
+/// the binary type OpenAPI client generators can send (docs/http.md).
 #[utoipa::path(put, path = "/v1/handlers/{handler}/module", tag = "handlers",
     params(("handler" = String, Path, description = "Handler name")),
-    request_body(content_type = "application/wasm", description = "The component"),
+    request_body(content = inline(WasmModule), content_type = "application/octet-stream",
+        description = "The component (`Content-Type: application/wasm` is accepted too)"),
     responses(
         (status = 200, body = HandlerBody),
         (status = 400, description = "The module was refused; the old version keeps running", body = ErrorBody),
         (status = 404, description = "No such handler", body = ErrorBody),
-        (status = 415, description = "Not application/wasm", body = ErrorBody),
+        (status = 415, description = "Neither application/wasm nor application/octet-stream", body = ErrorBody),
     ))]
 async fn handler_swap_module(
     State(state): State<AppState>,
@@ -174,13 +180,16 @@ async fn handler_swap_module(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<HandlerBody>, ApiError> {
-    let wasm = headers
+    let binary = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/wasm"));
-    if !wasm {
+        .is_some_and(|v| {
+            v.starts_with("application/wasm") || v.starts_with("application/octet-stream")
+        });
+    if !binary {
         return Err(ApiError::UnsupportedMediaType(
-            "send the module with Content-Type: application/wasm".into(),
+            "send the module with Content-Type: application/wasm (or application/octet-stream)"
+                .into(),
         ));
     }
     Ok(Json(

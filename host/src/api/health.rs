@@ -67,7 +67,7 @@ async fn health_ready(State(state): State<AppState>) -> Result<Json<StatusBody>,
 /// Request counts and latencies by route and status, and backend errors,
 /// in the Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "health", security(()),
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn health_metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],

@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
     let app = app.merge(handlers::router());
     let (routes, mut doc) = app.split_for_parts();
     openapi::add_common_responses(&mut doc);
+    openapi::open_routes_need_no_auth(&mut doc);
     let document = openapi::Document::new(&doc);
 
     let routes = routes.route("/v1/openapi.json", get(move || async move { document }));

@@ -109,6 +109,32 @@ pub(crate) fn add_common_responses(doc: &mut OpenApiDoc) {
     }
 }
 
+/// Writes the open routes' `security(())` — which utoipa renders `[{}]`,
+/// "auth optional" — as `[]`, "no auth". Both let a client call without a
+/// token, but generators read a non-empty list as "needs a token":
+/// openapi-python-client would type `/healthz` as taking only an
+/// `AuthenticatedClient` (docs/http.md#generated-clients).
+pub(crate) fn open_routes_need_no_auth(doc: &mut OpenApiDoc) {
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            if let Some(security) = &mut operation.security
+                && security
+                    .iter()
+                    .all(|requirement| *requirement == SecurityRequirement::default())
+            {
+                security.clear();
+            }
+        }
+    }
+}
+
 /// The finished document, rendered once at startup.
 #[derive(Debug, Clone)]
 pub(crate) struct Document(std::sync::Arc<str>);

@@ -90,10 +90,10 @@ pub(crate) struct EventInputBody {
     #[schema(value_type = Option<String>, format = DateTime)]
     timestamp: Option<Timestamp>,
     /// The body, a JSON object (default `{}`).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<super::JsonObjectSchema>)]
     payload: Option<JsonObject>,
     /// Metadata, a JSON object (default `{}`).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<super::JsonObjectSchema>)]
     metadata: Option<JsonObject>,
 }
 
@@ -141,10 +141,10 @@ pub(crate) struct EventBody {
     #[schema(value_type = String, format = DateTime)]
     timestamp: Timestamp,
     /// The body.
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::JsonObjectSchema)]
     payload: JsonObject,
     /// Metadata.
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::JsonObjectSchema)]
     metadata: JsonObject,
 }
 
@@ -226,7 +226,7 @@ pub(crate) struct OrderKeyBody {
 pub(crate) struct QueryBody {
     /// Filters, ANDed: `{"type": "x", "amount": {"$gt": 10}, "payload.a.b": {"$exists": true}}`.
     #[serde(rename = "where")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<super::JsonObjectSchema>)]
     filter: Option<Value>,
     /// Inclusive lower bound on timestamp.
     #[schema(value_type = Option<String>, format = DateTime)]

@@ -24,7 +24,7 @@ pub(crate) struct CreateGroupBody {
     /// Claims per delivery before a failure dead-letters it (default 5).
     pub(crate) max_attempts: Option<u32>,
     /// Start after this sequence: an integer for every partition, or `{"0": 41}`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<super::StartAfterSchema>)]
     pub(crate) start_after: Option<Value>,
     /// Start at the first event at or after this time, per partition.
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -273,7 +273,7 @@ pub(crate) struct ResetBody {
     /// Must be exactly `true`.
     pub(crate) confirm: bool,
     /// Start again after this sequence (integer or per-partition map).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<super::StartAfterSchema>)]
     pub(crate) start_after: Option<Value>,
     /// Start again at the first event at or after this time.
     #[schema(value_type = Option<String>, format = DateTime)]

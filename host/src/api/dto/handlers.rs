@@ -50,18 +50,19 @@ pub(crate) struct HandlerBody {
     version: Option<u64>,
     /// sha256 of the module, hex.
     digest: Option<String>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, format = DateTime)]
     deployed_at: Option<Timestamp>,
     previous_version: Option<u64>,
     config: BTreeMap<String, String>,
     counters: CountersBody,
-    /// Counters per version number.
+    /// Counters per version number (keys are version numbers as strings).
+    #[schema(value_type = std::collections::HashMap<String, CountersBody>)]
     versions: BTreeMap<u64, CountersBody>,
     /// Why the last deploy or reload was refused (the running version, if
     /// any, kept running).
     last_error: Option<String>,
     /// The manifest in force.
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::JsonObjectSchema)]
     manifest: serde_json::Value,
 }
 
@@ -94,3 +95,25 @@ impl From<HandlerView> for HandlerBody {
 pub(crate) struct HandlerListBody {
     pub(crate) handlers: Vec<HandlerBody>,
 }
+
+/// A deploy, as `multipart/form-data`: a `manifest` part and a `module`
+/// part.
+// Describes the form in the OpenAPI document; the route reads the parts one
+// by one.
+#[derive(ToSchema)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) struct DeployForm {
+    /// The manifest: JSON, or TOML when the part's content type is
+    /// `application/toml`.
+    #[schema(value_type = String, format = Binary)]
+    manifest: Vec<u8>,
+    /// The WebAssembly component (`.wasm`).
+    #[schema(value_type = String, format = Binary)]
+    module: Vec<u8>,
+}
+
+/// A WebAssembly component, the raw body of a module swap.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) struct WasmModule(Vec<u8>);

@@ -29,7 +29,7 @@ pub(crate) use groups::{
     LagBody, LagParams, RedriveBody, RedrivenBody, ReopenedBody, ReplayBody, ResetBody,
 };
 #[cfg(feature = "wasm")]
-pub(crate) use handlers::{HandlerBody, HandlerListBody};
+pub(crate) use handlers::{DeployForm, HandlerBody, HandlerListBody, WasmModule};
 pub(crate) use leases::{
     AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,
     SettleResultsBody,
@@ -50,6 +50,39 @@ impl OkBody {
     /// The one value.
     pub(crate) const YES: OkBody = OkBody { ok: true };
 }
+
+/// Any JSON object.
+// Names the schema in the OpenAPI document: one `JsonObject` instead of an
+// anonymous inline object per field, which client generators name after the
+// field (docs/http.md#generated-clients). The wire type is
+// `crate::model::JsonObject`.
+#[derive(ToSchema)]
+#[schema(as = JsonObject, value_type = Object)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) struct JsonObjectSchema(Value);
+
+/// Where to start: after this sequence in every partition (an integer), or
+/// after a sequence per partition (`{"0": 41}`).
+// Describes `start_after` in the OpenAPI document as `oneOf` its two forms,
+// so a generated client can send either (docs/http.md#generated-clients).
+// The field itself is read as JSON by `start_position`, whose errors name
+// the offending key.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[schema(as = StartAfter)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) enum StartAfterSchema {
+    /// After this sequence in every partition.
+    All(u64),
+    /// After these sequences.
+    PerPartition(PartitionSequences),
+}
+
+/// Sequences keyed by partition number (as a string): `{"0": 41, "2": 7}`.
+#[derive(ToSchema)]
+#[schema(value_type = std::collections::HashMap<String, u64>)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) struct PartitionSequences(BTreeMap<u32, u64>);
 
 /// A partition list from a body: absent means all partitions, `[]` none.
 pub(crate) fn partitions(list: Option<Vec<u32>>) -> Partitions {

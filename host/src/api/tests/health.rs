@@ -108,3 +108,71 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
     assert!(doc["components"]["schemas"]["LeaseBody"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
+
+/// What client generators need from the document, checked here without
+/// one; `tests/tests/http_clients.rs` runs openapi-python-client on it
+/// (docs/http.md#generated-clients).
+#[tokio::test]
+async fn the_openapi_document_is_fit_for_client_generators() {
+    let doc = TestApp::new().get("/v1/openapi.json").await.body;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let route = format!("{method} {path}");
+            assert!(operation["operationId"].is_string(), "{route}");
+            // Every body has a schema, in a content type generators send.
+            if let Some(content) = operation["requestBody"]["content"].as_object() {
+                for (content_type, media) in content {
+                    assert!(
+                        [
+                            "application/json",
+                            "multipart/form-data",
+                            "application/octet-stream"
+                        ]
+                        .contains(&content_type.as_str()),
+                        "{route}: {content_type}"
+                    );
+                    assert!(media["schema"].is_object(), "{route}: no schema");
+                }
+            }
+            // An open route says "no auth" (`[]`), not "auth optional".
+            if let Some(security) = operation.get("security") {
+                assert_eq!(security, &json!([]), "{route}");
+            }
+        }
+    }
+    assert_eq!(
+        doc["paths"]["/healthz"]["get"]["security"],
+        json!([]),
+        "the health routes are open"
+    );
+
+    let schemas = &doc["components"]["schemas"];
+    // `start_after` takes an integer as well as a per-partition map.
+    let start_after = &schemas["StartAfter"]["oneOf"];
+    assert_eq!(start_after[0]["type"], "integer", "{start_after}");
+    assert_eq!(
+        start_after[1]["$ref"], "#/components/schemas/PartitionSequences",
+        "{start_after}"
+    );
+    assert_eq!(
+        schemas["CreateGroupBody"]["properties"]["start_after"]["oneOf"][1]["$ref"],
+        "#/components/schemas/StartAfter"
+    );
+    // Payloads are the named `JsonObject`.
+    assert_eq!(
+        schemas["EventBody"]["properties"]["payload"]["$ref"],
+        "#/components/schemas/JsonObject"
+    );
+    // Map keys are strings, as JSON has them.
+    let mut stack = vec![schemas];
+    while let Some(value) = stack.pop() {
+        if let Some(names) = value.get("propertyNames") {
+            assert_eq!(names["type"], "string", "{value}");
+        }
+        match value {
+            serde_json::Value::Object(map) => stack.extend(map.values()),
+            serde_json::Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+}
