@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::{Error, Result};
 use crate::model::{
     Appended, Event, EventId, EventInput, Group, GroupName, Lag, PartitionLag, SettleOp,
-    StartAfter, StartPosition, StreamName, Timestamp, backoff_ms, route,
+    Settlement, StartAfter, StartPosition, StreamName, Timestamp, backoff_ms, route,
 };
 
 /// Validates every input of an append batch and picks its partition
@@ -202,6 +202,22 @@ impl Write {
     pub(crate) fn requeues(&self) -> bool {
         matches!(self, Write::Retry { due: None, .. })
     }
+}
+
+/// Whether a settle batch is the common case: acks of distinct events
+/// with no receipt to check (or the lease's own), which a backend may apply
+/// with one fenced bulk write instead of item by item.
+pub(crate) fn plain_acks(items: &[Settlement]) -> bool {
+    let mut seen = HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|i| {
+            i.op == SettleOp::Ack
+                && i.target
+                    .receipt
+                    .as_deref()
+                    .is_none_or(|r| r == i.target.lease_id.as_str())
+                && seen.insert(i.target.event_id.as_str())
+        })
 }
 
 /// What `op` on a leased delivery at `attempt` writes under `config`.

@@ -32,13 +32,15 @@ use super::{
     DELIVERIES, GROUPS, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, opt_text, text,
     uint,
 };
-use crate::backend::policy::{POISON_REASON, Write, claim_capacity, round_robin, settle_write};
+use crate::backend::policy::{
+    POISON_REASON, Write, claim_capacity, plain_acks, round_robin, settle_write,
+};
 use crate::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
 };
 use crate::model::{
-    ConsumerId, Event, GroupName, Lease, LeaseId, SettleOp, SettleTarget, Settlement, StreamName,
-    Timestamp, clip_reason,
+    ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, Settlement, StreamName, Timestamp,
+    clip_reason,
 };
 
 /// Delivery statuses.
@@ -83,21 +85,6 @@ struct Claimed {
     attempt: u32,
     lease_id: LeaseId,
     event: Option<Arc<Event>>,
-}
-
-/// Whether a batch is the common case: acks of distinct events with no
-/// receipt to check, which one conditional `update_many` applies at once.
-fn plain_acks(items: &[Settlement]) -> bool {
-    let mut seen = HashSet::new();
-    !items.is_empty()
-        && items.iter().all(|i| {
-            i.op == SettleOp::Ack
-                && i.target
-                    .receipt
-                    .as_deref()
-                    .is_none_or(|r| r == i.target.lease_id.as_str())
-                && seen.insert(i.target.event_id.as_str())
-        })
 }
 
 /// How many documents of an ordered `insert_many` went in before it failed

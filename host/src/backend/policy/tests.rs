@@ -197,3 +197,29 @@ fn frontier_and_lag_add_up() {
     assert_eq!((lag.inflight, lag.waiting_retry), (1, 1));
     assert_eq!(lag.oldest_unacked_age_ms, Some(500));
 }
+
+#[test]
+fn only_acks_of_distinct_events_without_a_foreign_receipt_are_plain() {
+    use crate::model::{LeaseId, SettleTarget, Settlement};
+    let item = |event: &str, op: SettleOp, receipt: Option<&str>| {
+        let lease_id = LeaseId::parse("l-1").unwrap();
+        Settlement {
+            target: SettleTarget {
+                event_id: EventId::parse(event).unwrap(),
+                receipt: receipt.map(|r| r.replace("own", lease_id.as_str())),
+                lease_id,
+            },
+            op,
+        }
+    };
+    let ack = |event| item(event, SettleOp::Ack, None);
+    assert!(plain_acks(&[ack("a"), ack("b")]));
+    assert!(plain_acks(&[item("a", SettleOp::Ack, Some("own"))]));
+    assert!(!plain_acks(&[]), "nothing to apply");
+    assert!(!plain_acks(&[ack("a"), ack("a")]), "one event twice");
+    assert!(!plain_acks(&[item("a", SettleOp::Ack, Some("other"))]));
+    assert!(!plain_acks(&[
+        ack("a"),
+        item("b", SettleOp::Reject { reason: None }, None)
+    ]));
+}

@@ -6,24 +6,9 @@ use std::collections::HashSet;
 
 use super::engine::{exec, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
-use crate::backend::policy::{Write, settle_write};
+use crate::backend::policy::{Write, plain_acks, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
-use crate::model::{GroupName, SettleOp, SettleTarget, Settlement, StreamName, clip_reason};
-
-/// Whether a batch is the common case: acks of distinct events with no
-/// receipt to check, which one fenced statement can apply at once.
-fn plain_acks(items: &[Settlement]) -> bool {
-    let mut seen = HashSet::new();
-    !items.is_empty()
-        && items.iter().all(|i| {
-            i.op == SettleOp::Ack
-                && i.target
-                    .receipt
-                    .as_deref()
-                    .is_none_or(|r| r == i.target.lease_id.as_str())
-                && seen.insert(i.target.event_id.as_str())
-        })
-}
+use crate::model::{GroupName, SettleTarget, Settlement, StreamName, clip_reason};
 
 impl<D: Dialect> SqlBackend<D> {
     /// Applies a batch; returns the per-item results and whether any nack
