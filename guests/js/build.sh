@@ -34,18 +34,9 @@ node="${NODE:-node}"
 npm="${NPM:-npm}"
 modules="$here/node_modules"
 
-say() { printf '    %s\n' "$*"; }
-toolchain_failure() { printf 'error: %s\n' "$*" >&2; exit 3; }
-failure() { printf 'error: %s\n' "$*" >&2; exit 1; }
-
-if (($# > 0)); then
-  apps=("$@")
-else
-  apps=()
-  for dir in "$here"/examples/*/ "$here"/tests/*/; do
-    [[ -f "$dir/app.js" ]] && apps+=("$dir")
-  done
-fi
+# shellcheck source=../build-lib.sh
+source "$here/../build-lib.sh"
+find_apps "$here" app.js "$@"
 
 # --- The tools ---------------------------------------------------------------
 command -v "$node" >/dev/null || toolchain_failure "$node not found (Node.js ≥ 18 is needed)"
@@ -73,7 +64,7 @@ fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 shared_inputs=("$here/sdk" "$root/wit" "$here/package.json" "$here/package-lock.json"
-  "$here/componentize.mjs" "$here/build.sh")
+  "$here/componentize.mjs" "$here/build.sh" "$here/../build-lib.sh")
 
 # build APP_DIR NAME: componentizes one handler into $out/NAME.wasm.
 build() {
@@ -94,40 +85,7 @@ build() {
     return 1
   fi
   mv -f "$wasm.partial" "$wasm"
-  local tenths
-  tenths=$(($(wc -c <"$wasm") * 10 / 1048576))
-  say "$name: built in $((SECONDS - started)) s, $((tenths / 10)).$((tenths % 10)) MiB -> $wasm"
+  report_built "$wasm" "$name" "$started"
 }
 
-# A build keeps about one core busy, so up to JOBS (default: the number of
-# CPUs) run at once.
-jobs_max="${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
-pids=()
-names=()
-failed=()
-# collect: waits for the oldest running build.
-collect() {
-  wait "${pids[0]}" || failed+=("${names[0]}")
-  pids=("${pids[@]:1}")
-  names=("${names[@]:1}")
-}
-for app in "${apps[@]}"; do
-  app="${app%/}"
-  name="$(basename "$app")"
-  [[ -f "$app/app.js" ]] || failure "$app has no app.js"
-  wasm="$out/$name.wasm"
-  # Up to date: the component exists and no input file or folder (a folder
-  # changes when a file in it is added or removed) is newer than it.
-  if [[ -f "$wasm" ]] &&
-    [[ -z "$(find "$app" "${shared_inputs[@]}" -name node_modules -prune -o -newer "$wasm" -print -quit)" ]]; then
-    say "$name: up to date ($wasm)"
-    continue
-  fi
-  while ((${#pids[@]} >= jobs_max)); do collect; done
-  say "$name: building"
-  build "$app" "$name" &
-  pids+=($!)
-  names+=("$name")
-done
-while ((${#pids[@]} > 0)); do collect; done
-((${#failed[@]} == 0)) || failure "building ${failed[*]} failed"
+build_apps "$out" app.js node_modules

@@ -30,51 +30,19 @@ shift || true
 venv="$here/.venv"
 python="${PYTHON:-python3}"
 
-say() { printf '    %s\n' "$*"; }
-toolchain_failure() { printf 'error: %s\n' "$*" >&2; exit 3; }
-failure() { printf 'error: %s\n' "$*" >&2; exit 1; }
-
-if (($# > 0)); then
-  apps=("$@")
-else
-  apps=()
-  for dir in "$here"/examples/*/ "$here"/tests/*/; do
-    [[ -f "$dir/app.py" ]] && apps+=("$dir")
-  done
-fi
+# shellcheck source=../build-lib.sh
+source "$here/../build-lib.sh"
+find_apps "$here" app.py "$@"
 
 # --- The tools ---------------------------------------------------------------
-# A copy of the requirements the venv was installed from sits inside it; a
-# working venv whose copy matches is used as is, without asking pip anything.
-installed="$venv/requirements.installed"
-venv_works() { [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c '' 2>/dev/null; }
-if ! venv_works || ! cmp -s "$here/requirements.txt" "$installed"; then
-  command -v "$python" >/dev/null || toolchain_failure "$python not found (Python ≥ 3.9 is needed)"
-  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
-    toolchain_failure "$python is older than 3.9"
-  if ! venv_works; then
-    say "creating $venv"
-    "$python" -m venv --clear "$venv" ||
-      toolchain_failure "$python -m venv failed (is the venv module installed?)"
-  fi
-  say "installing requirements.txt into $venv"
-  started=$SECONDS
-  rm -f "$installed"
-  # PyPI only: no local wheel folders or extra indexes from the environment.
-  env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_NO_INDEX \
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    --only-binary :all: -r "$here/requirements.txt" ||
-    toolchain_failure "installing $here/requirements.txt failed"
-  cp "$here/requirements.txt" "$installed"
-  say "installed in $((SECONDS - started)) s"
-fi
+ensure_venv "$venv" "$here/requirements.txt" 9 "$python"
 componentize="$venv/bin/componentize-py"
 [[ -x "$componentize" ]] || toolchain_failure "$componentize is missing; delete $venv and retry"
 
 # --- The components ----------------------------------------------------------
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-shared_inputs=("$here/sdk" "$root/wit" "$here/requirements.txt" "$here/build.sh")
+shared_inputs=("$here/sdk" "$root/wit" "$here/requirements.txt" "$here/build.sh" "$here/../build-lib.sh")
 
 # build APP_DIR NAME: componentizes one handler into $out/NAME.wasm.
 build() {
@@ -94,40 +62,7 @@ build() {
     return 1
   fi
   mv -f "$wasm.partial" "$wasm"
-  local tenths
-  tenths=$(($(wc -c <"$wasm") * 10 / 1048576))
-  say "$name: built in $((SECONDS - started)) s, $((tenths / 10)).$((tenths % 10)) MiB -> $wasm"
+  report_built "$wasm" "$name" "$started"
 }
 
-# A build keeps about one core busy, so up to JOBS (default: the number of
-# CPUs) run at once.
-jobs_max="${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
-pids=()
-names=()
-failed=()
-# collect: waits for the oldest running build.
-collect() {
-  wait "${pids[0]}" || failed+=("${names[0]}")
-  pids=("${pids[@]:1}")
-  names=("${names[@]:1}")
-}
-for app in "${apps[@]}"; do
-  app="${app%/}"
-  name="$(basename "$app")"
-  [[ -f "$app/app.py" ]] || failure "$app has no app.py"
-  wasm="$out/$name.wasm"
-  # Up to date: the component exists and no input file or folder (a folder
-  # changes when a file in it is added or removed) is newer than it.
-  if [[ -f "$wasm" ]] &&
-    [[ -z "$(find "$app" "${shared_inputs[@]}" -name __pycache__ -prune -o -newer "$wasm" -print -quit)" ]]; then
-    say "$name: up to date ($wasm)"
-    continue
-  fi
-  while ((${#pids[@]} >= jobs_max)); do collect; done
-  say "$name: building"
-  build "$app" "$name" &
-  pids+=($!)
-  names+=("$name")
-done
-while ((${#pids[@]} > 0)); do collect; done
-((${#failed[@]} == 0)) || failure "building ${failed[*]} failed"
+build_apps "$out" app.py __pycache__
