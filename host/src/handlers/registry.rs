@@ -1,11 +1,31 @@
 //! The deployed handlers of one server: deploy, swap, roll back, pause,
 //! resume, remove, and keeping the handlers directory in step.
+//!
+//! # Locks (`docs/handlers.md#slow-compiles`)
+//!
+//! A Python or JavaScript module takes seconds to compile, so no lock that
+//! anything else needs is held while one compiles:
+//!
+//! * **One operation per handler** ([`OpLocks`]): a deploy, swap, rollback,
+//!   pause, resume or removal of a handler, or a directory reload's look at
+//!   it, holds that handler's lock from start to end, compile included. Two
+//!   deploys of one handler therefore run one after the other and get
+//!   consecutive version numbers; operations on other handlers do not wait.
+//! * **The entries** (`entries`): what the API shows. Held only to read or
+//!   record, never across an `await` — never while compiling, draining a
+//!   worker or writing files — so listing handlers answers at once.
+//!
+//! Compiling runs on a blocking thread (never on an async worker that runs
+//! deliveries), and a module compiled before is mapped from the on-disk
+//! cache by digest instead ([`ModuleCache`]). Files are read and written on
+//! blocking threads too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::sync::Mutex;
+use parking_lot::Mutex;
+use tokio::sync::OwnedMutexGuard;
 
 use super::store::{PreviousRecord, Recorded, Store};
 use super::versions::{Entry, Loaded};
@@ -13,7 +33,7 @@ use super::{HandlerView, Manifest, RegistryError};
 use crate::backend::Backend;
 use crate::model::{ConsumerId, HandlerName};
 use crate::runtime::{Runtime, Version};
-use crate::wasm::{Digest, HandlerEnv, HandlerRunner, ModuleCache, WasmEngine};
+use crate::wasm::{Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine};
 
 /// The deployed handlers of one server.
 #[derive(Debug)]
@@ -25,9 +45,45 @@ pub struct HandlerRegistry {
     store: Option<Store>,
     /// Prefix of this server's consumer ids (`<handler>@<server_id>`).
     server_id: String,
-    // One operation at a time: deploys compile while holding it, so a
-    // reload and an API deploy of the same handler cannot interleave.
+    /// Every handler's record. Never held across an `await` (see the
+    /// module doc): readers never wait for a compile.
     entries: Mutex<BTreeMap<HandlerName, Entry>>,
+    /// One operation at a time per handler, held across the compile.
+    ops: OpLocks,
+    /// Called on the compile thread before each compile (tests hold a
+    /// compile with it).
+    #[cfg(test)]
+    compile_hook: Mutex<Option<CompileHook>>,
+}
+
+/// A test's hook into compiling: called with the handler's name on the
+/// thread that is about to compile its module.
+#[cfg(test)]
+#[derive(Clone)]
+pub(crate) struct CompileHook(pub(crate) Arc<dyn Fn(&HandlerName) + Send + Sync>);
+
+#[cfg(test)]
+impl std::fmt::Debug for CompileHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompileHook")
+    }
+}
+
+/// What the handlers directory keeps of a running handler.
+struct Files {
+    manifest: Manifest,
+    current: Loaded,
+    previous: Option<Loaded>,
+}
+
+impl Files {
+    fn of(entry: &Entry) -> Option<Self> {
+        Some(Self {
+            manifest: entry.manifest.clone(),
+            current: entry.current.clone()?,
+            previous: entry.previous.clone(),
+        })
+    }
 }
 
 impl HandlerRegistry {
@@ -57,6 +113,9 @@ impl HandlerRegistry {
             store,
             server_id: format!("{host}-{suffix:04x}"),
             entries: Mutex::new(BTreeMap::new()),
+            ops: OpLocks::default(),
+            #[cfg(test)]
+            compile_hook: Mutex::new(None),
         })
     }
 
@@ -65,30 +124,62 @@ impl HandlerRegistry {
         self.store.as_ref().map(Store::dir)
     }
 
+    /// Sets (or clears) the hook every later compile calls first.
+    #[cfg(test)]
+    pub(crate) fn set_compile_hook(&self, hook: Option<CompileHook>) {
+        *self.compile_hook.lock() = hook;
+    }
+
     fn consumer_id(&self, name: &HandlerName) -> ConsumerId {
         ConsumerId::parse(format!("{name}@{}", self.server_id))
             .unwrap_or_else(|_| ConsumerId::generate())
     }
 
+    /// Compiles (or maps from the cache) and validates `bytes` on a
+    /// blocking thread.
+    async fn compile(
+        &self,
+        name: &HandlerName,
+        bytes: Arc<[u8]>,
+    ) -> Result<HandlerModule, RegistryError> {
+        let engine = self.engine.clone();
+        let cache = self.cache.clone();
+        #[cfg(test)]
+        let hook = self
+            .compile_hook
+            .lock()
+            .clone()
+            .map(|hook| (hook, name.clone()));
+        #[cfg(not(test))]
+        let _ = name;
+        tokio::task::spawn_blocking(move || {
+            #[cfg(test)]
+            if let Some((hook, name)) = hook {
+                (hook.0)(&name);
+            }
+            engine.load_blocking(&bytes, cache.as_ref())
+        })
+        .await
+        .map_err(|e| RegistryError::Module(format!("the compile task failed: {e}")))?
+        .map_err(|e| RegistryError::Module(e.to_string()))
+    }
+
     /// Compiles, validates and starts `bytes` as version `number` of `name`
-    /// (the next number when `None`), then records it. When compiling,
-    /// validating or starting fails, nothing has changed: what ran keeps
-    /// running. A directory that cannot be written is reported after the
-    /// new version took over (the registry still says what runs).
+    /// (the next number when `None`), then records it. The caller holds
+    /// the handler's operation lock. When compiling, validating or starting
+    /// fails, nothing has changed: what ran keeps running. A directory that
+    /// cannot be written is reported after the new version took over (the
+    /// registry still says what runs).
     async fn install(
         &self,
-        entries: &mut BTreeMap<HandlerName, Entry>,
         name: &HandlerName,
         manifest: Manifest,
         bytes: Arc<[u8]>,
         number: Option<u64>,
     ) -> Result<(), RegistryError> {
         manifest.validate(name)?;
-        let module = self
-            .engine
-            .load(Arc::clone(&bytes), self.cache.as_ref())
-            .await
-            .map_err(|e| RegistryError::Module(e.to_string()))?;
+        // The slow part, with no lock but this handler's held.
+        let module = self.compile(name, Arc::clone(&bytes)).await?;
         let mut env = HandlerEnv::new(name.clone(), Arc::clone(&self.backend))
             .with_config(manifest.config.clone());
         if let Some(streams) = &manifest.append_to {
@@ -102,9 +193,16 @@ impl HandlerRegistry {
                 f.reason()
             ))
         })?;
-        let entry = entries.get(name);
-        let number = number.unwrap_or_else(|| entry.map_or(1, Entry::next_number));
-        let paused = entry.is_some_and(|e| e.paused);
+        // Only this handler's operations change its entry, and they wait
+        // for this one: what is read here still holds when it is recorded.
+        let (number, paused) = {
+            let entries = self.entries.lock();
+            let entry = entries.get(name);
+            (
+                number.unwrap_or_else(|| entry.map_or(1, Entry::next_number)),
+                entry.is_some_and(|e| e.paused),
+            )
+        };
         let version = Version {
             number,
             handler: Arc::new(runner),
@@ -116,37 +214,39 @@ impl HandlerRegistry {
             digest: module.digest(),
             bytes,
         };
-        let entry = entries
-            .entry(name.clone())
-            .or_insert_with(|| Entry::new(manifest.clone()));
-        entry.installed(manifest, loaded, self.backend.clock().now());
-        self.persist(name, entry)
+        let now = self.backend.clock().now();
+        let mut next = self
+            .entries
+            .lock()
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Entry::new(manifest.clone()));
+        next.installed(manifest, loaded, now);
+        // The files first: once the registry shows the new version, the
+        // directory has it too (a reload, or someone editing the files,
+        // never sees them change behind what was shown).
+        let written = self.persist(name, Files::of(&next)).await;
+        self.entries.lock().insert(name.clone(), next);
+        written
     }
 
-    /// Writes a running handler's files and record, when there is a
-    /// directory.
-    fn persist(&self, name: &HandlerName, entry: &Entry) -> Result<(), RegistryError> {
-        let (Some(store), Some(current)) = (&self.store, &entry.current) else {
+    /// Writes a running handler's files and record (on a blocking thread),
+    /// when there is a directory.
+    async fn persist(&self, name: &HandlerName, files: Option<Files>) -> Result<(), RegistryError> {
+        let (Some(store), Some(files)) = (self.store.clone(), files) else {
             return Ok(());
         };
-        let io = RegistryError::Storage;
-        if let Some(p) = &entry.previous {
-            store
-                .keep_module(&p.digest.to_hex(), &p.bytes)
-                .map_err(io)?;
-        }
-        store
-            .write(name, &entry.manifest, &current.bytes)
-            .map_err(io)?;
-        let record = Recorded {
-            version: current.number,
-            digest: current.digest.to_hex(),
-            previous: entry.previous.as_ref().map(|p| PreviousRecord {
-                version: p.number,
-                digest: p.digest.to_hex(),
-            }),
-        };
-        store.record(name, record).map_err(io)
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || write_files(&store, &name, &files))
+            .await
+            .map_err(|e| RegistryError::Storage(format!("the write task failed: {e}")))?
+            .map_err(RegistryError::Storage)
+    }
+
+    /// The view of `name`, or `NotFound`.
+    fn view_of(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
+        let entries = self.entries.lock();
+        Ok(self.view(name, found(&entries, name)?))
     }
 
     /// Deploys (or replaces) a handler from a manifest and a module.
@@ -157,11 +257,10 @@ impl HandlerRegistry {
         manifest: Manifest,
         module: Vec<u8>,
     ) -> Result<(HandlerView, bool), RegistryError> {
-        let mut entries = self.entries.lock().await;
-        let created = !entries.contains_key(&name);
-        self.install(&mut entries, &name, manifest, module.into(), None)
-            .await?;
-        Ok((self.view(&name, found(&entries, &name)?), created))
+        let _op = self.ops.lock(&name).await;
+        let created = !self.entries.lock().contains_key(&name);
+        self.install(&name, manifest, module.into(), None).await?;
+        Ok((self.view_of(&name)?, created))
     }
 
     /// Hot-swaps a handler's module, keeping its manifest. A refused module
@@ -171,39 +270,35 @@ impl HandlerRegistry {
         name: &HandlerName,
         module: Vec<u8>,
     ) -> Result<HandlerView, RegistryError> {
-        let mut entries = self.entries.lock().await;
-        let manifest = found(&entries, name)?.manifest.clone();
-        let result = self
-            .install(&mut entries, name, manifest, module.into(), None)
-            .await;
+        let _op = self.ops.lock(name).await;
+        let manifest = found(&self.entries.lock(), name)?.manifest.clone();
+        let result = self.install(name, manifest, module.into(), None).await;
         if let Err(e) = &result
-            && let Some(entry) = entries.get_mut(name)
+            && let Some(entry) = self.entries.lock().get_mut(name)
         {
             entry.last_error = Some(e.to_string());
         }
         result?;
-        Ok(self.view(name, found(&entries, name)?))
+        self.view_of(name)
     }
 
     /// Brings the previous version back (the current one becomes the
-    /// previous, so a second rollback undoes the first).
+    /// previous, so a second rollback undoes the first). Its compiled code
+    /// comes from the cache.
     pub async fn rollback(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
-        let mut entries = self.entries.lock().await;
-        let entry = found(&entries, name)?;
-        let previous = entry
-            .previous
-            .clone()
-            .ok_or_else(|| RegistryError::NoPrevious(name.clone()))?;
-        let manifest = entry.manifest.clone();
-        self.install(
-            &mut entries,
-            name,
-            manifest,
-            previous.bytes,
-            Some(previous.number),
-        )
-        .await?;
-        Ok(self.view(name, found(&entries, name)?))
+        let _op = self.ops.lock(name).await;
+        let (manifest, previous) = {
+            let entries = self.entries.lock();
+            let entry = found(&entries, name)?;
+            let previous = entry
+                .previous
+                .clone()
+                .ok_or_else(|| RegistryError::NoPrevious(name.clone()))?;
+            (entry.manifest.clone(), previous)
+        };
+        self.install(name, manifest, previous.bytes, Some(previous.number))
+            .await?;
+        self.view_of(name)
     }
 
     /// Stops fetching for a handler; it stays paused across swaps until
@@ -223,7 +318,8 @@ impl HandlerRegistry {
         name: &HandlerName,
         paused: bool,
     ) -> Result<HandlerView, RegistryError> {
-        let mut entries = self.entries.lock().await;
+        let _op = self.ops.lock(name).await;
+        let mut entries = self.entries.lock();
         let entry = entries
             .get_mut(name)
             .filter(|e| e.current.is_some())
@@ -235,28 +331,34 @@ impl HandlerRegistry {
 
     /// Drains and removes a handler (and its files).
     pub async fn remove(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
-        let mut entries = self.entries.lock().await;
-        let entry = found(&entries, name)?;
-        let view = self.view(name, entry);
-        if entry.current.is_some() {
+        let _op = self.ops.lock(name).await;
+        let (view, running) = {
+            let entries = self.entries.lock();
+            let entry = found(&entries, name)?;
+            (self.view(name, entry), entry.current.is_some())
+        };
+        if running {
             self.runtime.stop(name).await?;
         }
-        entries.remove(name);
-        if let Some(store) = &self.store {
-            store.remove(name).map_err(RegistryError::Storage)?;
+        self.entries.lock().remove(name);
+        if let Some(store) = self.store.clone() {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || store.remove(&name))
+                .await
+                .map_err(|e| RegistryError::Storage(format!("the remove task failed: {e}")))?
+                .map_err(RegistryError::Storage)?;
         }
         Ok(view)
     }
 
     /// One handler.
     pub async fn get(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
-        let entries = self.entries.lock().await;
-        Ok(self.view(name, found(&entries, name)?))
+        self.view_of(name)
     }
 
     /// Every handler, by name.
     pub async fn list(&self) -> Vec<HandlerView> {
-        let entries = self.entries.lock().await;
+        let entries = self.entries.lock();
         entries.iter().map(|(n, e)| self.view(n, e)).collect()
     }
 
@@ -286,74 +388,184 @@ impl HandlerRegistry {
         let Some(store) = &self.store else {
             return 0;
         };
-        // The directory is listed under the lock: a deploy holds it while it
-        // compiles (seconds for a Python module) and writes its files before
-        // letting go, so a listing taken earlier could miss a handler
-        // deployed meanwhile and drain it as removed.
-        let mut entries = self.entries.lock().await;
-        let files = match store.manifests() {
-            Ok(files) => files,
+        let mut names: BTreeSet<HandlerName> = match store.manifests() {
+            Ok(files) => files.into_keys().collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the handlers directory");
                 return 0;
             }
         };
-        let records = store.records();
+        names.extend(self.entries.lock().keys().cloned());
+        // Each handler is looked at under its own operation lock, and its
+        // files are read only then: a deploy, swap or removal of it is
+        // wholly before or wholly after, so a listing taken here never
+        // drains a handler deployed since (it is not in the list, or its
+        // manifest is there by the time it is looked at), and a file read
+        // before a swap never replaces what the swap installed.
         let mut changed = 0;
-        for (name, path) in &files {
-            let (manifest, bytes) = match store.read(path) {
-                Ok(found) => found,
-                Err(e) => {
-                    note_failure(&mut entries, name, None, e);
-                    continue;
+        for name in names {
+            let _op = self.ops.lock(&name).await;
+            if self.reload(store, &name).await {
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Brings one handler in line with its files; whether it changed. The
+    /// caller holds its operation lock.
+    async fn reload(&self, store: &Store, name: &HandlerName) -> bool {
+        let read = {
+            let (store, name) = (store.clone(), name.clone());
+            // A module is up to 64 MiB: read and hash it off the workers.
+            tokio::task::spawn_blocking(move || {
+                let path = store.manifest_path(&name);
+                if !path.exists() {
+                    return Ok(None);
                 }
-            };
-            let digest = Digest::of(&bytes);
-            let unchanged = entries.get(name).is_some_and(|e| {
+                let (manifest, bytes) = store.read(&path)?;
+                let digest = Digest::of(&bytes);
+                Ok(Some((manifest, bytes, digest)))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the read task failed: {e}")))
+        };
+        let (manifest, bytes, digest) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                let Some(entry) = self.entries.lock().remove(name) else {
+                    return false;
+                };
+                tracing::info!(handler = %name, "manifest removed: draining the handler");
+                if entry.current.is_some() {
+                    let _ = self.runtime.stop(name).await;
+                }
+                return true;
+            }
+            Err(e) => {
+                note_failure(&mut self.entries.lock(), name, None, e);
+                return false;
+            }
+        };
+        let (unchanged, known) = {
+            let entries = self.entries.lock();
+            let entry = entries.get(name);
+            let unchanged = entry.is_some_and(|e| {
                 e.manifest.same_settings(&manifest)
                     && e.current.as_ref().is_some_and(|c| c.digest == digest)
             });
-            if unchanged {
-                continue;
+            (unchanged, entry.is_some())
+        };
+        if unchanged {
+            return false;
+        }
+        // A handler seen for the first time since a start: its record says
+        // which number its module runs as and what a rollback restores.
+        let record = if known {
+            None
+        } else {
+            store.records().remove(name)
+        };
+        let number = match record {
+            Some(record) => {
+                let (store, m) = (store.clone(), manifest.clone());
+                let restored =
+                    tokio::task::spawn_blocking(move || restore(&store, &record, m, digest)).await;
+                match restored {
+                    Ok((entry, number)) => {
+                        self.entries.lock().insert(name.clone(), entry);
+                        Some(number)
+                    }
+                    Err(e) => {
+                        let error = format!("the restore task failed: {e}");
+                        note_failure(&mut self.entries.lock(), name, Some(manifest), error);
+                        return false;
+                    }
+                }
             }
-            let number = match (entries.contains_key(name), records.get(name)) {
-                (false, Some(record)) => {
-                    let (entry, number) = restore(store, record, manifest.clone(), digest);
-                    entries.insert(name.clone(), entry);
-                    Some(number)
-                }
-                _ => None,
-            };
-            match self
-                .install(&mut entries, name, manifest.clone(), bytes.into(), number)
-                .await
-            {
-                Ok(()) => {
-                    changed += 1;
-                    tracing::info!(handler = %name, file = %path.display(), "handler loaded from the handlers directory");
-                }
-                Err(e) => note_failure(&mut entries, name, Some(manifest), e.to_string()),
+            None => None,
+        };
+        match self
+            .install(name, manifest.clone(), bytes.into(), number)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(handler = %name, "handler loaded from the handlers directory");
+                true
+            }
+            Err(e) => {
+                note_failure(
+                    &mut self.entries.lock(),
+                    name,
+                    Some(manifest),
+                    e.to_string(),
+                );
+                false
             }
         }
-        let gone: Vec<HandlerName> = entries
-            .keys()
-            .filter(|n| !files.contains_key(*n))
-            .cloned()
-            .collect();
-        for name in gone {
-            tracing::info!(handler = %name, "manifest removed: draining the handler");
-            if entries.remove(&name).is_some_and(|e| e.current.is_some()) {
-                let _ = self.runtime.stop(&name).await;
-            }
-            changed += 1;
-        }
-        changed
     }
 
     /// Drains every handler.
     pub async fn shutdown(&self) {
         self.runtime.shutdown().await;
     }
+}
+
+/// One async lock per handler name, made on first use and dropped once
+/// nobody holds or waits for it.
+#[derive(Debug, Default)]
+struct OpLocks(Mutex<HashMap<HandlerName, Arc<tokio::sync::Mutex<()>>>>);
+
+impl OpLocks {
+    /// Waits for `name`'s lock.
+    async fn lock(&self, name: &HandlerName) -> OpGuard<'_> {
+        let lock = Arc::clone(self.0.lock().entry(name.clone()).or_default());
+        let guard = lock.lock_owned().await;
+        OpGuard {
+            locks: self,
+            name: name.clone(),
+            guard: Some(guard),
+        }
+    }
+}
+
+/// Holds one handler's operation lock.
+struct OpGuard<'a> {
+    locks: &'a OpLocks,
+    name: HandlerName,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        // Clones are only taken under the map's lock: one holder left
+        // means the map's own, so nobody holds or waits.
+        let mut locks = self.locks.0.lock();
+        if locks
+            .get(&self.name)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            locks.remove(&self.name);
+        }
+    }
+}
+
+/// Writes a handler's files and its record.
+fn write_files(store: &Store, name: &HandlerName, files: &Files) -> Result<(), String> {
+    if let Some(p) = &files.previous {
+        store.keep_module(&p.digest.to_hex(), &p.bytes)?;
+    }
+    store.write(name, &files.manifest, &files.current.bytes)?;
+    let record = Recorded {
+        version: files.current.number,
+        digest: files.current.digest.to_hex(),
+        previous: files.previous.as_ref().map(|p| PreviousRecord {
+            version: p.number,
+            digest: p.digest.to_hex(),
+        }),
+    };
+    store.record(name, record)
 }
 
 /// The entry of `name`, or `NotFound`.

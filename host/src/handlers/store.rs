@@ -15,6 +15,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +45,14 @@ pub(crate) struct PreviousRecord {
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
     dir: PathBuf,
+    /// `state.json` holds every handler's record: its read-modify-writes
+    /// (operations on different handlers run at the same time) take turns.
+    records: Arc<Mutex<()>>,
 }
+
+/// Makes temporary file names unique within the process: two writers of
+/// one file (two handlers keeping the same previous module) never share one.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn io_error(path: &Path, e: std::io::Error) -> String {
     format!("{}: {e}", path.display())
@@ -53,7 +64,10 @@ impl Store {
         let dir = dir.into();
         let modules = dir.join(".rheo").join("modules");
         std::fs::create_dir_all(&modules).map_err(|e| io_error(&modules, e))?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            records: Arc::default(),
+        })
     }
 
     /// The directory.
@@ -64,6 +78,11 @@ impl Store {
     /// Where compiled modules are cached.
     pub(crate) fn cache_dir(&self) -> PathBuf {
         self.dir.join(".rheo").join("cache")
+    }
+
+    /// Where the manifest of `name` is.
+    pub(crate) fn manifest_path(&self, name: &HandlerName) -> PathBuf {
+        self.dir.join(format!("{name}.toml"))
     }
 
     /// Every manifest in the directory, by handler name (the file stem).
@@ -153,6 +172,7 @@ impl Store {
                 Err(e) => return Err(io_error(&path, e)),
             }
         }
+        let _turn = self.records.lock();
         let mut records = self.records();
         records.remove(name);
         self.save_records(&records)
@@ -168,6 +188,7 @@ impl Store {
 
     /// Saves one handler's record.
     pub(crate) fn record(&self, name: &HandlerName, record: Recorded) -> Result<(), String> {
+        let _turn = self.records.lock();
         let mut records = self.records();
         records.insert(name.clone(), record);
         self.save_records(&records)
@@ -184,7 +205,8 @@ impl Store {
 
     /// Writes `bytes` to `path` through a temporary file and a rename.
     fn replace(&self, path: &Path, bytes: &[u8]) -> Result<(), String> {
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
         std::fs::write(&tmp, bytes).map_err(|e| io_error(&tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| io_error(path, e))
     }

@@ -57,7 +57,7 @@ pub(super) struct Loaded {
 }
 
 /// Everything known about one handler.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub(super) manifest: Manifest,
     pub(super) current: Option<Loaded>,

@@ -20,12 +20,20 @@
 //! kills the process with `SIGBUS` the next time that code runs. A file
 //! that fails to load (corrupt, or from another engine) is deleted (which
 //! leaves existing mappings intact) and recompiled.
+//!
+//! Deploys of different handlers compile at the same time. Two loads of
+//! the same bytes do not both compile: the second waits for the first and
+//! then maps the file it wrote.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
@@ -72,7 +80,12 @@ impl fmt::Debug for Digest {
 #[derive(Debug, Clone)]
 pub struct ModuleCache {
     dir: Arc<PathBuf>,
+    /// Compiles under way, by digest (see the module doc).
+    compiling: Arc<Mutex<HashMap<Digest, Arc<Mutex<()>>>>>,
 }
+
+/// Makes temporary file names unique within the process.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl ModuleCache {
     /// Uses (creating it if needed) `dir`, which only this server may write.
@@ -84,7 +97,10 @@ impl ModuleCache {
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         builder.create(&dir).map_err(io)?;
-        Ok(Self { dir: Arc::new(dir) })
+        Ok(Self {
+            dir: Arc::new(dir),
+            compiling: Arc::default(),
+        })
     }
 
     /// The directory.
@@ -103,7 +119,8 @@ impl ModuleCache {
     }
 
     /// The cached component for `digest`, or `bytes` compiled and cached.
-    /// The flag says whether it came from the cache.
+    /// The flag says whether it came from the cache. Blocks: call it on a
+    /// blocking thread.
     pub(crate) fn get_or_compile(
         &self,
         engine: &Engine,
@@ -111,21 +128,52 @@ impl ModuleCache {
         bytes: &[u8],
     ) -> Result<(Component, bool), WasmError> {
         let path = self.file_for(engine, digest);
-        if path.is_file() {
-            match load_precompiled(engine, &path) {
-                Ok(component) => return Ok((component, true)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %format!("{e:#}"),
-                        "discarding an unloadable precompiled module");
-                    let _ = std::fs::remove_file(&path);
-                }
+        if let Some(component) = self.cached(engine, &path) {
+            return Ok((component, true));
+        }
+        let turn = Arc::clone(self.compiling.lock().entry(*digest).or_default());
+        let result = {
+            let _compiling = turn.lock();
+            // Whoever compiled these bytes meanwhile left them here.
+            match self.cached(engine, &path) {
+                Some(component) => Ok((component, true)),
+                None => self.compile(engine, &path, bytes).map(|c| (c, false)),
+            }
+        };
+        let mut compiling = self.compiling.lock();
+        // Two holders left (the map and `turn`): nobody else waits.
+        if compiling
+            .get(digest)
+            .is_some_and(|t| Arc::strong_count(t) == 2)
+        {
+            compiling.remove(digest);
+        }
+        result
+    }
+
+    /// The component mapped from `path`, when it is there and loads.
+    fn cached(&self, engine: &Engine, path: &Path) -> Option<Component> {
+        if !path.is_file() {
+            return None;
+        }
+        match load_precompiled(engine, path) {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %format!("{e:#}"),
+                    "discarding an unloadable precompiled module");
+                let _ = std::fs::remove_file(path);
+                None
             }
         }
+    }
+
+    /// Compiles `bytes` and writes the result to `path`.
+    fn compile(&self, engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Component, WasmError> {
         let component =
             Component::new(engine, bytes).map_err(|e| WasmError::Compile(format!("{e:#}")))?;
         match component.serialize() {
             Ok(compiled) => {
-                if let Err(e) = self.write_atomically(&path, &compiled) {
+                if let Err(e) = self.write_atomically(path, &compiled) {
                     // A cache that cannot be written costs a recompile next
                     // time, nothing else.
                     tracing::warn!(path = %path.display(), error = %e,
@@ -134,11 +182,12 @@ impl ModuleCache {
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not serialize a module"),
         }
-        Ok((component, false))
+        Ok(component)
     }
 
     fn write_atomically(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(data)?;
         file.sync_all()?;

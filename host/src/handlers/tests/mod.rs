@@ -4,6 +4,7 @@
 
 mod deploy;
 mod guests;
+mod locks;
 mod swap;
 mod versions;
 
