@@ -12,13 +12,12 @@ use crate::cli::client::{Client, segment};
 use crate::cli::multipart::{self, Part};
 use crate::cli::table::{Align, Table, key_values};
 
-/// Arguments of `rheo handler`.
+/// Arguments of `rheo handler`. `new` and `build` work on a project on
+/// this machine; the others talk to a server, so each takes the server
+/// flags.
 #[derive(Debug, Args)]
 #[command(arg_required_else_help = true)]
 pub(crate) struct HandlerArgs {
-    #[command(flatten)]
-    server: ServerArgs,
-
     #[command(subcommand)]
     action: HandlerAction,
 }
@@ -33,6 +32,8 @@ enum HandlerAction {
     Build(crate::cli::project::BuildArgs),
     /// Deploy a handler, or replace its manifest and module (a new version).
     Deploy {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
         /// Its manifest: stream, group, concurrency, … (.toml or .json).
@@ -45,35 +46,50 @@ enum HandlerAction {
     },
     /// Hot-swap a handler's module; deliveries in flight finish on the old one.
     Swap {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
         /// The new component (.wasm).
         module: PathBuf,
     },
     /// Every deployed handler with its version and counters.
-    List,
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// One handler in detail.
     Get {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
     },
     /// Bring back the previous version (a second rollback undoes the first).
     Rollback {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
     },
     /// Stop fetching new deliveries (those in flight finish).
     Pause {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
     },
     /// Fetch again after a pause.
     Resume {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
     },
     /// Drain and remove a handler (its group and events stay).
     Delete {
+        #[command(flatten)]
+        server: ServerArgs,
         /// The handler's name.
         name: String,
     },
@@ -81,51 +97,59 @@ enum HandlerAction {
 
 impl HandlerArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
-        match self.action {
+        let server = match self.action {
             HandlerAction::New(new) => return new.run(),
             HandlerAction::Build(build) => return build.run(),
-            _ => {}
-        }
-        let client = self.server.client()?;
+            HandlerAction::Deploy { ref server, .. }
+            | HandlerAction::Swap { ref server, .. }
+            | HandlerAction::List { ref server }
+            | HandlerAction::Get { ref server, .. }
+            | HandlerAction::Rollback { ref server, .. }
+            | HandlerAction::Pause { ref server, .. }
+            | HandlerAction::Resume { ref server, .. }
+            | HandlerAction::Delete { ref server, .. } => server,
+        };
+        let client = server.client()?;
         let path = |name: &str, rest: &str| format!("/v1/handlers/{}{rest}", segment(name));
         let (answer, done) = match &self.action {
-            HandlerAction::List => {
+            HandlerAction::List { .. } => {
                 let answer = client.get("/v1/handlers", &[])?;
-                return self.server.print(&answer, render_list);
+                return server.print(&answer, render_list);
             }
-            HandlerAction::Get { name } => {
+            HandlerAction::Get { name, .. } => {
                 let answer = client.get(&path(name, ""), &[])?;
-                return self.server.print(&answer, render_one);
+                return server.print(&answer, render_one);
             }
             HandlerAction::New(_) | HandlerAction::Build(_) => unreachable!("run above"),
             HandlerAction::Deploy {
                 name,
                 manifest,
                 module,
+                ..
             } => (
                 deploy(&client, &path(name, ""), manifest, module.as_deref())?,
                 "deployed",
             ),
-            HandlerAction::Swap { name, module } => {
+            HandlerAction::Swap { name, module, .. } => {
                 let wasm = read(module)?;
                 let answer = client.put(&path(name, "/module"), "application/wasm", &wasm)?;
                 (answer, "swapped")
             }
-            HandlerAction::Rollback { name } => {
+            HandlerAction::Rollback { name, .. } => {
                 (client.post_empty(&path(name, "/rollback"))?, "rolled back")
             }
-            HandlerAction::Pause { name } => (client.post_empty(&path(name, "/pause"))?, "paused"),
-            HandlerAction::Resume { name } => {
+            HandlerAction::Pause { name, .. } => {
+                (client.post_empty(&path(name, "/pause"))?, "paused")
+            }
+            HandlerAction::Resume { name, .. } => {
                 (client.post_empty(&path(name, "/resume"))?, "resumed")
             }
-            HandlerAction::Delete { name } => {
+            HandlerAction::Delete { name, .. } => {
                 let answer = client.delete(&path(name, ""))?;
-                return self
-                    .server
-                    .print(&answer, |_| format!("deleted handler {name}\n"));
+                return server.print(&answer, |_| format!("deleted handler {name}\n"));
             }
         };
-        self.server.print(&answer, |h| summary(done, h))
+        server.print(&answer, |h| summary(done, h))
     }
 }
 
