@@ -50,6 +50,22 @@ pub struct WorkloadResult {
     pub p99_ms: f64,
 }
 
+/// What bringing a handler up costs before it handles anything: its
+/// component's size, compiling it from the bytes (no cache, as a first
+/// deploy does) and its cold start.
+#[derive(Debug, Clone, Serialize)]
+pub struct HandlerStartup {
+    /// The handler, as the workloads name it (e.g. `echo`).
+    pub handler: String,
+    /// Size of the component, in bytes.
+    pub size_bytes: usize,
+    /// Compile and validation of the component, without the on-disk cache.
+    pub compile_ms: f64,
+    /// Time to the first completed call of a new instance: instantiation
+    /// plus one call (see [`cold_start`]).
+    pub cold_start_ms: f64,
+}
+
 /// Latency samples of one workload.
 #[derive(Debug, Default)]
 pub struct Samples(Vec<Duration>);
@@ -302,4 +318,105 @@ pub async fn through_handler(
     }
     let samples = Samples(std::mem::take(&mut *timed.samples.lock()));
     Ok(samples.result(&workload.name, workload.events, elapsed))
+}
+
+/// Time to the first completed call of a new instance: appends one event
+/// to a fresh stream (not timed), claims it, and times `handler`'s call on
+/// it; the caller hands over a handler that has no warm instance, so the
+/// time is the instantiation plus the first call. The delivery is then
+/// acked. Fails unless the handler acked.
+pub async fn cold_start(backend: &dyn Backend, handler: &dyn Handler) -> Result<Duration> {
+    let (stream, group) = bench_stream(backend, 1).await?;
+    backend.append_one(&stream, input(0)).await?;
+    let lease = backend
+        .fetch(FetchRequest {
+            stream: stream.clone(),
+            group: group.clone(),
+            limit: 1,
+            consumer_id: ConsumerId::parse("bench")?,
+            lease_ms: 60_000,
+            partitions: Partitions::All,
+        })
+        .await?
+        .pop()
+        .ok_or_else(|| crate::backend::Error::Failed("the event was not delivered".into()))?;
+    let start = Instant::now();
+    let outcome = handler.handle(&lease).await;
+    let took = start.elapsed();
+    if outcome != HandlerOutcome::Ack {
+        return Err(crate::backend::Error::Failed(format!(
+            "the handler's first call did not ack: {outcome:?}"
+        )));
+    }
+    let ack = Settlement {
+        target: lease.into_target(),
+        op: SettleOp::Ack,
+    };
+    for r in backend.settle(&stream, &group, vec![ack]).await? {
+        r?;
+    }
+    Ok(took)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use crate::clock::SystemClock;
+
+    /// Sleeps, counts its calls and answers `outcome`.
+    #[derive(Debug)]
+    struct Slow {
+        outcome: HandlerOutcome,
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Handler for Slow {
+        async fn handle(&self, _lease: &Lease) -> HandlerOutcome {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.outcome.clone()
+        }
+    }
+
+    fn slow(outcome: HandlerOutcome) -> Slow {
+        Slow {
+            outcome,
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    #[tokio::test]
+    async fn cold_start_times_one_call_and_acks_it() {
+        let backend = MemoryBackend::new(SystemClock::shared());
+        let handler = slow(HandlerOutcome::Ack);
+        let took = cold_start(&backend, &handler).await.unwrap();
+        assert_eq!(handler.calls.load(Ordering::Relaxed), 1);
+        // The handler's own 20 ms are inside the figure.
+        assert!(took >= Duration::from_millis(20), "{took:?}");
+        let streams = backend.list_streams().await.unwrap();
+        assert_eq!(streams.len(), 1);
+        let lag = backend
+            .lag(
+                &streams[0].name,
+                &GroupName::parse("bench").unwrap(),
+                &Partitions::All,
+            )
+            .await
+            .unwrap();
+        assert_eq!((lag.lag, lag.inflight), (0, 0), "the delivery was acked");
+    }
+
+    #[tokio::test]
+    async fn cold_start_fails_unless_the_handler_acks() {
+        let backend = MemoryBackend::new(SystemClock::shared());
+        let handler = slow(HandlerOutcome::Reject {
+            reason: "no".into(),
+        });
+        let error = cold_start(&backend, &handler).await.unwrap_err();
+        assert!(error.to_string().contains("did not ack"), "{error}");
+    }
 }

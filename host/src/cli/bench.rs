@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::migrate::redact;
 use crate::backend;
-use crate::bench::{self, WorkloadResult};
+use crate::bench::{self, HandlerStartup, WorkloadResult};
 use crate::clock::SystemClock;
 
 /// Arguments of `rheo bench`.
@@ -168,19 +168,31 @@ impl BenchArgs {
         }
 
         #[cfg(feature = "wasm")]
-        if !self.no_handler {
-            results.extend(self.handler_workloads(&store_arc).await?);
-        }
+        let startup = if self.no_handler {
+            None
+        } else {
+            let (handler, workloads) = self.handler_workloads(&store_arc).await?;
+            results.extend(workloads);
+            Some(handler)
+        };
+        #[cfg(not(feature = "wasm"))]
+        let startup: Option<HandlerStartup> = None;
 
         if self.json {
-            let doc = serde_json::json!({
+            let mut doc = serde_json::json!({
                 "backend": store.kind(),
                 "stream": stream,
                 "results": results,
             });
+            if let Some(startup) = &startup {
+                doc["handler"] = serde_json::to_value(startup)?;
+            }
             println!("{}", serde_json::to_string_pretty(&doc)?);
         } else {
             print_table(store.kind(), &results);
+            if let Some(startup) = &startup {
+                println!("{}", startup_line(startup));
+            }
         }
         Ok(())
     }
@@ -188,11 +200,12 @@ impl BenchArgs {
 
 #[cfg(feature = "wasm")]
 impl BenchArgs {
-    /// End to end through a WebAssembly handler in each chosen instance mode.
+    /// What the handler costs to bring up (size, compile without a cache,
+    /// cold start), then end to end through it in each chosen instance mode.
     async fn handler_workloads(
         &self,
         store: &std::sync::Arc<dyn backend::Backend>,
-    ) -> anyhow::Result<Vec<WorkloadResult>> {
+    ) -> anyhow::Result<(HandlerStartup, Vec<WorkloadResult>)> {
         use crate::model::HandlerName;
         use crate::wasm::{
             EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine,
@@ -228,10 +241,30 @@ impl BenchArgs {
             ),
         };
         let engine = WasmEngine::new(EngineOptions::default())?;
+        let size_bytes = bytes.len();
+        let compiling = std::time::Instant::now();
         let module = engine
             .load(bytes, None)
             .await
             .with_context(|| format!("{shown} is not a usable handler"))?;
+        let compile = compiling.elapsed();
+        // A runner of its own with no warm instance: its first call is the
+        // first instance of this module in the process.
+        let cold = HandlerRunner::new(
+            module.clone(),
+            HandlerEnv::new(HandlerName::parse("bench")?, std::sync::Arc::clone(store)),
+            Limits {
+                instance: InstanceMode::Fresh,
+                ..Limits::default()
+            },
+        )?;
+        let cold_start = bench::cold_start(&**store, &cold).await?;
+        let startup = HandlerStartup {
+            handler: label.clone(),
+            size_bytes,
+            compile_ms: compile.as_secs_f64() * 1000.0,
+            cold_start_ms: cold_start.as_secs_f64() * 1000.0,
+        };
         let modes: &[InstanceMode] = match self.instance {
             InstanceChoice::Reuse => &[InstanceMode::Reuse],
             InstanceChoice::Fresh => &[InstanceMode::Fresh],
@@ -276,7 +309,7 @@ impl BenchArgs {
             bar.finish_and_clear();
             results.push(result);
         }
-        Ok(results)
+        Ok((startup, results))
     }
 }
 
@@ -302,13 +335,27 @@ fn progress(len: usize, what: &str, quiet: bool) -> ProgressBar {
     bar
 }
 
-/// A latency in ms, in µs below a millisecond.
+/// A latency in ms, in µs below a millisecond and in s from a second.
 fn duration(ms: f64) -> String {
     if ms < 1.0 {
         format!("{:.1}µs", ms * 1000.0)
-    } else {
+    } else if ms < 1000.0 {
         format!("{ms:.2}ms")
+    } else {
+        format!("{:.2}s", ms / 1000.0)
     }
+}
+
+/// The handler's size, compile time and cold start, one line.
+fn startup_line(s: &HandlerStartup) -> String {
+    format!(
+        "{}: component {:.2} MiB ({} bytes), compile {} (no cache), cold start {}",
+        s.handler,
+        s.size_bytes as f64 / (1024.0 * 1024.0),
+        s.size_bytes,
+        duration(s.compile_ms),
+        duration(s.cold_start_ms)
+    )
 }
 
 fn print_table(kind: &str, results: &[WorkloadResult]) {
@@ -334,6 +381,25 @@ fn print_table(kind: &str, results: &[WorkloadResult]) {
             r.events_per_sec,
             duration(r.p50_ms),
             duration(r.p99_ms)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_startup_line_names_size_compile_and_cold_start() {
+        let line = startup_line(&HandlerStartup {
+            handler: "echo".into(),
+            size_bytes: 1_684_342,
+            compile_ms: 1150.0,
+            cold_start_ms: 0.25,
+        });
+        assert_eq!(
+            line,
+            "echo: component 1.61 MiB (1684342 bytes), compile 1.15s (no cache), cold start 250.0µs"
         );
     }
 }
