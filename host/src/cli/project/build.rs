@@ -225,7 +225,7 @@ fn wasm_target(dir: &Path) -> anyhow::Result<()> {
 // --- Python -------------------------------------------------------------------
 
 fn python(dir: &Path, out: &Path) -> anyhow::Result<()> {
-    let venv = python_tools()?;
+    let (venv, _cache_lock) = python_tools()?;
     let sdk = sdk_part(dir, "sdk/rheo_handler", Lang::Python)?;
     let wit = sdk_part(dir, "sdk/wit", Lang::Python)?;
     // componentize-py imports the app to snapshot it, which writes
@@ -251,15 +251,17 @@ fn python(dir: &Path, out: &Path) -> anyhow::Result<()> {
 }
 
 /// The venv with componentize-py, installed from PyPI when missing or
-/// installed from other requirements.
-fn python_tools() -> anyhow::Result<PathBuf> {
-    let venv = cache_dir()?.join("python-tools");
+/// installed from other requirements; with the cache's lock on it.
+fn python_tools() -> anyhow::Result<(PathBuf, std::fs::File)> {
+    let cache = cache_dir()?;
+    let lock = lock_tools(&cache, "python-tools")?;
+    let venv = cache.join("python-tools");
     let marker = venv.join("requirements.installed");
     let componentize = venv.join("bin").join("componentize-py");
     if componentize.is_file()
         && std::fs::read_to_string(&marker).is_ok_and(|r| r == PYTHON_REQUIREMENTS)
     {
-        return Ok(venv);
+        return Ok((venv, lock));
     }
     let fix = "install Python 3.9 or newer with its venv module \
                (Debian/Ubuntu: apt install python3 python3-venv)";
@@ -292,13 +294,13 @@ fn python_tools() -> anyhow::Result<PathBuf> {
     )?;
     std::fs::write(&marker, PYTHON_REQUIREMENTS)
         .with_context(|| format!("cannot write {}", marker.display()))?;
-    Ok(venv)
+    Ok((venv, lock))
 }
 
 // --- JavaScript ---------------------------------------------------------------
 
 fn js(dir: &Path, out: &Path) -> anyhow::Result<()> {
-    let tools = js_tools()?;
+    let (tools, _cache_lock) = js_tools()?;
     let sdk = sdk_part(dir, "sdk/rheo-handler.js", Lang::Js)?;
     let entry = sdk_part(dir, "sdk/entry.js", Lang::Js)?;
     let wit = sdk_part(dir, "sdk/wit", Lang::Js)?;
@@ -329,9 +331,11 @@ fn js(dir: &Path, out: &Path) -> anyhow::Result<()> {
 }
 
 /// The folder with componentize-qjs installed by `npm ci` from the pinned
-/// lock file, when missing or installed from another lock file.
-fn js_tools() -> anyhow::Result<PathBuf> {
-    let tools = cache_dir()?.join("js-tools");
+/// lock file, when missing or installed from another lock file; with the
+/// cache's lock on it.
+fn js_tools() -> anyhow::Result<(PathBuf, std::fs::File)> {
+    let cache = cache_dir()?;
+    let tools = cache.join("js-tools");
     let marker = tools.join("lock.installed");
     need(
         "node",
@@ -341,10 +345,11 @@ fn js_tools() -> anyhow::Result<PathBuf> {
         let path = tools.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
+    let lock = lock_tools(&cache, "js-tools")?;
     if std::fs::read_to_string(&marker).is_ok_and(|l| l == JS_LOCK) {
         // The build script may be newer than the tools.
         write("componentize.mjs", JS_COMPONENTIZE)?;
-        return Ok(tools);
+        return Ok((tools, lock));
     }
     need("npm", "npm comes with Node.js: install Node.js 18 or newer")?;
     eprintln!(
@@ -365,7 +370,27 @@ fn js_tools() -> anyhow::Result<PathBuf> {
         "installing componentize-qjs from npm (check the network, or the npm registry setting)",
     )?;
     write("lock.installed", JS_LOCK)?;
-    Ok(tools)
+    Ok((tools, lock))
+}
+
+/// Takes `<cache>/<tools>.lock` for the rest of a build: two builds that
+/// share the cache take turns, so one never uses (or installs over) tools
+/// the other is installing.
+fn lock_tools(cache: &Path, tools: &str) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(cache).with_context(|| format!("cannot create {}", cache.display()))?;
+    let path = cache.join(format!("{tools}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    if file.try_lock().is_err() {
+        eprintln!("waiting for another build that uses {}", path.display());
+        file.lock()
+            .with_context(|| format!("cannot lock {}", path.display()))?;
+    }
+    Ok(file)
 }
 
 // --- Files --------------------------------------------------------------------
@@ -446,4 +471,24 @@ fn partial(out: &Path) -> PathBuf {
 fn finish(partial: &Path, out: &Path) -> anyhow::Result<()> {
     std::fs::rename(partial, out)
         .with_context(|| format!("cannot move {} to {}", partial.display(), out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_sharing_a_cache_take_turns() {
+        let cache = tempfile::tempdir().unwrap();
+        let held = lock_tools(cache.path(), "python-tools").unwrap();
+        let other = std::fs::File::open(cache.path().join("python-tools.lock")).unwrap();
+        assert!(other.try_lock().is_err(), "a second build waits");
+        // Another language's tools are not held up.
+        drop(lock_tools(cache.path(), "js-tools").unwrap());
+        drop(held);
+        assert!(
+            other.try_lock().is_ok(),
+            "and goes on once the first is done"
+        );
+    }
 }
