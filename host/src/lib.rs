@@ -7,6 +7,7 @@
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
+//! - [`cluster`] — servers sharing one store: node membership and heartbeats, the shared handler records (`docs/cluster.md`).
 //! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops; runs the version it is given (hot swap), counts per version.
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
@@ -21,6 +22,7 @@ pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 #[cfg(feature = "wasm")]
 pub mod example_guests;

@@ -334,6 +334,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Cheap round trip to the store.
     async fn ping(&self) -> Result<()>;
 
+    /// Where a cluster of servers sharing this store keeps its nodes and
+    /// handlers (`docs/cluster.md`); `None` for a store one server owns.
+    fn cluster(&self) -> Option<Arc<dyn crate::cluster::ClusterStore>> {
+        None
+    }
+
     /// Brings the store's schema up to date; returns the migrations applied
     /// now (none when it already was, or when the store has no schema).
     async fn migrate(&self) -> Result<Vec<String>> {

@@ -25,7 +25,7 @@ mod watch;
 pub use manifest::{
     InstanceSetting, MAX_CONCURRENCY, MAX_CONFIG_BYTES, MAX_CONFIG_ENTRIES, Manifest, ManifestError,
 };
-pub use registry::HandlerRegistry;
+pub use registry::{HandlerRegistry, watch_cluster};
 pub use versions::HandlerStatus;
 pub use watch::watch_directory;
 

@@ -20,6 +20,10 @@
 //! cache by digest instead ([`ModuleCache`]). Files are read and written on
 //! blocking threads too.
 
+mod cluster;
+
+pub use cluster::watch_cluster;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -27,10 +31,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::OwnedMutexGuard;
 
+use self::cluster::Install;
 use super::store::{PreviousRecord, Recorded, Store};
 use super::versions::{Entry, Loaded};
 use super::{HandlerView, Manifest, RegistryError};
 use crate::backend::Backend;
+use crate::cluster::{ClusterStore, MembershipSettings};
 use crate::model::{ConsumerId, HandlerName};
 use crate::runtime::{Runtime, Version};
 use crate::wasm::{Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine};
@@ -43,7 +49,11 @@ pub struct HandlerRegistry {
     backend: Arc<dyn Backend>,
     runtime: Runtime,
     store: Option<Store>,
-    /// Prefix of this server's consumer ids (`<handler>@<server_id>`).
+    /// In cluster mode, where every node's handlers are recorded
+    /// (`cluster.rs`); the directory is then only imported from.
+    pub(super) cluster: Option<Arc<dyn ClusterStore>>,
+    /// Prefix of this server's consumer ids (`<handler>@<server_id>`): its
+    /// node id.
     server_id: String,
     /// Every handler's record. Never held across an `await` (see the
     /// module doc): readers never wait for a compile.
@@ -67,6 +77,14 @@ impl std::fmt::Debug for CompileHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("CompileHook")
     }
+}
+
+/// A version compiled, validated and started once, not yet running.
+pub(super) struct Prepared {
+    pub(super) manifest: Manifest,
+    runner: HandlerRunner,
+    pub(super) digest: Digest,
+    pub(super) bytes: Arc<[u8]>,
 }
 
 /// What the handlers directory keeps of a running handler.
@@ -103,20 +121,39 @@ impl HandlerRegistry {
             .map(|s| ModuleCache::open(s.cache_dir()))
             .transpose()
             .map_err(|e| RegistryError::Storage(e.to_string()))?;
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rheo".into());
-        let suffix: u16 = rand::random();
         Ok(Self {
             engine,
             cache,
             runtime: Runtime::new(Arc::clone(&backend)),
             backend,
             store,
-            server_id: format!("{host}-{suffix:04x}"),
+            cluster: None,
+            server_id: MembershipSettings::default_id(),
             entries: Mutex::new(BTreeMap::new()),
             ops: OpLocks::default(),
             #[cfg(test)]
             compile_hook: Mutex::new(None),
         })
+    }
+
+    /// Names this server `node_id` in its consumer ids (`<handler>@<node>`).
+    pub fn with_node_id(mut self, node_id: &str) -> Self {
+        self.server_id = node_id.to_owned();
+        self
+    }
+
+    /// Cluster mode: handlers are recorded in `cluster`, and every change
+    /// made through any node runs on every node (`docs/cluster.md`). The
+    /// handlers directory, if any, is only imported from (a handler the
+    /// cluster does not have yet) and keeps the compile cache.
+    pub fn with_cluster(mut self, cluster: Arc<dyn ClusterStore>) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// Whether handlers are shared with other nodes.
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// The handlers directory, if there is one.
@@ -177,8 +214,20 @@ impl HandlerRegistry {
         bytes: Arc<[u8]>,
         number: Option<u64>,
     ) -> Result<(), RegistryError> {
+        let prepared = self.prepare(name, manifest, bytes).await?;
+        self.activate(name, prepared, number, None).await
+    }
+
+    /// Compiles (or maps from the cache) and validates `bytes`, and starts
+    /// an instance under the manifest's limits, with no lock but the
+    /// handler's held: the slow part of a deploy. Nothing runs it yet.
+    pub(super) async fn prepare(
+        &self,
+        name: &HandlerName,
+        manifest: Manifest,
+        bytes: Arc<[u8]>,
+    ) -> Result<Prepared, RegistryError> {
         manifest.validate(name)?;
-        // The slow part, with no lock but this handler's held.
         let module = self.compile(name, Arc::clone(&bytes)).await?;
         let mut env = HandlerEnv::new(name.clone(), Arc::clone(&self.backend))
             .with_config(manifest.config.clone());
@@ -193,6 +242,31 @@ impl HandlerRegistry {
                 f.reason()
             ))
         })?;
+        Ok(Prepared {
+            manifest,
+            runner,
+            digest: module.digest(),
+            bytes,
+        })
+    }
+
+    /// Runs a prepared version as number `number` (the next one when
+    /// `None`), paused or not as `paused` says (as the handler was when
+    /// `None`), and records it. The caller holds the handler's operation
+    /// lock.
+    pub(super) async fn activate(
+        &self,
+        name: &HandlerName,
+        prepared: Prepared,
+        number: Option<u64>,
+        paused: Option<bool>,
+    ) -> Result<(), RegistryError> {
+        let Prepared {
+            manifest,
+            runner,
+            digest,
+            bytes,
+        } = prepared;
         // Only this handler's operations change its entry, and they wait
         // for this one: what is read here still holds when it is recorded.
         let (number, paused) = {
@@ -200,7 +274,7 @@ impl HandlerRegistry {
             let entry = entries.get(name);
             (
                 number.unwrap_or_else(|| entry.map_or(1, Entry::next_number)),
-                entry.is_some_and(|e| e.paused),
+                paused.unwrap_or_else(|| entry.is_some_and(|e| e.paused)),
             )
         };
         let version = Version {
@@ -211,7 +285,7 @@ impl HandlerRegistry {
         self.runtime.run(name, settings, version, paused).await?;
         let loaded = Loaded {
             number,
-            digest: module.digest(),
+            digest,
             bytes,
         };
         let now = self.backend.clock().now();
@@ -222,6 +296,7 @@ impl HandlerRegistry {
             .cloned()
             .unwrap_or_else(|| Entry::new(manifest.clone()));
         next.installed(manifest, loaded, now);
+        next.paused = paused;
         // The files first: once the registry shows the new version, the
         // directory has it too (a reload, or someone editing the files,
         // never sees them change behind what was shown).
@@ -233,6 +308,10 @@ impl HandlerRegistry {
     /// Writes a running handler's files and record (on a blocking thread),
     /// when there is a directory.
     async fn persist(&self, name: &HandlerName, files: Option<Files>) -> Result<(), RegistryError> {
+        if self.cluster.is_some() {
+            // The cluster store keeps the handler (`cluster.rs`).
+            return Ok(());
+        }
         let (Some(store), Some(files)) = (self.store.clone(), files) else {
             return Ok(());
         };
@@ -258,6 +337,18 @@ impl HandlerRegistry {
         module: Vec<u8>,
     ) -> Result<(HandlerView, bool), RegistryError> {
         let _op = self.ops.lock(&name).await;
+        if let Some(cluster) = &self.cluster {
+            let created = self
+                .cluster_install(
+                    cluster,
+                    &name,
+                    Some(manifest),
+                    module.into(),
+                    Install::Deploy,
+                )
+                .await?;
+            return Ok((self.view_of(&name)?, created));
+        }
         let created = !self.entries.lock().contains_key(&name);
         self.install(&name, manifest, module.into(), None).await?;
         Ok((self.view_of(&name)?, created))
@@ -271,8 +362,16 @@ impl HandlerRegistry {
         module: Vec<u8>,
     ) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
-        let manifest = found(&self.entries.lock(), name)?.manifest.clone();
-        let result = self.install(name, manifest, module.into(), None).await;
+        let result = match &self.cluster {
+            Some(cluster) => self
+                .cluster_install(cluster, name, None, module.into(), Install::Swap)
+                .await
+                .map(|_| ()),
+            None => {
+                let manifest = found(&self.entries.lock(), name)?.manifest.clone();
+                self.install(name, manifest, module.into(), None).await
+            }
+        };
         if let Err(e) = &result
             && let Some(entry) = self.entries.lock().get_mut(name)
         {
@@ -287,6 +386,10 @@ impl HandlerRegistry {
     /// comes from the cache.
     pub async fn rollback(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
+        if let Some(cluster) = &self.cluster {
+            self.cluster_rollback(cluster, name).await?;
+            return self.view_of(name);
+        }
         let (manifest, previous) = {
             let entries = self.entries.lock();
             let entry = found(&entries, name)?;
@@ -319,6 +422,10 @@ impl HandlerRegistry {
         paused: bool,
     ) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
+        if let Some(cluster) = &self.cluster {
+            self.cluster_set_paused(cluster, name, paused).await?;
+            return self.view_of(name);
+        }
         let mut entries = self.entries.lock();
         let entry = entries
             .get_mut(name)
@@ -332,6 +439,11 @@ impl HandlerRegistry {
     /// Drains and removes a handler (and its files).
     pub async fn remove(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
+        if let Some(cluster) = &self.cluster {
+            let view = self.view_of(name);
+            self.cluster_remove(cluster, name).await?;
+            return view;
+        }
         let (view, running) = {
             let entries = self.entries.lock();
             let entry = found(&entries, name)?;
@@ -388,6 +500,9 @@ impl HandlerRegistry {
         let Some(store) = &self.store else {
             return 0;
         };
+        if let Some(cluster) = &self.cluster {
+            return self.import_directory(cluster, store).await;
+        }
         let mut names: BTreeSet<HandlerName> = match store.manifests() {
             Ok(files) => files.into_keys().collect(),
             Err(e) => {

@@ -68,6 +68,9 @@ pub(super) struct Entry {
     /// until resumed, whatever is deployed meanwhile.
     pub(super) paused: bool,
     pub(super) last_error: Option<String>,
+    /// In cluster mode, the revision of the handler's record this node
+    /// last brought itself in line with (0: none yet).
+    pub(super) revision: u64,
 }
 
 impl Entry {
@@ -80,6 +83,7 @@ impl Entry {
             previous: None,
             paused: false,
             last_error: None,
+            revision: 0,
         }
     }
 

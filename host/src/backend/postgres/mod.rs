@@ -23,6 +23,7 @@
 //! Optional `schema=<name>` in the URL keeps Rheo's tables in their own
 //! schema (created on migrate); the rest of the URL goes to the driver.
 
+mod cluster;
 mod json;
 mod stats;
 
@@ -34,6 +35,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, Row as _, SqlSafeStr, TypeInfo, ValueRef};
 
+use self::cluster::{HANDLERS_CHANGED, PgCluster};
 use self::stats::Growth;
 use super::sql::{
     Access, Arg, Builder, Column, Conn, Dialect, Phase, SqlBackend, Table, map_error,
@@ -84,6 +86,8 @@ pub(crate) struct PostgresDialect {
     /// The NOTIFY channel, named after the schema so tenants do not wake each other.
     channel: String,
     listener: tokio::task::JoinHandle<()>,
+    /// Nodes and handler records of the servers sharing the database.
+    cluster: Arc<PgCluster>,
     /// Events appended and deliveries created by this process.
     events_growth: Growth,
     deliveries_growth: Growth,
@@ -198,12 +202,19 @@ impl SqlBackend<PostgresDialect> {
             .map_err(read_err)?;
         let channel = format!("rheo.{}", options.schema.as_deref().unwrap_or("public"));
         let notifier = Arc::new(Notifier::default());
-        let listener = tokio::spawn(listen(pool.clone(), channel.clone(), notifier.clone()));
+        let cluster = Arc::new(PgCluster::new(pool.clone(), channel.clone()));
+        let listener = tokio::spawn(listen(
+            pool.clone(),
+            channel.clone(),
+            notifier.clone(),
+            Arc::clone(&cluster),
+        ));
         let dialect = PostgresDialect {
             pool,
             schema: options.schema,
             channel,
             listener,
+            cluster,
             events_growth: Growth::new(),
             deliveries_growth: Growth::new(),
         };
@@ -215,9 +226,11 @@ impl SqlBackend<PostgresDialect> {
     }
 }
 
-/// Turns NOTIFYs into local wake-ups until the backend is dropped. A lost
-/// connection may have lost notifications, so it wakes every waiter.
-async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>) {
+/// Turns NOTIFYs into local wake-ups until the backend is dropped: a
+/// stream's name wakes its waiters, [`HANDLERS_CHANGED`] the cluster's
+/// watchers. A lost connection may have lost notifications, so it wakes
+/// every waiter and watcher.
+async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>, cluster: Arc<PgCluster>) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
@@ -234,15 +247,20 @@ async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>) {
         }
         loop {
             match listener.try_recv().await {
+                Ok(Some(n)) if n.payload() == HANDLERS_CHANGED => cluster.changed(),
                 Ok(Some(n)) => {
                     if let Ok(stream) = StreamName::parse(n.payload()) {
                         notifier.notify(&stream);
                     }
                 }
-                Ok(None) => notifier.notify_all(),
+                Ok(None) => {
+                    notifier.notify_all();
+                    cluster.changed();
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "postgres: LISTEN connection lost; reconnecting");
                     notifier.notify_all();
+                    cluster.changed();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     break;
                 }
@@ -364,6 +382,10 @@ impl Dialect for PostgresDialect {
             .execute(conn)
             .await
             .map(|_| ())
+    }
+
+    fn cluster(&self) -> Option<Arc<dyn crate::cluster::ClusterStore>> {
+        Some(Arc::clone(&self.cluster) as Arc<dyn crate::cluster::ClusterStore>)
     }
 
     fn wrote(&self, table: Table, rows: u64) {

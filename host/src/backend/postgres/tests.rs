@@ -101,3 +101,22 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
     })
     .await;
 }
+
+/// Two servers' cluster stores on one schema. The backends are leaked: each
+/// one's LISTEN task carries the other's notifications while the test runs.
+async fn cluster_pair(
+    clock: SharedClock,
+) -> Option<(
+    Arc<dyn crate::cluster::ClusterStore>,
+    Arc<dyn crate::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    let stores = (
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    );
+    std::mem::forget((a, b));
+    Some(stores)
+}
+
+crate::cluster_conformance!(cluster_pair);

@@ -296,6 +296,10 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         D::CAPABILITIES
     }
 
+    fn cluster(&self) -> Option<std::sync::Arc<dyn crate::cluster::ClusterStore>> {
+        self.dialect.cluster()
+    }
+
     fn clock(&self) -> &SharedClock {
         &self.clock
     }

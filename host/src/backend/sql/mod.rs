@@ -336,6 +336,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
     /// `rows` were written to `table` (a dialect may refresh statistics).
     fn wrote(&self, _table: Table, _rows: u64) {}
 
+    /// The cluster store of a dialect several servers share.
+    fn cluster(&self) -> Option<std::sync::Arc<dyn crate::cluster::ClusterStore>> {
+        None
+    }
+
     /// Placeholders of built queries: this character and the parameter's
     /// number (1-based).
     const PLACEHOLDER: char;

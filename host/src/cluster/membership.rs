@@ -1,0 +1,190 @@
+//! This server as a node: its identity, its heartbeat, the live nodes, and
+//! leaving. On a backend without a cluster store the server is the only
+//! node, and is listed from memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{ClusterStore, NodeHandler, NodeRecord};
+use crate::backend::Result;
+use crate::clock::SharedClock;
+use crate::model::Timestamp;
+
+/// What a node says it runs: read at each heartbeat.
+pub type RunningHandlers = Arc<dyn Fn() -> Vec<NodeHandler> + Send + Sync>;
+
+/// How a node identifies itself and how often it reports.
+#[derive(Debug, Clone)]
+pub struct MembershipSettings {
+    /// Its id; unique among the live nodes.
+    pub id: String,
+    /// Where its API answers.
+    pub address: String,
+    /// A node silent for this long is not listed.
+    pub timeout: Duration,
+}
+
+impl MembershipSettings {
+    /// The default id: the host name and a random suffix, so two servers
+    /// on one host (or a restarted one) never share an id.
+    pub fn default_id() -> String {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "rheo".into());
+        let suffix: u16 = rand::random();
+        format!("{host}-{suffix:04x}")
+    }
+
+    /// A heartbeat every quarter of the timeout (at least every 50 ms), so
+    /// three can be late before the node is taken for dead.
+    pub fn heartbeat_interval(&self) -> Duration {
+        (self.timeout / 4).max(Duration::from_millis(50))
+    }
+
+    /// Rows of nodes silent for this long are deleted (a node that comes
+    /// back registers again).
+    fn forget_after(&self) -> Duration {
+        self.timeout.saturating_mul(10).max(Duration::from_secs(60))
+    }
+}
+
+/// This server as a node of its cluster (or as the only node).
+pub struct Membership {
+    settings: MembershipSettings,
+    started_at: Timestamp,
+    clock: SharedClock,
+    store: Option<Arc<dyn ClusterStore>>,
+    running: RunningHandlers,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("settings", &self.settings)
+            .field("started_at", &self.started_at)
+            .field("clustered", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Membership {
+    /// This node; with `store`, a member of that cluster once
+    /// [`join`](Self::join)ed.
+    pub fn new(
+        settings: MembershipSettings,
+        clock: SharedClock,
+        store: Option<Arc<dyn ClusterStore>>,
+        running: RunningHandlers,
+    ) -> Self {
+        Self {
+            started_at: clock.now(),
+            settings,
+            clock,
+            store,
+            running,
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.settings.id
+    }
+
+    /// Whether it shares a cluster store with other nodes.
+    pub fn clustered(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// How this node describes itself now.
+    pub fn record(&self) -> NodeRecord {
+        NodeRecord {
+            id: self.settings.id.clone(),
+            address: self.settings.address.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: self.started_at,
+            heartbeat_at: self.clock.now(),
+            handlers: (self.running)(),
+        }
+    }
+
+    /// One heartbeat (the first one registers the node).
+    pub async fn beat(&self) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let record = self.record();
+        let forget = before(record.heartbeat_at, self.settings.forget_after());
+        store.heartbeat(&record, forget).await
+    }
+
+    /// Registers the node and keeps its heartbeat going until
+    /// [`leave`](Self::leave). A failed heartbeat is logged and retried at
+    /// the next beat: the node keeps working, and is listed again once the
+    /// store answers.
+    pub async fn join(self: &Arc<Self>) -> Result<()> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        self.beat().await?;
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(this.settings.heartbeat_interval());
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            let mut failing = false;
+            loop {
+                tokio::select! {
+                    () = this.stop.cancelled() => break,
+                    _ = ticks.tick() => {}
+                }
+                match this.beat().await {
+                    Ok(()) if failing => {
+                        tracing::info!(node = %this.id(), "heartbeats reach the store again");
+                        failing = false;
+                    }
+                    Ok(()) => {}
+                    Err(e) if !failing => {
+                        tracing::warn!(node = %this.id(), error = %e, "heartbeat failed; retrying at each beat");
+                        failing = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Stops the heartbeat and removes the node's row, so the others stop
+    /// listing it at once.
+    pub async fn leave(&self) -> Result<()> {
+        self.stop.cancel();
+        match &self.store {
+            Some(store) => store.leave(&self.settings.id).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The live nodes, by id: those heard from within the timeout (by
+    /// this node's clock). Without a cluster, this node alone.
+    pub async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let Some(store) = &self.store else {
+            return Ok(vec![self.record()]);
+        };
+        let since = before(self.clock.now(), self.settings.timeout);
+        store.nodes(since).await
+    }
+}
+
+/// `at` minus `d`, never before the epoch.
+fn before(at: Timestamp, d: Duration) -> Timestamp {
+    let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    Timestamp::from_millis(at.as_millis().saturating_sub(ms).max(0))
+}
+
+#[cfg(test)]
+mod tests;
