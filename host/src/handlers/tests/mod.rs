@@ -2,6 +2,7 @@
 //! compiled and run by the real engine, consuming through the runtime from
 //! the memory backend. Nothing is mocked.
 
+mod cluster;
 mod deploy;
 mod guests;
 mod locks;
