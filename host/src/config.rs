@@ -15,6 +15,9 @@
 //! default_max_attempts = 5
 //! handlers_dir = "rheo-handlers"
 //! wasm_fuel = false         # fuel metering, needed by manifests with `fuel`
+//! node_id = "rheo-a"        # this server's id in a cluster (default: host name + random)
+//! advertise = "http://10.0.0.5:7070"  # its address as other nodes and `rheo nodes` show it
+//! node_timeout_ms = 10000   # a node silent this long is no longer listed
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -34,6 +37,13 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// Where handlers live when nothing else is configured (relative to the
 /// working directory, like the default SQLite file).
 pub const DEFAULT_HANDLERS_DIR: &str = "rheo-handlers";
+
+/// Longest node id (it is also part of every handler's consumer id).
+const MAX_NODE_ID_LEN: usize = 64;
+
+/// Node timeouts accepted: a heartbeat goes out every quarter of it.
+const MIN_NODE_TIMEOUT_MS: u64 = 200;
+const MAX_NODE_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Smallest body limit accepted: below this even a small batch fails.
 const MIN_BODY_LIMIT: usize = 1024;
@@ -62,6 +72,12 @@ pub struct ServeOptions {
     pub handlers_dir: Option<PathBuf>,
     /// Meter guests with fuel (needed by manifests that set `fuel`; ~20% per call).
     pub wasm_fuel: Option<bool>,
+    /// This server's id among the nodes of a cluster.
+    pub node_id: Option<String>,
+    /// This server's API address as the nodes list shows it.
+    pub advertise: Option<String>,
+    /// How long a silent node is still listed, in ms.
+    pub node_timeout_ms: Option<u64>,
 }
 
 impl ServeOptions {
@@ -90,6 +106,9 @@ impl ServeOptions {
             default_max_attempts: self.default_max_attempts.or(fallback.default_max_attempts),
             handlers_dir: self.handlers_dir.or(fallback.handlers_dir),
             wasm_fuel: self.wasm_fuel.or(fallback.wasm_fuel),
+            node_id: self.node_id.or(fallback.node_id),
+            advertise: self.advertise.or(fallback.advertise),
+            node_timeout_ms: self.node_timeout_ms.or(fallback.node_timeout_ms),
         }
     }
 }
@@ -111,6 +130,12 @@ pub struct ServeConfig {
     pub handlers_dir: PathBuf,
     /// Fuel metering for guests.
     pub wasm_fuel: bool,
+    /// This server's node id (`None`: host name and a random suffix).
+    pub node_id: Option<String>,
+    /// The address the nodes list shows (`None`: `http://<bound address>`).
+    pub advertise: Option<String>,
+    /// A node silent this long is no longer listed.
+    pub node_timeout: std::time::Duration,
 }
 
 impl ServeConfig {
@@ -150,9 +175,42 @@ impl ServeConfig {
                 format!("must be between 1 and {MAX_MAX_ATTEMPTS}"),
             ));
         }
+        if let Some(id) = &options.node_id {
+            let ok = (1..=MAX_NODE_ID_LEN).contains(&id.len())
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                return Err(invalid(
+                    "node_id",
+                    format!("{id:?}: use 1–{MAX_NODE_ID_LEN} characters of [A-Za-z0-9._-]"),
+                ));
+            }
+        }
+        if options
+            .advertise
+            .as_deref()
+            .is_some_and(|a| !(a.starts_with("http://") || a.starts_with("https://")))
+        {
+            return Err(invalid("advertise", "must be an http:// or https:// URL"));
+        }
+        let node_timeout_ms = options
+            .node_timeout_ms
+            .unwrap_or(crate::cluster::DEFAULT_NODE_TIMEOUT.as_millis() as u64);
+        if !(MIN_NODE_TIMEOUT_MS..=MAX_NODE_TIMEOUT_MS).contains(&node_timeout_ms) {
+            return Err(invalid(
+                "node_timeout_ms",
+                format!(
+                    "must be between {MIN_NODE_TIMEOUT_MS} and {MAX_NODE_TIMEOUT_MS} (got {node_timeout_ms})"
+                ),
+            ));
+        }
         Ok(Self {
             backend,
             listen,
+            node_id: options.node_id,
+            advertise: options.advertise,
+            node_timeout: std::time::Duration::from_millis(node_timeout_ms),
             test_clock: options.test_clock.unwrap_or(false),
             migrate: options.migrate.unwrap_or(true),
             handlers_dir: options

@@ -205,6 +205,12 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Kills the server with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL rheo serve");
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let status = Command::new("kill")

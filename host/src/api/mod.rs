@@ -25,6 +25,7 @@ mod groups;
 mod handlers;
 mod health;
 mod metrics;
+mod nodes;
 mod openapi;
 mod state;
 mod streams;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(streams::router())
         .merge(groups::router())
         .merge(clock::router())
+        .merge(nodes::router())
         .merge(health::router());
     #[cfg(feature = "wasm")]
     let app = app.merge(handlers::router());

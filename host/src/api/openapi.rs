@@ -31,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         (name = "leases", description = "Claiming and settling deliveries"),
         (name = "recovery", description = "Replay, reset, dead letters and redrive"),
         (name = "handlers", description = "WebAssembly handlers: deploy, hot swap, rollback"),
+        (name = "nodes", description = "The servers sharing the backend (cluster mode) and what each runs"),
         (name = "health", description = "Probes and metrics (no auth)"),
         (name = "test clock", description = "Only with rheo serve --test-clock"),
     )

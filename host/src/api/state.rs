@@ -62,6 +62,9 @@ pub struct AppState {
     /// Deployed handlers (`None`: the handler routes answer 404).
     #[cfg(feature = "wasm")]
     pub(crate) handlers: Option<Arc<crate::handlers::HandlerRegistry>>,
+    /// This server as a node (`rheo serve` sets it; otherwise a node of
+    /// its own with no address).
+    pub(crate) membership: Arc<crate::cluster::Membership>,
     // Flipped to true once shutdown starts: long polls stop waiting and
     // answer with what they have, so draining is not held up by them.
     draining: Arc<watch::Sender<bool>>,
@@ -70,6 +73,7 @@ pub struct AppState {
 impl AppState {
     /// State over `backend` with `settings` and no test clock.
     pub fn new(backend: Arc<dyn Backend>, settings: ApiSettings) -> Self {
+        let clock = backend.clock().clone();
         Self {
             backend,
             test_clock: None,
@@ -77,6 +81,16 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             #[cfg(feature = "wasm")]
             handlers: None,
+            membership: Arc::new(crate::cluster::Membership::new(
+                crate::cluster::MembershipSettings {
+                    id: crate::cluster::MembershipSettings::default_id(),
+                    address: String::new(),
+                    timeout: crate::cluster::DEFAULT_NODE_TIMEOUT,
+                },
+                clock,
+                None,
+                Arc::new(Vec::new),
+            )),
             draining: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -92,6 +106,12 @@ impl AppState {
     #[cfg(feature = "wasm")]
     pub fn with_handlers(mut self, registry: Arc<crate::handlers::HandlerRegistry>) -> Self {
         self.handlers = Some(registry);
+        self
+    }
+
+    /// This server as a node of its cluster (or the only one).
+    pub fn with_membership(mut self, membership: Arc<crate::cluster::Membership>) -> Self {
+        self.membership = membership;
         self
     }
 

@@ -16,6 +16,7 @@ use super::migrate::redact;
 use crate::api::{self, AppState};
 use crate::backend;
 use crate::clock::{Clock, FrozenClock, SharedClock, SystemClock};
+use crate::cluster::{Membership, MembershipSettings, RunningHandlers};
 use crate::config::{ServeConfig, ServeOptions};
 
 /// How long in-flight requests get to finish after a shutdown signal.
@@ -86,6 +87,21 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RHEO_WASM_FUEL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     wasm_fuel: Option<bool>,
+
+    /// This server's id among the nodes sharing the backend, [A-Za-z0-9._-]
+    /// [default: host name and a random suffix]
+    #[arg(long, env = "RHEO_NODE_ID", value_name = "ID")]
+    node_id: Option<String>,
+
+    /// This server's API address as `rheo nodes` shows it [default:
+    /// http://<the bound address>]
+    #[arg(long, env = "RHEO_ADVERTISE", value_name = "URL")]
+    advertise: Option<String>,
+
+    /// A node that has not sent a heartbeat for this long is no longer
+    /// listed; heartbeats go out every quarter of it [default: 10000]
+    #[arg(long, env = "RHEO_NODE_TIMEOUT_MS", value_name = "MS")]
+    node_timeout_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -101,6 +117,9 @@ impl ServeArgs {
             default_max_attempts: self.default_max_attempts,
             handlers_dir: self.handlers_dir.clone(),
             wasm_fuel: self.wasm_fuel,
+            node_id: self.node_id.clone(),
+            advertise: self.advertise.clone(),
+            node_timeout_ms: self.node_timeout_ms,
         }
     }
 
@@ -154,12 +173,55 @@ impl ServeArgs {
             tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
         }
 
+        let store = state.backend().clone();
+        let cluster = store.cluster();
+        let node_id = config
+            .node_id
+            .clone()
+            .unwrap_or_else(MembershipSettings::default_id);
+        match &cluster {
+            Some(_) => tracing::info!(
+                "cluster mode: node {node_id}; handlers are shared through the {} backend",
+                store.kind()
+            ),
+            None => tracing::info!(
+                "single-node mode: the {} backend is not shared; handlers live in {}",
+                store.kind(),
+                config.handlers_dir.display()
+            ),
+        }
+
         #[cfg(feature = "wasm")]
         let handlers = {
-            let handlers = start_handlers(&config, state.backend().clone()).await?;
+            let handlers = start_handlers(&config, state.backend().clone(), &node_id).await?;
             state = state.with_handlers(Arc::clone(&handlers.registry));
             handlers
         };
+        #[cfg(feature = "wasm")]
+        let running: RunningHandlers = {
+            let registry = Arc::clone(&handlers.registry);
+            Arc::new(move || registry.running())
+        };
+        #[cfg(not(feature = "wasm"))]
+        let running: RunningHandlers = Arc::new(Vec::new);
+        let membership = Arc::new(Membership::new(
+            MembershipSettings {
+                id: node_id,
+                address: config
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{addr}")),
+                timeout: config.node_timeout,
+            },
+            state.backend().clock().clone(),
+            cluster,
+            running,
+        ));
+        membership
+            .join()
+            .await
+            .context("registering this node with the cluster")?;
+        state = state.with_membership(Arc::clone(&membership));
 
         tracing::info!(
             "rheo {} listening on http://{addr}",
@@ -193,13 +255,22 @@ impl ServeArgs {
 
         #[cfg(feature = "wasm")]
         handlers.stop().await;
+        // Only once its deliveries are settled: the others list it until then.
+        match membership.leave().await {
+            Ok(()) if membership.clustered() => tracing::info!("left the cluster"),
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not remove this node from the cluster; the others stop listing it after the node timeout")
+            }
+        }
 
         tracing::info!("stopped");
         Ok(())
     }
 }
 
-/// The handler registry, its directory watcher, and how to stop both.
+/// The handler registry, its directory and cluster watchers, and how to
+/// stop them.
 #[cfg(feature = "wasm")]
 struct Handlers {
     registry: Arc<crate::handlers::HandlerRegistry>,
@@ -208,8 +279,9 @@ struct Handlers {
 
 #[cfg(feature = "wasm")]
 impl Handlers {
-    /// Stops watching, then drains every handler: no more fetches,
-    /// in-flight deliveries finish and are settled (bounded per handler).
+    /// Stops watching (the directory and the cluster), then drains every
+    /// handler: no more fetches, in-flight deliveries finish and are
+    /// settled (bounded per handler).
     async fn stop(self) {
         self.stop_watching.cancel();
         tracing::info!("draining handlers");
@@ -223,8 +295,9 @@ impl Handlers {
 async fn start_handlers(
     config: &ServeConfig,
     store: Arc<dyn backend::Backend>,
+    node_id: &str,
 ) -> anyhow::Result<Handlers> {
-    use crate::handlers::{HandlerRegistry, watch_directory};
+    use crate::handlers::{HandlerRegistry, watch_cluster, watch_directory};
     use crate::wasm::{EngineOptions, WasmEngine};
 
     let engine = WasmEngine::new(EngineOptions {
@@ -233,10 +306,17 @@ async fn start_handlers(
     })
     .context("starting the WebAssembly engine")?;
     let dir = &config.handlers_dir;
-    let registry = Arc::new(
-        HandlerRegistry::new(engine, store, Some(dir))
-            .with_context(|| format!("handlers directory {}", dir.display()))?,
-    );
+    let cluster = store.cluster();
+    let mut registry = HandlerRegistry::new(engine, store, Some(dir))
+        .with_context(|| format!("handlers directory {}", dir.display()))?
+        .with_node_id(node_id);
+    if let Some(cluster) = cluster {
+        registry = registry.with_cluster(cluster);
+    }
+    let registry = Arc::new(registry);
+    // In cluster mode: what the cluster runs, then what the directory has
+    // that the cluster does not (`docs/cluster.md`).
+    registry.reconcile().await;
     registry.sync_directory().await;
     let loaded = registry.list().await;
     if loaded.is_empty() {
@@ -257,6 +337,7 @@ async fn start_handlers(
     }
     let stop_watching = tokio_util::sync::CancellationToken::new();
     watch_directory(Arc::clone(&registry), stop_watching.clone());
+    watch_cluster(Arc::clone(&registry), stop_watching.clone());
     Ok(Handlers {
         registry,
         stop_watching,

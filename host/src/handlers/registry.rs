@@ -440,6 +440,9 @@ impl HandlerRegistry {
     pub async fn remove(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
         if let Some(cluster) = &self.cluster {
+            // In line with the record first, so the answer shows what was
+            // removed even if this node had not caught up.
+            self.follow(cluster, name).await;
             let view = self.view_of(name);
             self.cluster_remove(cluster, name).await?;
             return view;

@@ -68,9 +68,10 @@ pub(super) struct Entry {
     /// until resumed, whatever is deployed meanwhile.
     pub(super) paused: bool,
     pub(super) last_error: Option<String>,
-    /// In cluster mode, the revision of the handler's record this node
-    /// last brought itself in line with (0: none yet).
-    pub(super) revision: u64,
+    /// In cluster mode, the record this node last brought itself in line
+    /// with: its revision and write id (a name removed and deployed again
+    /// starts at revision 1 again; the write id tells the records apart).
+    pub(super) followed: Option<(u64, String)>,
 }
 
 impl Entry {
@@ -83,7 +84,7 @@ impl Entry {
             previous: None,
             paused: false,
             last_error: None,
-            revision: 0,
+            followed: None,
         }
     }
 

@@ -331,6 +331,10 @@ async fn run(
 
     // Drain: no new fetches; what is held (and what a fetch in flight
     // brings) runs and settles, within the drain timeout.
+    let held = shared.held();
+    if held > 0 || claims.fetching.is_some() {
+        tracing::info!(stream = %s.stream, group = %s.group, held, fetching = claims.fetching.is_some(), "draining: finishing and settling the leases held");
+    }
     let drained = tokio::time::timeout(s.drain_timeout, async {
         if claims.fetching.is_some() {
             let fetched = fetch_done(&mut claims.fetching).await;
@@ -362,7 +366,7 @@ async fn run(
     }
     renewer.abort();
     settler.abort();
-    tracing::info!(stream = %s.stream, group = %s.group, "handler worker stopped");
+    tracing::info!(stream = %s.stream, group = %s.group, held_at_stop = held, "handler worker stopped");
 }
 
 /// After an empty fetch: sleeps until something becomes claimable by time

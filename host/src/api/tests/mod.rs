@@ -11,6 +11,7 @@ mod health;
 mod http;
 mod leases;
 mod long_poll;
+mod nodes;
 mod ranges;
 mod recovery;
 mod streams;

@@ -9,11 +9,13 @@
 //!
 //! Files: `streams` (list, create), `groups` (list, create, lag, info),
 //! `recovery` (dead letters, redrive, replay, reset), `append`, `query`,
-//! `handler` (deploy, swap, list, get, rollback, pause, resume, delete).
+//! `handler` (deploy, swap, list, get, rollback, pause, resume, delete),
+//! `nodes`.
 
 mod append;
 mod groups;
 mod handler;
+mod nodes;
 mod query;
 mod recovery;
 mod streams;
@@ -55,6 +57,8 @@ pub(crate) enum OpsCommand {
     Reset(recovery::ResetArgs),
     /// Deploy and manage WebAssembly handlers.
     Handler(handler::HandlerArgs),
+    /// The servers sharing the backend, and the handlers each runs.
+    Nodes(nodes::NodesArgs),
 }
 
 impl OpsCommand {
@@ -72,6 +76,7 @@ impl OpsCommand {
             OpsCommand::Replay(args) => args.run(),
             OpsCommand::Reset(args) => args.run(),
             OpsCommand::Handler(args) => args.run(),
+            OpsCommand::Nodes(args) => args.run(),
         }
     }
 }

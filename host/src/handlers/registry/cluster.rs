@@ -56,6 +56,14 @@ struct Desired {
     deployed_at: Timestamp,
     /// The node the last change went through (for operators).
     changed_by: String,
+    /// Random, new with every write: with the revision, it names one
+    /// write even across a removal (revisions start again at 1).
+    write: String,
+}
+
+/// A fresh write id.
+fn write_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 /// A version by number and module digest (sha256 hex).
@@ -171,6 +179,7 @@ impl HandlerRegistry {
                 paused: old.as_ref().is_some_and(|o| o.paused),
                 deployed_at: self.now(),
                 changed_by: self.node(),
+                write: write_id(),
             };
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
@@ -209,6 +218,7 @@ impl HandlerRegistry {
                 paused: old.paused,
                 deployed_at: self.now(),
                 changed_by: self.node(),
+                write: write_id(),
             };
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
@@ -238,6 +248,7 @@ impl HandlerRegistry {
             }
             desired.paused = paused;
             desired.changed_by = self.node();
+            desired.write = write_id();
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
                 .await?
@@ -289,7 +300,7 @@ impl HandlerRegistry {
             .entries
             .lock()
             .get(name)
-            .is_some_and(|e| e.revision == revision)
+            .is_some_and(|e| e.followed == Some((revision, desired.write.clone())))
         {
             return false;
         }
@@ -317,7 +328,7 @@ impl HandlerRegistry {
                     e.to_string(),
                 );
                 if !retry && let Some(entry) = entries.get_mut(name) {
-                    entry.revision = revision;
+                    entry.followed = Some((revision, desired.write.clone()));
                 }
                 false
             }
@@ -337,16 +348,21 @@ impl HandlerRegistry {
                 return 0;
             }
         };
-        let wanted: BTreeMap<String, u64> =
-            records.into_iter().map(|r| (r.name, r.revision)).collect();
+        let wanted: BTreeMap<String, (u64, String)> = records
+            .into_iter()
+            .map(|r| {
+                let write = r.doc["write"].as_str().unwrap_or_default().to_owned();
+                (r.name, (r.revision, write))
+            })
+            .collect();
         let mut todo = BTreeSet::new();
         {
             let entries = self.entries.lock();
-            for (name, revision) in &wanted {
+            for (name, stamp) in &wanted {
                 let Ok(name) = HandlerName::parse(name) else {
                     continue;
                 };
-                if entries.get(&name).map(|e| e.revision) != Some(*revision) {
+                if entries.get(&name).and_then(|e| e.followed.as_ref()) != Some(stamp) {
                     todo.insert(name);
                 }
             }
@@ -423,7 +439,7 @@ impl HandlerRegistry {
             entry.previous = previous;
             entry.paused = desired.paused;
             entry.deployed_at = Some(desired.deployed_at);
-            entry.revision = revision;
+            entry.followed = Some((revision, desired.write.clone()));
             entry.last_error = None;
         }
         Ok(())

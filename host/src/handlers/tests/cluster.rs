@@ -578,9 +578,6 @@ async fn a_node_that_has_not_caught_up_changes_what_the_cluster_has() {
 /// A removal through a node that has not caught up with the handler yet
 /// removes it from the cluster, so it should say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: HandlerRegistry::remove in cluster mode takes the view from the node's own \
-            entries before removing; on a node that has not reconciled yet it deletes the \
-            cluster record and still returns NotFound"]
 async fn a_removal_through_a_node_that_has_not_caught_up_reports_the_removal() {
     let c = Cluster::new().await;
     let a = c.node("node-a", None);
@@ -610,9 +607,6 @@ async fn a_removal_through_a_node_that_has_not_caught_up_reports_the_removal() {
 /// A record removed and written again starts again at revision 1 (the
 /// store's contract): a node that missed both must still see the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a node follows a handler by record revision only; a handler removed and \
-            deployed again is recorded again at revision 1, so a node that last followed \
-            revision 1 of the old record and missed the removal never runs the new module"]
 async fn a_handler_removed_and_deployed_again_is_followed_by_a_node_that_missed_both() {
     let c = Cluster::new().await;
     let a = c.node("node-a", None);
