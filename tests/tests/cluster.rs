@@ -38,6 +38,9 @@ struct Cluster {
     _turn: std::sync::MutexGuard<'static, ()>,
 }
 
+/// A handler as a node reports it: name, version, digest, status.
+type Running = (String, u64, String, String);
+
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
@@ -87,7 +90,7 @@ impl Cluster {
     }
 
     /// What `GET /v1/nodes` on node `i` lists: id → [(handler, version, digest, status)].
-    fn nodes_seen_by(&self, i: usize) -> Vec<(String, Vec<(String, u64, String, String)>)> {
+    fn nodes_seen_by(&self, i: usize) -> Vec<(String, Vec<Running>)> {
         let body = self.get(i, "/v1/nodes");
         assert_eq!(body["clustered"], true, "{body}");
         assert_eq!(body["this_node"], format!("n{i}"), "{body}");
