@@ -275,6 +275,8 @@ impl ServeArgs {
 struct Handlers {
     registry: Arc<crate::handlers::HandlerRegistry>,
     stop_watching: tokio_util::sync::CancellationToken,
+    /// The task following the cluster's records (cluster mode).
+    following: Option<tokio::task::JoinHandle<()>>,
 }
 
 #[cfg(feature = "wasm")]
@@ -284,6 +286,12 @@ impl Handlers {
     /// settled (bounded per handler).
     async fn stop(self) {
         self.stop_watching.cancel();
+        if let Some(following) = self.following {
+            // A change being followed must not start a handler after the
+            // drain below: stop it where it is (the node is leaving).
+            following.abort();
+            let _ = following.await;
+        }
         tracing::info!("draining handlers");
         self.registry.shutdown().await;
     }
@@ -337,10 +345,11 @@ async fn start_handlers(
     }
     let stop_watching = tokio_util::sync::CancellationToken::new();
     watch_directory(Arc::clone(&registry), stop_watching.clone());
-    watch_cluster(Arc::clone(&registry), stop_watching.clone());
+    let following = watch_cluster(Arc::clone(&registry), stop_watching.clone());
     Ok(Handlers {
         registry,
         stop_watching,
+        following,
     })
 }
 

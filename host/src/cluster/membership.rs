@@ -59,6 +59,8 @@ pub struct Membership {
     store: Option<Arc<dyn ClusterStore>>,
     running: RunningHandlers,
     stop: CancellationToken,
+    /// The heartbeat task, awaited by `leave` so no beat lands after it.
+    beating: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -87,6 +89,7 @@ impl Membership {
             store,
             running,
             stop: CancellationToken::new(),
+            beating: parking_lot::Mutex::new(None),
         }
     }
 
@@ -130,9 +133,10 @@ impl Membership {
         if self.store.is_none() {
             return Ok(());
         }
+        self.warn_if_taken().await;
         self.beat().await?;
         let this = Arc::clone(self);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(this.settings.heartbeat_interval());
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
@@ -156,13 +160,35 @@ impl Membership {
                 }
             }
         });
+        *self.beating.lock() = Some(task);
         Ok(())
+    }
+
+    /// Warns when a live node already has this node's id: two servers
+    /// with one id overwrite each other's row (and share consumer ids).
+    async fn warn_if_taken(&self) {
+        let Ok(live) = self.nodes().await else {
+            return;
+        };
+        if let Some(other) = live.iter().find(|n| n.id == self.settings.id) {
+            tracing::warn!(
+                node = %self.settings.id,
+                other_address = %other.address,
+                other_started_at = %other.started_at,
+                "a live node already has this id (or this node restarted within the node timeout); give each server its own --node-id"
+            );
+        }
     }
 
     /// Stops the heartbeat and removes the node's row, so the others stop
     /// listing it at once.
     pub async fn leave(&self) -> Result<()> {
         self.stop.cancel();
+        let beating = self.beating.lock().take();
+        if let Some(task) = beating {
+            // A beat in flight would write the row back after the delete.
+            let _ = task.await;
+        }
         match &self.store {
             Some(store) => store.leave(&self.settings.id).await,
             None => Ok(()),
