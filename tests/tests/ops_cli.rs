@@ -1,5 +1,6 @@
 //! The ops commands (`rheo streams`, `groups`, `append`, `query`, `lag`,
-//! `group-info`, `dead-letters`, `redrive`, `replay`, `reset`, `handler …`)
+//! `group-info`, `dead-letters`, `redrive`, `replay`, `reset`, `handler …`,
+//! `nodes`)
 //! run as a user would: the real binary against a real `rheo serve` on a
 //! SQLite file. Deliveries are fetched and settled over HTTP where a test
 //! needs leases or dead letters.
@@ -536,6 +537,28 @@ fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
         "{rolled}"
     );
     assert!(rolled.contains(&echo_digest[..12]), "{rolled}");
+
+    // On SQLite the server is a node of its own, listed with what it runs.
+    let nodes = ok(&server, &["nodes"]);
+    assert!(
+        nodes.ends_with("single node: the backend is not shared (docs/cluster.md)\n"),
+        "{nodes}"
+    );
+    let me = ok_json(&server, &["nodes"]);
+    assert_eq!(me["clustered"], false, "{me}");
+    assert_eq!(me["nodes"][0]["id"], me["this_node"], "{me}");
+    assert_eq!(me["nodes"][0]["address"], server.base(), "{me}");
+    assert_eq!(me["nodes"][0]["handlers"][0]["name"], "echo", "{me}");
+    assert_eq!(
+        me["nodes"][0]["handlers"][0]["digest"],
+        json!(echo_digest),
+        "{me}"
+    );
+    let me_row = row(&nodes, me["this_node"].as_str().unwrap()).join(" ");
+    assert!(
+        me_row.contains(" * ") && me_row.ends_with("echo v1"),
+        "{nodes}"
+    );
 
     let paused = ok(&server, &["handler", "pause", "echo"]);
     assert!(paused.contains(", paused on jobs/workers"), "{paused}");
