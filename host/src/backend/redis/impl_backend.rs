@@ -35,6 +35,10 @@ impl Backend for RedisBackend {
         &self.notifier
     }
 
+    fn cluster(&self) -> Option<Arc<dyn crate::cluster::ClusterStore>> {
+        Some(Arc::clone(&self.cluster) as Arc<dyn crate::cluster::ClusterStore>)
+    }
+
     async fn ping(&self) -> Result<()> {
         RedisBackend::ping(self).await
     }

@@ -8,8 +8,16 @@
 //! compare-and-set script (`cas.lua`) guarded by what it read: the writes
 //! land together only if nothing it read has changed, else the operation
 //! reads again. No rule of Rheo's is written in Lua.
+//!
+//! Servers sharing a prefix form a cluster (`docs/cluster.md`): its nodes,
+//! modules and handler records live under `<prefix>:nodes`,
+//! `<prefix>:module:<digest>` and `<prefix>:handlers` (`cluster.rs`); a
+//! handler record is written by a small compare-and-set script on its
+//! revision, which also publishes `:handlers` on the wake-up channel so
+//! every node's watchers wake.
 
 mod claims;
+mod cluster;
 mod groups;
 mod impl_backend;
 mod inspect;
@@ -370,6 +378,9 @@ pub(crate) struct RedisBackend {
     notifier: Arc<Notifier>,
     /// Stops the pub/sub listener with the last clone of the backend.
     _listener: Arc<Listener>,
+    /// The cluster keys ([`Backend::cluster`](crate::backend::Backend::cluster)),
+    /// woken by the same listener.
+    cluster: Arc<cluster::RedisCluster>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
     /// Streams and group settings never change once created: what was read
@@ -442,7 +453,12 @@ struct Listener {
 }
 
 impl Listener {
-    fn start(client: redis::Client, channel: String, notifier: std::sync::Weak<Notifier>) -> Self {
+    fn start(
+        client: redis::Client,
+        channel: String,
+        notifier: std::sync::Weak<Notifier>,
+        cluster: std::sync::Weak<cluster::RedisCluster>,
+    ) -> Self {
         let task = tokio::spawn(async move {
             use futures::StreamExt as _;
             let mut delay = std::time::Duration::from_millis(100);
@@ -458,12 +474,20 @@ impl Listener {
                     if let Some(n) = notifier.upgrade() {
                         n.notify_all();
                     }
+                    if let Some(c) = cluster.upgrade() {
+                        c.changed();
+                    }
                     let mut messages = pubsub.on_message();
                     while let Some(message) = messages.next().await {
                         let Some(n) = notifier.upgrade() else { return };
-                        if let Ok(name) = message.get_payload::<String>()
-                            && let Ok(stream) = StreamName::parse(name)
-                        {
+                        let Ok(payload) = message.get_payload::<String>() else {
+                            continue;
+                        };
+                        if payload == cluster::HANDLERS_CHANGED {
+                            if let Some(c) = cluster.upgrade() {
+                                c.changed();
+                            }
+                        } else if let Ok(stream) = StreamName::parse(payload) {
                             n.notify(&stream);
                         }
                     }
@@ -529,7 +553,13 @@ impl RedisBackend {
             .map_err(|e| map_error(e, Phase::Read))?;
         let keys = Keys::new(&parsed.prefix);
         let notifier = Arc::new(Notifier::default());
-        let listener = Listener::start(client, keys.wakeups(), Arc::downgrade(&notifier));
+        let cluster = Arc::new(cluster::RedisCluster::new(conn.clone(), &keys));
+        let listener = Listener::start(
+            client,
+            keys.wakeups(),
+            Arc::downgrade(&notifier),
+            Arc::downgrade(&cluster),
+        );
         Ok(Self {
             conn,
             keys,
@@ -537,6 +567,7 @@ impl RedisBackend {
             cas: Arc::new(redis::Script::new(include_str!("cas.lua"))),
             notifier,
             _listener: Arc::new(listener),
+            cluster,
             rotation: Arc::default(),
             streams: Arc::default(),
             groups: Arc::default(),

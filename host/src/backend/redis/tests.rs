@@ -1132,6 +1132,26 @@ mod nodes {
     crate::shared_store_conformance!(nodes);
 }
 
+/// Two servers' cluster stores on one prefix. The backends are leaked:
+/// each one's pub/sub listener carries the other's handler writes while
+/// the test runs (their keys go with the stale prefixes of a later run).
+async fn cluster_pair(
+    clock: crate::clock::SharedClock,
+) -> Option<(
+    Arc<dyn crate::cluster::ClusterStore>,
+    Arc<dyn crate::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    let stores = (
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    );
+    std::mem::forget((a, b));
+    Some(stores)
+}
+
+crate::cluster_conformance!(cluster_pair);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
     let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
