@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use rheo_e2e::{Server, ServerOptions, agent};
 use serde_json::{Value, json};
-use support::{assert_error, get, lease_ref, post, post_empty, strings, wait_for_in_flight};
+use support::{
+    assert_error, get, lease_ref, post, post_empty, stream, strings, wait_for_in_flight,
+};
 use ureq::Agent;
 
 /// Where every test sets the server's clock first.
@@ -38,16 +40,6 @@ fn advance(http: &Agent, server: &Server, ms: u64) -> Value {
 }
 
 /// Creates stream `name` with `partitions`.
-fn stream(http: &Agent, server: &Server, name: &str, partitions: u32) {
-    let (status, body) = post(
-        http,
-        server,
-        "/v1/streams",
-        &json!({"name": name, "partition_count": partitions}),
-    );
-    assert_eq!(status, 201, "{body}");
-}
-
 /// Appends one event; returns it.
 fn append(http: &Agent, server: &Server, stream: &str, event: Value) -> Value {
     let (status, body) = post(

@@ -12,8 +12,8 @@ use std::time::Duration;
 use rheo_e2e::{Server, ServerOptions, agent, answer};
 use serde_json::{Value, json};
 use support::{
-    append_batch, assert_error, delete, deploy, eventually, get, guest, lease_ref, multipart, post,
-    post_empty, strings, swap_module,
+    append_batch, assert_error, delete, deploy, eventually, get, guest, handler, lag, lease_ref,
+    multipart, post, post_empty, stream, strings, swap_module,
 };
 use ureq::Agent;
 
@@ -22,32 +22,6 @@ const CATCH_UP: Duration = Duration::from_secs(120);
 
 /// Not a component: the magic number, then garbage.
 const GARBAGE: &[u8] = b"\0asm\x0d\0\x01\0 this is not a component";
-
-fn stream(http: &Agent, server: &Server, name: &str, partitions: u32) {
-    let (status, body) = post(
-        http,
-        server,
-        "/v1/streams",
-        &json!({"name": name, "partition_count": partitions}),
-    );
-    assert_eq!(status, 201, "{body}");
-}
-
-fn handler(http: &Agent, server: &Server, name: &str) -> Value {
-    let (status, body) = get(http, server, &format!("/v1/handlers/{name}"));
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-fn lag(http: &Agent, server: &Server, stream: &str, group: &str) -> Value {
-    let (status, body) = get(
-        http,
-        server,
-        &format!("/v1/streams/{stream}/groups/{group}/lag"),
-    );
-    assert_eq!(status, 200, "{body}");
-    body
-}
 
 /// Waits until the group has no lag and the handler has acked `acked` in total.
 fn wait_caught_up(

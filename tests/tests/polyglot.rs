@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rheo_e2e::{Server, ServerOptions};
 use serde_json::{Value, json};
 use support::guests::{Guest, read_module};
-use support::{deploy, eventually, get, post, strings};
+use support::{deploy, eventually, get, handler, lag, post, stream, strings};
 use ureq::Agent;
 
 /// The test clock's start: 2026-01-01T00:00:00Z.
@@ -655,7 +655,7 @@ fn flaky_retries_after_its_delay_then_acks(http: &Agent, server: &Server) {
         // clock, not for the backoff.
         eventually(&format!("flaky retried {attempt}"), SETTLE, || {
             let view = handler(http, server, "flaky");
-            let waiting = lag(http, server, jobs)["waiting_retry"] == 1;
+            let waiting = lag(http, server, jobs.0, jobs.1)["waiting_retry"] == 1;
             (view["counters"]["retried"] == attempt && waiting).then_some(())
         });
         let view = handler(http, server, "flaky");
@@ -710,16 +710,6 @@ fn start_server() -> (Server, Agent, tempfile::TempDir) {
     (server, http, dir)
 }
 
-fn stream(http: &Agent, server: &Server, name: &str, partitions: u32) {
-    let (status, body) = post(
-        http,
-        server,
-        "/v1/streams",
-        &json!({"name": name, "partition_count": partitions}),
-    );
-    assert_eq!(status, 201, "{body}");
-}
-
 /// Deploys `module` as handler `name`; asserts version 1 and prints how
 /// long the deploy (a compile, for a new module) took.
 fn deploy_timed(
@@ -753,22 +743,6 @@ fn append_events(http: &Agent, server: &Server, stream: &str, events: Vec<Value>
     assert_eq!(body["events"].as_array().map(Vec::len), Some(count));
 }
 
-fn handler(http: &Agent, server: &Server, name: &str) -> Value {
-    let (status, body) = get(http, server, &format!("/v1/handlers/{name}"));
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-fn lag(http: &Agent, server: &Server, (stream, group): (&str, &str)) -> Value {
-    let (status, body) = get(
-        http,
-        server,
-        &format!("/v1/streams/{stream}/groups/{group}/lag"),
-    );
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
 /// The handler's `counters` named by `names`, as a JSON array.
 fn counters(view: &Value, names: &[&str]) -> Value {
     names.iter().map(|n| view["counters"][n].clone()).collect()
@@ -787,7 +761,7 @@ fn wait_settled(
         let view = handler(http, server, name);
         let done = view["counters"]["acked"] == acked
             && view["counters"]["inflight"] == 0
-            && lag(http, server, group)["lag"] == 0;
+            && lag(http, server, group.0, group.1)["lag"] == 0;
         done.then_some(view)
     })
 }
@@ -805,7 +779,7 @@ fn wait_processed(
         let view = handler(http, server, name);
         let done = view["counters"]["processed"] == count
             && view["counters"]["inflight"] == 0
-            && lag(http, server, group)["lag"] == 0;
+            && lag(http, server, group.0, group.1)["lag"] == 0;
         done.then_some(view)
     })
 }

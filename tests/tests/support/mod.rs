@@ -75,6 +75,35 @@ pub(crate) fn assert_error(got: &Answer, status: u16, expected_code: &str) {
     );
 }
 
+/// `POST /v1/streams`: creates stream `name`; asserts 201.
+pub(crate) fn stream(http: &Agent, server: &Server, name: &str, partitions: u32) {
+    let (status, body) = post(
+        http,
+        server,
+        "/v1/streams",
+        &serde_json::json!({"name": name, "partition_count": partitions}),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+/// `GET /v1/handlers/{name}`; asserts 200.
+pub(crate) fn handler(http: &Agent, server: &Server, name: &str) -> Value {
+    let (status, body) = get(http, server, &format!("/v1/handlers/{name}"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// `GET …/groups/{group}/lag`; asserts 200.
+pub(crate) fn lag(http: &Agent, server: &Server, stream: &str, group: &str) -> Value {
+    let (status, body) = get(
+        http,
+        server,
+        &format!("/v1/streams/{stream}/groups/{group}/lag"),
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
 /// The `event_id` / `lease_id` / `receipt` of a lease, plus `extra` fields.
 pub(crate) fn lease_ref(lease: &Value, extra: &Value) -> Value {
     let mut body = serde_json::json!({
