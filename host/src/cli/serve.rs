@@ -79,7 +79,9 @@ pub(crate) struct ServeArgs {
 
     /// Directory of handler manifests (*.toml) and modules (*.wasm), loaded
     /// at start and watched; handlers deployed through the API are kept
-    /// there too [default: rheo-handlers]
+    /// there too. On a shared backend (cluster mode) handlers live in the
+    /// backend and this directory only adds those the cluster lacks
+    /// [default: rheo-handlers]
     #[arg(long, env = "RHEO_HANDLERS_DIR", value_name = "DIR")]
     handlers_dir: Option<PathBuf>,
 
