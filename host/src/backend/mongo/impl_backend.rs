@@ -32,6 +32,11 @@ impl Backend for MongoBackend {
         &self.notifier
     }
 
+    fn cluster(&self) -> Option<std::sync::Arc<dyn crate::cluster::ClusterStore>> {
+        Some(std::sync::Arc::clone(&self.cluster)
+            as std::sync::Arc<dyn crate::cluster::ClusterStore>)
+    }
+
     async fn migrate(&self) -> Result<Vec<String>> {
         MongoBackend::migrate(self).await
     }

@@ -12,8 +12,16 @@
 //! lease id are still what it read, a settle updates only a delivery still
 //! leased under the caller's lease id. Every rule is the shared policy
 //! module's (`backend::policy`); nothing here decides on its own.
+//!
+//! The backend is shared, so it offers a cluster store (`cluster.rs`):
+//! nodes, modules (in parts, past the 16 MiB document limit) and handler
+//! records in `rheo_nodes`, `rheo_modules`, `rheo_module_parts` and
+//! `rheo_handlers`, a handler write being one conditional single-document
+//! write on its revision; each write then raises a count in `rheo_cluster`
+//! that every node polls every second to wake its watchers.
 
 mod claims;
+mod cluster;
 mod groups;
 mod impl_backend;
 mod inspect;
@@ -65,6 +73,8 @@ pub(crate) struct MongoBackend {
     notifier: Arc<Notifier>,
     /// Stops the wake-up listener with the last clone of the backend.
     _listener: Arc<Listener>,
+    /// The cluster collections (`cluster.rs`).
+    cluster: Arc<cluster::MongoCluster>,
     /// One transaction of this process at a time: appends of one process
     /// never conflict with each other, only with other processes'.
     gate: Arc<tokio::sync::Mutex<()>>,
@@ -226,6 +236,7 @@ impl MongoBackend {
         let client = Client::with_options(options)
             .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?;
         let db = client.database(&database);
+        let cluster = Arc::new(cluster::MongoCluster::new(db.clone()));
         let notifier = Arc::new(Notifier::default());
         let listener = Listener::start(db.collection(STREAMS), Arc::downgrade(&notifier));
         let backend = Self {
@@ -234,6 +245,7 @@ impl MongoBackend {
             clock,
             notifier,
             _listener: Arc::new(listener),
+            cluster,
             gate: Arc::default(),
             rotation: Arc::default(),
             streams: Arc::default(),

@@ -59,7 +59,9 @@ async fn connect_fresh(clock: SharedClock) -> Option<MongoBackend> {
     let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true)
         .await
         .expect("connect to TEST_MONGODB_URL and migrate");
-    backend.janitor = Some(Arc::new(Janitor { url, database }));
+    let janitor = Arc::new(Janitor { url, database });
+    let _ = backend.cluster.janitor.set(Arc::clone(&janitor));
+    backend.janitor = Some(janitor);
     Some(backend)
 }
 
@@ -82,12 +84,62 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
         .expect("node b");
     // One database: b shares a's janitor, so it goes with the last node.
     b.janitor = a.janitor.clone();
+    if let Some(janitor) = &b.janitor {
+        let _ = b.cluster.janitor.set(Arc::clone(janitor));
+    }
     Some((Arc::new(a), Arc::new(b)))
 }
 
 mod nodes {
     use super::nodes;
     crate::shared_store_conformance!(nodes);
+}
+
+/// Two servers' cluster stores on one database. Each store keeps the
+/// database's janitor: it is dropped with the last of them.
+async fn cluster_pair(
+    clock: SharedClock,
+) -> Option<(
+    Arc<dyn crate::cluster::ClusterStore>,
+    Arc<dyn crate::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    Some((
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    ))
+}
+
+crate::cluster_conformance!(cluster_pair);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_module_past_the_document_limit_is_stored_in_parts() {
+    use crate::backend::conformance::START;
+    use crate::clock::FrozenClock;
+    use crate::model::Timestamp;
+
+    let Some(backend) = connect_fresh(FrozenClock::new(START)).await else {
+        return;
+    };
+    let store = backend.cluster().expect("a cluster store");
+    // Past MongoDB's 16 MiB document limit, like a Python handler.
+    let bytes: Vec<u8> = (0..17 << 20).map(|i: u32| (i % 251) as u8).collect();
+    store.put_module("big", &bytes, START).await.unwrap();
+    store.put_module("big", b"other", START).await.unwrap();
+    assert!(store.module("big").await.unwrap() == Some(bytes));
+    let parts = backend.coll(super::cluster::MODULE_PARTS);
+    assert_eq!(
+        parts.count_documents(mongodb::bson::doc! {}).await.unwrap(),
+        5
+    );
+
+    let later = Timestamp::from_millis(START.as_millis() + 1);
+    assert_eq!(store.forget_modules(&[], later).await.unwrap(), 1);
+    assert_eq!(store.module("big").await.unwrap(), None);
+    assert_eq!(
+        parts.count_documents(mongodb::bson::doc! {}).await.unwrap(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
