@@ -12,6 +12,10 @@ use crate::backend::Result;
 use crate::clock::SharedClock;
 use crate::model::Timestamp;
 
+/// How often a node looks whether what it runs changed (and then beats at
+/// once, between its regular heartbeats).
+const CHECK: Duration = Duration::from_millis(100);
+
 /// What a node says it runs: read at each heartbeat.
 pub type RunningHandlers = Arc<dyn Fn() -> Vec<NodeHandler> + Send + Sync>;
 
@@ -117,12 +121,17 @@ impl Membership {
 
     /// One heartbeat (the first one registers the node).
     pub async fn beat(&self) -> Result<()> {
-        let Some(store) = &self.store else {
-            return Ok(());
-        };
+        self.report().await.map(drop)
+    }
+
+    /// One heartbeat; the handlers it reported.
+    async fn report(&self) -> Result<Vec<NodeHandler>> {
         let record = self.record();
-        let forget = before(record.heartbeat_at, self.settings.forget_after());
-        store.heartbeat(&record, forget).await
+        if let Some(store) = &self.store {
+            let forget = before(record.heartbeat_at, self.settings.forget_after());
+            store.heartbeat(&record, forget).await?;
+        }
+        Ok(record.handlers)
     }
 
     /// Registers the node and keeps its heartbeat going until
@@ -134,24 +143,36 @@ impl Membership {
             return Ok(());
         }
         self.warn_if_taken().await;
-        self.beat().await?;
+        let mut reported = self.report().await?;
         let this = Arc::clone(self);
         let task = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(this.settings.heartbeat_interval());
+            // A look at what the node runs every CHECK (cheap, local): a
+            // change is reported at once, so the list shows a deploy or a
+            // swap as soon as this node runs it; otherwise a beat every
+            // interval.
+            let interval = this.settings.heartbeat_interval();
+            let mut ticks = tokio::time::interval(interval.min(CHECK));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
+            let mut last = tokio::time::Instant::now();
             let mut failing = false;
             loop {
                 tokio::select! {
                     () = this.stop.cancelled() => break,
                     _ = ticks.tick() => {}
                 }
-                match this.beat().await {
-                    Ok(()) if failing => {
-                        tracing::info!(node = %this.id(), "heartbeats reach the store again");
-                        failing = false;
+                if (this.running)() == reported && last.elapsed() < interval {
+                    continue;
+                }
+                last = tokio::time::Instant::now();
+                match this.report().await {
+                    Ok(sent) => {
+                        reported = sent;
+                        if failing {
+                            tracing::info!(node = %this.id(), "heartbeats reach the store again");
+                            failing = false;
+                        }
                     }
-                    Ok(()) => {}
                     Err(e) if !failing => {
                         tracing::warn!(node = %this.id(), error = %e, "heartbeat failed; retrying at each beat");
                         failing = true;

@@ -4,6 +4,7 @@ use std::time::Duration;
 use super::*;
 use crate::clock::FrozenClock;
 use crate::cluster::memory::MemoryCluster;
+use crate::model::Timestamp;
 
 fn settings(id: &str) -> MembershipSettings {
     MembershipSettings {
@@ -110,4 +111,36 @@ fn heartbeats_come_four_times_per_timeout() {
     };
     assert_eq!(fast.heartbeat_interval(), Duration::from_millis(50));
     assert!(MembershipSettings::default_id().contains('-'));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_in_what_a_node_runs_is_reported_before_the_next_heartbeat() {
+    let store: Arc<dyn ClusterStore> = Arc::new(MemoryCluster::new());
+    let handlers = Arc::new(parking_lot::Mutex::new(Vec::<NodeHandler>::new()));
+    let seen = Arc::clone(&handlers);
+    let node = Arc::new(Membership::new(
+        settings("n1"),
+        FrozenClock::at_system_time(),
+        Some(Arc::clone(&store)),
+        Arc::new(move || seen.lock().clone()),
+    ));
+    node.join().await.unwrap();
+    let reported = || async {
+        store.nodes(Timestamp::EPOCH).await.unwrap()[0]
+            .handlers
+            .clone()
+    };
+    assert!(reported().await.is_empty());
+
+    handlers.lock().push(NodeHandler {
+        name: "h".to_owned(),
+        version: Some(1),
+        digest: None,
+        status: "running".to_owned(),
+    });
+    // Virtual time, a tenth of the 2.5 s heartbeat interval.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(reported().await.len(), 1, "reported at once");
+    node.leave().await.unwrap();
+    assert!(store.nodes(Timestamp::EPOCH).await.unwrap().is_empty());
 }
