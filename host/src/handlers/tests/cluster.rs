@@ -51,6 +51,14 @@ impl Cluster {
         }
     }
 
+    /// A cluster and two nodes of it without a directory, `node-a` and
+    /// `node-b`.
+    async fn pair() -> (Self, HandlerRegistry, HandlerRegistry) {
+        let c = Self::new().await;
+        let (a, b) = (c.node("node-a", None), c.node("node-b", None));
+        (c, a, b)
+    }
+
     /// A node of this cluster, with a handlers directory or none.
     fn node(&self, id: &str, dir: Option<&Path>) -> HandlerRegistry {
         HandlerRegistry::new(engine(), self.backend.clone(), dir)
@@ -77,6 +85,13 @@ impl Cluster {
             .await
             .unwrap()
             .lag
+    }
+}
+
+/// Drains every node's handlers.
+async fn stop(nodes: &[&HandlerRegistry]) {
+    for node in nodes {
+        node.shutdown().await;
     }
 }
 
@@ -171,15 +186,12 @@ async fn a_deploy_through_one_node_runs_on_another_once_it_reconciles() {
     assert_eq!(b.reconcile().await, 0);
     assert_eq!(a.reconcile().await, 0);
     assert_eq!(c.revision("first").await, Some(1));
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_rollbacks_and_deploys_through_either_node_are_followed() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("flip");
     a.deploy(name.clone(), manifest("flip"), guest("echo"))
         .await
@@ -222,15 +234,12 @@ async fn swaps_rollbacks_and_deploys_through_either_node_are_followed() {
     let again = with_previous(1, 3, "echo", HandlerStatus::Running);
     assert_eq!(state(&a, "flip").await, again);
     assert_eq!(state(&b, "flip").await, again);
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_through_one_node_reach_the_other() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("nap");
     a.deploy(name.clone(), manifest("nap"), guest("echo"))
         .await
@@ -269,8 +278,7 @@ async fn pause_and_resume_through_one_node_reach_the_other() {
     assert_eq!(state(&a, "nap").await, running_v2);
     assert_eq!(state(&b, "nap").await, running_v2);
     assert_eq!(a.running()[0].status, "running");
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,8 +311,7 @@ async fn a_removal_through_one_node_drains_the_handler_on_the_other() {
     assert!(is_not_found(a.pause(&name).await));
     assert!(is_not_found(b.swap_module(&name, guest("echo")).await));
     assert_eq!(c.revision("gone").await, None);
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 /// Two threads meet here: each waits (bounded) until the other arrived.
@@ -337,9 +344,7 @@ fn meet_at_first_compile(node: &HandlerRegistry, meeting: Arc<Meeting>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_deploys_through_two_nodes_both_land() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let meeting = Arc::new(Meeting::default());
     meet_at_first_compile(&a, meeting.clone());
     meet_at_first_compile(&b, meeting.clone());
@@ -385,15 +390,12 @@ async fn concurrent_deploys_through_two_nodes_both_land() {
     assert_eq!(state_of(&rolled), v1);
     assert_eq!(winner.reconcile().await, 1);
     assert_eq!(state(winner, "both").await, v1);
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_that_does_not_compile_is_refused_before_any_node_sees_it() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let garbage = b"not wasm at all".to_vec();
 
     // A new handler: nothing is recorded, stored or run anywhere.
@@ -450,8 +452,7 @@ async fn a_module_that_does_not_compile_is_refused_before_any_node_sees_it() {
             .unwrap(),
         None
     );
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 /// Writes `<name>.toml` and `<name>.wasm` into a handlers directory.
@@ -511,9 +512,7 @@ async fn a_directory_is_imported_only_where_the_cluster_lacks_the_handler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_followed_a_deploy_delivers() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("work");
     a.deploy(name.clone(), manifest("work"), guest("echo"))
         .await
@@ -545,9 +544,7 @@ async fn a_node_that_followed_a_deploy_delivers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_has_not_caught_up_changes_what_the_cluster_has() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("stale");
     a.deploy(name.clone(), manifest("stale"), guest("echo"))
         .await
@@ -570,8 +567,7 @@ async fn a_node_that_has_not_caught_up_changes_what_the_cluster_has() {
     );
     assert_eq!((a.reconcile().await, b.reconcile().await), (1, 1));
     assert_eq!(a.get(&name).await.unwrap().status, HandlerStatus::Paused);
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
     c_node.shutdown().await;
 }
 
@@ -579,9 +575,7 @@ async fn a_node_that_has_not_caught_up_changes_what_the_cluster_has() {
 /// removes it from the cluster, so it should say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removal_through_a_node_that_has_not_caught_up_reports_the_removal() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("unseen");
     a.deploy(name.clone(), manifest("unseen"), guest("echo"))
         .await
@@ -600,17 +594,14 @@ async fn a_removal_through_a_node_that_has_not_caught_up_reports_the_removal() {
     assert!(removed.is_ok(), "{removed:?}");
     assert_eq!(a.reconcile().await, 1);
     assert!(is_not_found(a.get(&name).await));
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 /// A record removed and written again starts again at revision 1 (the
 /// store's contract): a node that missed both must still see the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_removed_and_deployed_again_is_followed_by_a_node_that_missed_both() {
-    let c = Cluster::new().await;
-    let a = c.node("node-a", None);
-    let b = c.node("node-b", None);
+    let (c, a, b) = Cluster::pair().await;
     let name = hn("again");
     a.deploy(name.clone(), manifest("again"), guest("echo"))
         .await
@@ -630,8 +621,7 @@ async fn a_handler_removed_and_deployed_again_is_followed_by_a_node_that_missed_
         running(1, "poison"),
         "B still runs the removed handler's module"
     );
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,12 +629,12 @@ async fn a_watching_node_follows_without_being_asked() {
     let c = Cluster::new().await;
     let a = c.node("node-a", None);
     let b = Arc::new(c.node("node-b", None));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let watcher = watch_cluster(b.clone(), stop.clone()).expect("B is clustered");
+    let stop_watching = tokio_util::sync::CancellationToken::new();
+    let watcher = watch_cluster(b.clone(), stop_watching.clone()).expect("B is clustered");
     assert!(
         watch_cluster(
             Arc::new(HandlerRegistry::new(engine(), c.backend.clone(), None).unwrap()),
-            stop.clone()
+            stop_watching.clone()
         )
         .is_none()
     );
@@ -667,8 +657,7 @@ async fn a_watching_node_follows_without_being_asked() {
     );
     a.remove(&hn("seen")).await.unwrap();
     eventually("B forgot it", async || b.get(&hn("seen")).await.is_err()).await;
-    stop.cancel();
+    stop_watching.cancel();
     watcher.await.unwrap();
-    a.shutdown().await;
-    b.shutdown().await;
+    stop(&[&a, &b]).await;
 }
