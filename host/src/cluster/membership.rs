@@ -229,8 +229,7 @@ impl Membership {
 
 /// `at` minus `d`, never before the epoch.
 fn before(at: Timestamp, d: Duration) -> Timestamp {
-    let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    Timestamp::from_millis(at.as_millis().saturating_sub(ms).max(0))
+    at.sub_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -55,6 +55,12 @@ impl Timestamp {
         self.checked_add_ms(ms).unwrap_or(Self::MAX.max(self))
     }
 
+    /// `ms` earlier, never before the epoch.
+    pub fn sub_ms(self, ms: u64) -> Self {
+        let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        Self(self.0.saturating_sub(ms).max(0))
+    }
+
     /// Milliseconds from `earlier` to `self`, 0 when `earlier` is later.
     pub fn ms_since(self, earlier: Timestamp) -> u64 {
         u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0)

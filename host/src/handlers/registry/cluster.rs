@@ -510,32 +510,11 @@ impl HandlerRegistry {
     /// Drops stored modules no record names (best effort: a failure is
     /// logged and tried again after the next change).
     async fn forget_unused_modules(&self, cluster: &Arc<dyn ClusterStore>) {
-        let keep: Result<Vec<String>, RegistryError> = async {
-            let mut keep = Vec::new();
-            for record in cluster.handlers().await? {
-                if let Ok(desired) = serde_json::from_value::<Desired>(record.doc) {
-                    keep.extend(desired.digests().map(str::to_owned));
-                } else {
-                    // An unreadable record may name any module: keep all.
-                    return Ok(None);
-                }
-            }
-            Ok(Some(keep))
-        }
-        .await
-        .and_then(|keep: Option<Vec<String>>| {
-            keep.ok_or_else(|| RegistryError::Storage("an unreadable record".into()))
-        });
-        let before = Timestamp::from_millis(
-            self.now()
-                .as_millis()
-                .saturating_sub(UNUSED_MODULE_GRACE_MS as i64),
-        );
-        let forgotten = match keep {
-            Ok(keep) => cluster
-                .forget_modules(&keep, before)
-                .await
-                .map_err(RegistryError::from),
+        let before = self.now().sub_ms(UNUSED_MODULE_GRACE_MS);
+        let forgotten = match named_modules(cluster).await {
+            Ok(Some(keep)) => cluster.forget_modules(&keep, before).await,
+            // An unreadable record may name any module: keep them all.
+            Ok(None) => Ok(0),
             Err(e) => Err(e),
         };
         match forgotten {
@@ -617,6 +596,21 @@ impl HandlerRegistry {
             })
             .collect()
     }
+}
+
+/// The digests every handler record names (current and previous); `None`
+/// when a record cannot be read.
+async fn named_modules(
+    cluster: &Arc<dyn ClusterStore>,
+) -> crate::backend::Result<Option<Vec<String>>> {
+    let mut keep = Vec::new();
+    for record in cluster.handlers().await? {
+        let Ok(desired) = serde_json::from_value::<Desired>(record.doc) else {
+            return Ok(None);
+        };
+        keep.extend(desired.digests().map(str::to_owned));
+    }
+    Ok(Some(keep))
 }
 
 /// Keeps `registry` in line with its cluster until `stop`: at start, on
