@@ -228,8 +228,9 @@ impl SqlBackend<PostgresDialect> {
 
 /// Turns NOTIFYs into local wake-ups until the backend is dropped: a
 /// stream's name wakes its waiters, [`HANDLERS_CHANGED`] the cluster's
-/// watchers. A lost connection may have lost notifications, so it wakes
-/// every waiter and watcher.
+/// watchers. Whatever was announced before LISTEN took effect (at start,
+/// or while a lost connection was down) is missed, so each LISTEN that
+/// takes effect, and each lost connection, wakes every waiter and watcher.
 async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>, cluster: Arc<PgCluster>) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
@@ -245,6 +246,8 @@ async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>, cluster:
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
+        notifier.notify_all();
+        cluster.changed();
         loop {
             match listener.try_recv().await {
                 Ok(Some(n)) if n.payload() == HANDLERS_CHANGED => cluster.changed(),
