@@ -18,6 +18,7 @@
 //! node_id = "rheo-a"        # this server's id in a cluster (default: host name + random)
 //! advertise = "http://10.0.0.5:7070"  # its address as other nodes and `rheo nodes` show it
 //! node_timeout_ms = 10000   # a node silent this long is no longer listed
+//! handler_log_lines = 1000  # log lines kept in memory per handler
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::api::ApiSettings;
+use crate::handler_logs::{DEFAULT_LOG_LINES, MAX_LOG_LINES};
 use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
 
 /// Where Rheo keeps its data when no backend is given: a SQLite file in the
@@ -78,6 +80,8 @@ pub struct ServeOptions {
     pub advertise: Option<String>,
     /// How long a silent node is still listed, in ms.
     pub node_timeout_ms: Option<u64>,
+    /// Log lines kept in memory per handler.
+    pub handler_log_lines: Option<usize>,
 }
 
 impl ServeOptions {
@@ -109,6 +113,7 @@ impl ServeOptions {
             node_id: self.node_id.or(fallback.node_id),
             advertise: self.advertise.or(fallback.advertise),
             node_timeout_ms: self.node_timeout_ms.or(fallback.node_timeout_ms),
+            handler_log_lines: self.handler_log_lines.or(fallback.handler_log_lines),
         }
     }
 }
@@ -136,6 +141,8 @@ pub struct ServeConfig {
     pub advertise: Option<String>,
     /// A node silent this long is no longer listed.
     pub node_timeout: std::time::Duration,
+    /// Log lines kept in memory per handler (`docs/handlers.md#handler-logs`).
+    pub handler_log_lines: usize,
 }
 
 impl ServeConfig {
@@ -205,7 +212,15 @@ impl ServeConfig {
                 ),
             ));
         }
+        let handler_log_lines = options.handler_log_lines.unwrap_or(DEFAULT_LOG_LINES);
+        if !(1..=MAX_LOG_LINES).contains(&handler_log_lines) {
+            return Err(invalid(
+                "handler_log_lines",
+                format!("must be between 1 and {MAX_LOG_LINES} (got {handler_log_lines})"),
+            ));
+        }
         Ok(Self {
+            handler_log_lines,
             backend,
             listen,
             node_id: options.node_id,
@@ -300,6 +315,7 @@ mod tests {
         assert!(!c.test_clock);
         assert!(c.migrate);
         assert_eq!(c.api, ApiSettings::default());
+        assert_eq!(c.handler_log_lines, DEFAULT_LOG_LINES);
     }
 
     #[test]
@@ -363,5 +379,15 @@ mod tests {
             "auth_token"
         );
         assert_eq!(key(given(|o| o.backend = Some(" ".into()))), "backend");
+        assert_eq!(
+            key(given(|o| o.handler_log_lines = Some(0))),
+            "handler_log_lines"
+        );
+        assert_eq!(
+            key(given(|o| o.handler_log_lines = Some(MAX_LOG_LINES + 1))),
+            "handler_log_lines"
+        );
+        let c = ServeConfig::resolve(given(|o| o.handler_log_lines = Some(MAX_LOG_LINES)));
+        assert_eq!(c.unwrap().handler_log_lines, MAX_LOG_LINES);
     }
 }

@@ -13,6 +13,7 @@
 //! - [`bench`]   — the workloads behind `rheo bench`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand).
 //! - [`example_guests`] — the example guests of `guests/`, built by `build/main.rs` and embedded (feature `wasm`).
+//! - [`handler_logs`] — the last log lines of every handler, in memory, with followers.
 //! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
 //! - [`telemetry`] — log setup.
 //! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "wasm")]
 pub mod example_guests;
+pub mod handler_logs;
 #[cfg(feature = "wasm")]
 pub mod handlers;
 pub mod model;

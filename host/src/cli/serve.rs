@@ -104,6 +104,12 @@ pub(crate) struct ServeArgs {
     /// listed; heartbeats go out every quarter of it [default: 10000]
     #[arg(long, env = "RHEO_NODE_TIMEOUT_MS", value_name = "MS")]
     node_timeout_ms: Option<u64>,
+
+    /// Log lines kept in memory per handler, for GET
+    /// /v1/handlers/{name}/logs and `rheo handler logs` (1–100000)
+    /// [default: 1000]
+    #[arg(long, env = "RHEO_HANDLER_LOG_LINES", value_name = "N")]
+    handler_log_lines: Option<usize>,
 }
 
 impl ServeArgs {
@@ -122,6 +128,7 @@ impl ServeArgs {
             node_id: self.node_id.clone(),
             advertise: self.advertise.clone(),
             node_timeout_ms: self.node_timeout_ms,
+            handler_log_lines: self.handler_log_lines,
         }
     }
 
@@ -319,7 +326,8 @@ async fn start_handlers(
     let cluster = store.cluster();
     let mut registry = HandlerRegistry::new(engine, store, Some(dir))
         .with_context(|| format!("handlers directory {}", dir.display()))?
-        .with_node_id(node_id);
+        .with_node_id(node_id)
+        .with_log_lines(config.handler_log_lines);
     if let Some(cluster) = cluster {
         registry = registry.with_cluster(cluster);
     }

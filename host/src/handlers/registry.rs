@@ -37,6 +37,7 @@ use super::versions::{Entry, Loaded};
 use super::{HandlerView, Manifest, RegistryError};
 use crate::backend::Backend;
 use crate::cluster::{ClusterStore, MembershipSettings};
+use crate::handler_logs::HandlerLogs;
 use crate::model::{ConsumerId, HandlerName};
 use crate::runtime::{Runtime, Version};
 use crate::wasm::{Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine};
@@ -60,6 +61,9 @@ pub struct HandlerRegistry {
     entries: Mutex<BTreeMap<HandlerName, Entry>>,
     /// One operation at a time per handler, held across the compile.
     ops: OpLocks,
+    /// Every handler's last log lines (`docs/handlers.md#handler-logs`):
+    /// kept across versions, dropped with the handler.
+    logs: HandlerLogs,
     /// Called on the compile thread before each compile (tests hold a
     /// compile with it).
     #[cfg(test)]
@@ -131,6 +135,7 @@ impl HandlerRegistry {
             server_id: MembershipSettings::default_id(),
             entries: Mutex::new(BTreeMap::new()),
             ops: OpLocks::default(),
+            logs: HandlerLogs::default(),
             #[cfg(test)]
             compile_hook: Mutex::new(None),
         })
@@ -149,6 +154,18 @@ impl HandlerRegistry {
     pub fn with_cluster(mut self, cluster: Arc<dyn ClusterStore>) -> Self {
         self.cluster = Some(cluster);
         self
+    }
+
+    /// Keeps the last `lines` log lines of each handler (by default
+    /// [`DEFAULT_LOG_LINES`](crate::handler_logs::DEFAULT_LOG_LINES)).
+    pub fn with_log_lines(mut self, lines: usize) -> Self {
+        self.logs = HandlerLogs::new(lines);
+        self
+    }
+
+    /// Every handler's last log lines on this server.
+    pub fn logs(&self) -> &HandlerLogs {
+        &self.logs
     }
 
     /// Whether handlers are shared with other nodes.
@@ -230,7 +247,8 @@ impl HandlerRegistry {
         manifest.validate(name)?;
         let module = self.compile(name, Arc::clone(&bytes)).await?;
         let mut env = HandlerEnv::new(name.clone(), Arc::clone(&self.backend))
-            .with_config(manifest.config.clone());
+            .with_config(manifest.config.clone())
+            .with_log(self.logs.log(name));
         if let Some(streams) = &manifest.append_to {
             env = env.with_append_streams(streams.iter().cloned());
         }
@@ -277,6 +295,7 @@ impl HandlerRegistry {
                 paused.unwrap_or_else(|| entry.is_some_and(|e| e.paused)),
             )
         };
+        runner.env().set_version(number);
         let version = Version {
             number,
             handler: Arc::new(runner),
@@ -337,20 +356,30 @@ impl HandlerRegistry {
         module: Vec<u8>,
     ) -> Result<(HandlerView, bool), RegistryError> {
         let _op = self.ops.lock(&name).await;
-        if let Some(cluster) = &self.cluster {
-            let created = self
-                .cluster_install(
+        let result = match &self.cluster {
+            Some(cluster) => {
+                self.cluster_install(
                     cluster,
                     &name,
                     Some(manifest),
                     module.into(),
                     Install::Deploy,
                 )
-                .await?;
-            return Ok((self.view_of(&name)?, created));
+                .await
+            }
+            None => {
+                let created = !self.entries.lock().contains_key(&name);
+                self.install(&name, manifest, module.into(), None)
+                    .await
+                    .map(|()| created)
+            }
+        };
+        if result.is_err() && !self.entries.lock().contains_key(&name) {
+            // A handler refused at its first deploy does not exist: neither
+            // does its log (what its start-up wrote went to `tracing`).
+            self.logs.remove(&name);
         }
-        let created = !self.entries.lock().contains_key(&name);
-        self.install(&name, manifest, module.into(), None).await?;
+        let created = result?;
         Ok((self.view_of(&name)?, created))
     }
 
@@ -456,6 +485,7 @@ impl HandlerRegistry {
             self.runtime.stop(name).await?;
         }
         self.entries.lock().remove(name);
+        self.logs.remove(name);
         if let Some(store) = self.store.clone() {
             let name = name.clone();
             tokio::task::spawn_blocking(move || store.remove(&name))
@@ -558,6 +588,7 @@ impl HandlerRegistry {
                 if entry.current.is_some() {
                     let _ = self.runtime.stop(name).await;
                 }
+                self.logs.remove(name);
                 return true;
             }
             Err(e) => {

@@ -96,7 +96,13 @@ impl Instance {
     ) -> wasmtime::Result<Outcome> {
         arm(&mut self.store, limits, deadline, self.fuel)?;
         self.calls += 1;
-        self.handler.call_handle(&mut self.store, delivery).await
+        // A warm instance serves many deliveries: its lines belong to this
+        // one until the call returns. (A call that is cut short takes the
+        // instance with it.)
+        self.store.data().set_delivery(Some(delivery));
+        let outcome = self.handler.call_handle(&mut self.store, delivery).await;
+        self.store.data().set_delivery(None);
+        outcome
     }
 }
 

@@ -497,6 +497,7 @@ impl HandlerRegistry {
         if entry.current.is_some() {
             let _ = self.runtime.stop(name).await;
         }
+        self.logs.remove(name);
         if let Some(store) = self.store.clone() {
             let file_name = name.clone();
             let removed = tokio::task::spawn_blocking(move || store.remove(&file_name)).await;

@@ -13,16 +13,19 @@ mod wasi;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use self::log::LogSink;
 pub use self::log::{LOG_TARGET, MAX_LINE_BYTES};
-use super::bindings::{AppendError, EventInput, EventRef, Host, Level};
+use super::bindings::{AppendError, Delivery, EventInput, EventRef, Host, Level};
 use super::limits::GuestLimiter;
 use crate::backend::Backend;
 use crate::clock::SharedClock;
+use crate::handler_logs::HandlerLog;
 use crate::model::{HandlerName, StreamName};
 
 /// What a handler's guest code may use on the host: its name (for logs),
@@ -36,6 +39,10 @@ pub struct HandlerEnv {
     backend: Arc<dyn Backend>,
     clock: SharedClock,
     append_streams: Option<BTreeSet<StreamName>>,
+    /// The handler's in-memory log, if its lines are kept.
+    log: Option<Arc<HandlerLog>>,
+    /// This version's number, once it has one (0 before).
+    version: Arc<AtomicU64>,
 }
 
 impl HandlerEnv {
@@ -49,7 +56,21 @@ impl HandlerEnv {
             backend,
             clock,
             append_streams: None,
+            log: None,
+            version: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Keeps the guest's log lines in `log` too (they always go to
+    /// `tracing`).
+    pub fn with_log(mut self, log: Arc<HandlerLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Numbers this version: its log lines from now on carry `number`.
+    pub fn set_version(&self, number: u64) {
+        self.version.store(number, Ordering::Relaxed);
     }
 
     /// Sets the configuration `config-get` answers from.
@@ -84,6 +105,7 @@ impl HandlerEnv {
 /// The data of one store: everything host functions may touch.
 pub(crate) struct HostState {
     env: Arc<HandlerEnv>,
+    sink: LogSink,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: GuestLimiter,
@@ -94,14 +116,27 @@ pub(crate) struct HostState {
 impl HostState {
     /// Fresh state for one store of `env`'s handler, with a memory cap.
     pub(crate) fn new(env: Arc<HandlerEnv>, memory_cap_bytes: usize) -> Self {
-        let wasi = wasi::denied_context(&env.name);
+        let sink = LogSink::new(
+            env.name.clone(),
+            env.log.clone(),
+            Arc::clone(&env.clock),
+            Arc::clone(&env.version),
+        );
+        let wasi = wasi::denied_context(&sink);
         Self {
             env,
+            sink,
             wasi,
             table: ResourceTable::new(),
             limiter: GuestLimiter::new(memory_cap_bytes),
             deadline: Instant::now(),
         }
+    }
+
+    /// The guest's lines from now on belong to `delivery` (a warm instance
+    /// serves many: set per call).
+    pub(crate) fn set_delivery(&self, delivery: Option<&Delivery>) {
+        self.sink.set_delivery(delivery);
     }
 }
 
@@ -116,7 +151,7 @@ impl WasiView for HostState {
 
 impl Host for HostState {
     fn log(&mut self, level: Level, message: String) {
-        log::write(&self.env.name, level, &message);
+        log::write(&self.sink, level, &message);
     }
 
     fn config_get(&mut self, key: String) -> Option<String> {

@@ -22,14 +22,13 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
-use super::log::{self, MAX_LINE_BYTES, Source};
-use crate::model::HandlerName;
+use super::log::{self, LogSink, MAX_LINE_BYTES, Source};
 
 /// A WASI context that grants nothing but clocks, random and a log.
-pub(crate) fn denied_context(handler: &HandlerName) -> WasiCtx {
+pub(crate) fn denied_context(sink: &LogSink) -> WasiCtx {
     WasiCtxBuilder::new()
-        .stdout(LogStream::new(handler, Source::Stdout))
-        .stderr(LogStream::new(handler, Source::Stderr))
+        .stdout(LogStream::new(sink, Source::Stdout))
+        .stderr(LogStream::new(sink, Source::Stderr))
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
@@ -40,21 +39,21 @@ pub(crate) fn denied_context(handler: &HandlerName) -> WasiCtx {
 /// A guest output stream that becomes log lines.
 #[derive(Debug, Clone)]
 struct LogStream {
-    handler: HandlerName,
+    sink: LogSink,
     source: Source,
 }
 
 impl LogStream {
-    fn new(handler: &HandlerName, source: Source) -> Self {
+    fn new(sink: &LogSink, source: Source) -> Self {
         Self {
-            handler: handler.clone(),
+            sink: sink.clone(),
             source,
         }
     }
 
     fn writer(&self) -> LineWriter {
         LineWriter {
-            handler: self.handler.clone(),
+            sink: self.sink.clone(),
             source: self.source,
             level: match self.source {
                 Source::Stderr => TraceLevel::WARN,
@@ -87,7 +86,7 @@ impl StdoutStream for LogStream {
 /// dropped is logged then.
 #[derive(Debug)]
 struct LineWriter {
-    handler: HandlerName,
+    sink: LogSink,
     source: Source,
     level: TraceLevel,
     pending: Vec<u8>,
@@ -118,7 +117,7 @@ impl LineWriter {
     fn emit(&mut self) {
         let line = String::from_utf8_lossy(&self.pending);
         let line = line.strip_suffix('\r').unwrap_or(&line);
-        log::emit(&self.handler, self.source, self.level, line);
+        log::emit(&self.sink, self.source, self.level, line);
         self.pending.clear();
     }
 }
@@ -175,8 +174,19 @@ impl AsyncWrite for LineWriter {
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+
+    use crate::clock::SystemClock;
+    use crate::model::HandlerName;
+
     fn writer() -> LineWriter {
-        LogStream::new(&HandlerName::parse("h").unwrap(), Source::Stdout).writer()
+        let sink = LogSink::new(
+            HandlerName::parse("h").unwrap(),
+            None,
+            SystemClock::shared(),
+            Arc::default(),
+        );
+        LogStream::new(&sink, Source::Stdout).writer()
     }
 
     #[test]
