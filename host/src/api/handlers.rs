@@ -1,7 +1,10 @@
 //! `/v1/handlers…`: deploy, hot-swap, roll back, pause, resume and remove
-//! WebAssembly handlers.
+//! WebAssembly handlers, and read or follow their log lines.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -9,12 +12,20 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Multipart, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::watch;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::dto::{DeployForm, HandlerBody, HandlerListBody, WasmModule};
+use super::dto::{
+    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
+    WasmModule,
+};
 use super::error::{ApiError, ErrorBody};
+use super::extract::AppQuery;
 use super::state::AppState;
+use crate::handler_logs::{Followed, Follower, LogLine};
 use crate::handlers::{HandlerRegistry, Manifest};
 use crate::model::HandlerName;
 use crate::wasm::MAX_COMPONENT_BYTES;
@@ -29,6 +40,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(handler_rollback))
         .routes(routes!(handler_pause))
         .routes(routes!(handler_resume))
+        .routes(routes!(handler_logs))
         .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES + (1 << 20)))
 }
 
@@ -247,4 +259,133 @@ async fn handler_delete(
     HandlerPath(name): HandlerPath,
 ) -> Result<Json<HandlerBody>, ApiError> {
     Ok(Json(registry(&state)?.remove(&name).await?.into()))
+}
+
+/// Lines a log request answers with when it names no `limit`.
+const DEFAULT_LOG_LIMIT: usize = 100;
+
+/// How often a followed log sends a comment to keep the connection open.
+const LOG_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A handler's last log lines, kept in memory by the server that answers
+/// (in a cluster, each node has the lines of what ran on it); oldest first.
+///
+/// With `follow=true` the answer is `text/event-stream`: first the last
+/// `limit` lines (or, with a `Last-Event-ID` header, every line after that
+/// `seq` still kept), then new lines as they come. Each line is an event
+/// `line` with `id` its `seq` and the line as JSON `data`; `event: gap` with
+/// `{"missed": n}` says n lines will never come (no longer kept, or the
+/// reader fell behind). The stream ends when the handler is deleted or the
+/// server shuts down; a comment every 15 s keeps it open
+/// (docs/handlers.md#handler-logs).
+#[utoipa::path(get, path = "/v1/handlers/{handler}/logs", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name"), LogsParams,
+        ("Last-Event-ID" = Option<String>, Header,
+            description = "With `follow=true`: resume after this `seq`")),
+    responses(
+        (status = 200, description = "The lines (`follow=true`: server-sent events `line` and `gap`)",
+            content(
+                (HandlerLogsBody = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 400, description = "Bad `limit`", body = ErrorBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+    ))]
+async fn handler_logs(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+    AppQuery(params): AppQuery<LogsParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let registry = registry(&state)?;
+    // 404 for a handler that does not exist (its log may not either).
+    registry.get(&name).await?;
+    let kept = registry.logs().capacity();
+    let limit = match params.limit {
+        None => DEFAULT_LOG_LIMIT.min(kept),
+        Some(n) if n == 0 || n as usize > kept => {
+            return Err(ApiError::invalid(
+                "limit",
+                format!("must be between 1 and {kept} (the lines kept per handler)"),
+            ));
+        }
+        Some(n) => n as usize,
+    };
+    let log = registry.logs().log(&name);
+    if !params.follow.unwrap_or(false) {
+        let lines = log.tail(limit);
+        return Ok(Json(HandlerLogsBody {
+            handler: name.to_string(),
+            lines: lines.iter().map(|l| LogLineBody::from(&**l)).collect(),
+        })
+        .into_response());
+    }
+    let after = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| ApiError::invalid("Last-Event-ID", "must be the `seq` of a line"))?,
+        ),
+    };
+    let backlog = log.follow(after, limit);
+    let mut first = VecDeque::with_capacity(backlog.lines.len() + 1);
+    if backlog.missed > 0 {
+        first.push_back(gap_event(backlog.missed));
+    }
+    first.extend(backlog.lines.iter().map(|l| line_event(l)));
+    let following = Following {
+        first,
+        follower: backlog.follower,
+        draining: state.draining(),
+    };
+    let events = futures::stream::unfold(following, Following::next);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(LOG_KEEP_ALIVE))
+        .into_response())
+}
+
+/// A followed log: what to send first, then new lines until the handler is
+/// deleted or the server drains.
+struct Following {
+    first: VecDeque<Event>,
+    follower: Follower,
+    draining: watch::Receiver<bool>,
+}
+
+impl Following {
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
+        if let Some(event) = self.first.pop_front() {
+            return Some((Ok(event), self));
+        }
+        let followed = tokio::select! {
+            followed = self.follower.next() => followed,
+            // Shutting down (or the state is gone): end the stream, as long
+            // polls answer, so the drain is not held up.
+            _ = self.draining.wait_for(|draining| *draining) => return None,
+        };
+        let event = match followed {
+            Followed::Line(line) => line_event(&line),
+            Followed::Gap(missed) => gap_event(missed),
+            Followed::Closed => return None,
+        };
+        Some((Ok(event), self))
+    }
+}
+
+/// `event: line`, `id: <seq>`, `data: <the line as JSON>`.
+fn line_event(line: &LogLine) -> Event {
+    let data = serde_json::to_string(&LogLineBody::from(line)).unwrap_or_default();
+    Event::default()
+        .event("line")
+        .id(line.seq.to_string())
+        .data(data)
+}
+
+/// `event: gap`, `data: {"missed": n}`.
+fn gap_event(missed: u64) -> Event {
+    let data = serde_json::to_string(&LogGapBody { missed }).unwrap_or_default();
+    Event::default().event("gap").data(data)
 }

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
+use crate::handler_logs::{LogLevel, LogLine, LogSource};
 use crate::handlers::{HandlerStatus, HandlerView};
 use crate::model::Timestamp;
 use crate::runtime::CountersSnapshot;
@@ -117,3 +118,91 @@ pub(crate) struct DeployForm {
 #[schema(value_type = String, format = Binary)]
 #[allow(dead_code, reason = "describes the document; never built")]
 pub(crate) struct WasmModule(Vec<u8>);
+
+/// One line a handler's guest wrote (`docs/handlers.md#handler-logs`).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LogLineBody {
+    /// Its number in the handler's log: 1, 2, …, growing across hot swaps
+    /// and rollbacks (the `id` of its server-sent event).
+    seq: u64,
+    /// When the server received it (its clock).
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    /// `trace`, `debug`, `info`, `warn` or `error` (stdout is `info`,
+    /// stderr `warn`).
+    #[schema(value_type = String)]
+    level: LogLevel,
+    /// `log` (the `log` import), `stdout` or `stderr`.
+    #[schema(value_type = String)]
+    source: LogSource,
+    /// The text, cut to 4096 bytes.
+    message: String,
+    /// The handler version that wrote it (absent while a new version was
+    /// being started to validate it, before it had a number).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<u64>,
+    /// The event being handled (absent outside a delivery).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<String>,
+    /// Its stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<String>,
+    /// Its partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<u32>,
+    /// Its sequence in the partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence: Option<u64>,
+    /// The delivery's attempt (1 = first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+}
+
+impl From<&LogLine> for LogLineBody {
+    fn from(l: &LogLine) -> Self {
+        let d = l.line.delivery.as_deref();
+        Self {
+            seq: l.seq,
+            at: l.line.at,
+            level: l.line.level,
+            source: l.line.source,
+            message: l.line.message.clone(),
+            version: l.line.version,
+            event_id: d.map(|d| d.event_id.clone()),
+            stream: d.map(|d| d.stream.clone()),
+            partition: d.map(|d| d.partition),
+            sequence: d.map(|d| d.sequence),
+            attempt: d.map(|d| d.attempt),
+        }
+    }
+}
+
+/// A handler's last log lines on the server that answers, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HandlerLogsBody {
+    /// The handler.
+    pub(crate) handler: String,
+    /// The lines.
+    pub(crate) lines: Vec<LogLineBody>,
+}
+
+/// `GET /v1/handlers/{handler}/logs` parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LogsParams {
+    /// At most this many lines, the last ones (default 100, at most the
+    /// lines kept per handler: `rheo serve --handler-log-lines`, default
+    /// 1000).
+    pub(crate) limit: Option<u32>,
+    /// Keep the answer open and send new lines as they come, as
+    /// server-sent events (`text/event-stream`).
+    pub(crate) follow: Option<bool>,
+}
+
+/// `event: gap` of a followed log: lines the reader will never get.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LogGapBody {
+    /// How many.
+    pub(crate) missed: u64,
+}

@@ -29,7 +29,10 @@ pub(crate) use groups::{
     LagBody, LagParams, RedriveBody, RedrivenBody, ReopenedBody, ReplayBody, ResetBody,
 };
 #[cfg(feature = "wasm")]
-pub(crate) use handlers::{DeployForm, HandlerBody, HandlerListBody, WasmModule};
+pub(crate) use handlers::{
+    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
+    WasmModule,
+};
 pub(crate) use leases::{
     AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,
     SettleResultsBody,

@@ -7,6 +7,8 @@
 mod clock;
 mod down;
 mod groups;
+#[cfg(feature = "wasm")]
+mod handler_logs;
 mod health;
 mod http;
 mod leases;
