@@ -10,6 +10,7 @@
 //! - `clock` — `/v1/test/clock`, live only with the test clock.
 //! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
 //! - `auth`, `metrics` — middleware; `openapi` — the document.
+//! - `ui` — the web console at `/ui` (static files; not in the document).
 //!
 //! [`router`] builds the whole app without a socket (tests drive it with
 //! `tower::ServiceExt::oneshot`); [`serve`] runs it on a listener until a
@@ -29,6 +30,7 @@ mod nodes;
 mod openapi;
 mod state;
 mod streams;
+mod ui;
 
 #[cfg(test)]
 mod tests;
@@ -63,7 +65,10 @@ pub fn router(state: AppState) -> Router {
     openapi::open_routes_need_no_auth(&mut doc);
     let document = openapi::Document::new(&doc);
 
-    let routes = routes.route("/v1/openapi.json", get(move || async move { document }));
+    let routes = routes
+        .route("/v1/openapi.json", get(move || async move { document }))
+        // Merged after the document is built: the console is no API route.
+        .merge(ui::router());
 
     routes
         .fallback(error::route_not_found)

@@ -1,0 +1,43 @@
+// What the page has seen, kept in memory for the plots: per key (a group
+// or a handler), timestamped samples of a few counters. Nothing is stored
+// server-side; a reload starts afresh.
+
+/** How far back the plots look. */
+export const WINDOW_MS = 5 * 60 * 1000;
+
+const samples = new Map();
+
+/** Adds a sample `{name: number}` for `key` at now; drops what is too old. */
+export function record(key, values) {
+  const now = Date.now();
+  let list = samples.get(key);
+  if (!list) samples.set(key, (list = []));
+  const last = list[list.length - 1];
+  // Two polls in the same instant (two pages open on one key) add one sample.
+  if (last && now - last.t < 250) {
+    last.values = values;
+  } else {
+    list.push({ t: now, values });
+  }
+  while (list.length && list[0].t < now - WINDOW_MS - 10_000) list.shift();
+}
+
+/** The points `[t, value]` of `name` for `key`. */
+export function series(key, name) {
+  return (samples.get(key) || []).map((s) => [s.t, s.values[name]]);
+}
+
+/**
+ * The rate per second of the counter `name` for `key`, between consecutive
+ * samples; a counter that went down (a reset, a restart) counts as 0.
+ */
+export function rate(key, name) {
+  const list = samples.get(key) || [];
+  const points = [];
+  for (let i = 1; i < list.length; i += 1) {
+    const dt = (list[i].t - list[i - 1].t) / 1000;
+    const dv = list[i].values[name] - list[i - 1].values[name];
+    if (dt > 0 && Number.isFinite(dv)) points.push([list[i].t, Math.max(0, dv) / dt]);
+  }
+  return points;
+}
