@@ -1,0 +1,255 @@
+// Drives the web console (/ui, docs/console.md) in the system Chromium
+// with playwright-core (no browser is ever downloaded). Run by
+// tests/tests/console.rs, which starts `rheo serve`, prepares state over
+// the HTTP API and passes:
+//
+//   RHEO_URL              the server, e.g. http://127.0.0.1:41234
+//   RHEO_SCENARIO         drain | redrive | swap | token
+//   RHEO_SCREENSHOTS_DIR  where to write PNGs of the pages (optional)
+//   RHEO_SWAP_WASM        swap: the .wasm to upload
+//   RHEO_TOKEN            token: the server's --auth-token
+//   CHROMIUM              the browser (default /usr/bin/chromium)
+//
+// Every wait is on a condition with a deadline; nothing sleeps for a fixed
+// time. Exits 0 when the scenario passed; prints each step.
+
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const base = process.env.RHEO_URL;
+const scenario = process.env.RHEO_SCENARIO;
+const shots = process.env.RHEO_SCREENSHOTS_DIR;
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+if (!base || !scenario) {
+  console.error('set RHEO_URL and RHEO_SCENARIO');
+  process.exit(2);
+}
+
+const started = Date.now();
+const step = (text) => console.log(`[${((Date.now() - started) / 1000).toFixed(1)} s] ${text}`);
+
+/** Polls `check` (which returns a truthy value when done) until `ms` pass. */
+async function until(what, check, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await check();
+      if (last) return last;
+    } catch (e) {
+      last = e.message;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for: ${what} (last: ${JSON.stringify(last)})`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+const byId = (page, id) => page.locator(`[data-testid="${id}"]`);
+
+/** The text of the element with `data-testid=id`, once it satisfies `ok`. */
+async function textOf(page, id, ok, what, ms) {
+  return until(what || `${id} to show the expected text`, async () => {
+    const el = byId(page, id).first();
+    if (!(await el.count())) return false;
+    const text = (await el.textContent()).trim();
+    return ok(text) ? text : false;
+  }, ms);
+}
+
+const number = (text) => Number(text.replace(/[^0-9.-]/g, ''));
+
+async function screenshot(page, name) {
+  if (!shots) return;
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+  step(`screenshot ${name}.png`);
+}
+
+async function go(page, hash) {
+  await page.goto(`${base}/ui/${hash}`);
+}
+
+const scenarios = {
+  /** Streams, the event browser, then a paused handler resumed: the group's lag drains to zero. */
+  async drain(page) {
+    await go(page, '#/streams');
+    const events = await textOf(page, 'stream-events', (t) => t === '300', 'the streams page to count 300 events');
+    step(`streams page: orders has ${events} events`);
+    const marks = await page.locator('[data-testid="stream-row-orders"] .chip').allTextContents();
+    if (marks.length !== 3) throw new Error(`expected 3 partitions, saw ${JSON.stringify(marks)}`);
+    await screenshot(page, 'streams');
+
+    await page.getByRole('link', { name: 'Browse events' }).click();
+    await until('the event browser to list a full page', async () => (await byId(page, 'event-open').count()) === 25);
+    step('event browser: first page of 25');
+    await page.getByLabel('Type', { exact: true }).fill('order.paid');
+    await byId(page, 'query-run').click();
+    await until('only order.paid events', async () => {
+      const types = await page.locator('[data-testid="events-table"] tbody td:nth-child(4)').allTextContents();
+      return types.length === 25 && types.every((t) => t === 'order.paid');
+    });
+    await byId(page, 'page-next').click();
+    await textOf(page, 'page-info', (t) => t.startsWith('Page 2'), 'page 2');
+    const second = await page.locator('[data-testid="events-table"] tbody tr').count();
+    step(`event browser: filtered to order.paid, page 2 has ${second} events`);
+    await byId(page, 'event-open').first().click();
+    const json = JSON.parse(await textOf(page, 'event-json', (t) => t.startsWith('{'), 'the event JSON'));
+    if (json.type !== 'order.paid' || typeof json.payload.total !== 'number') throw new Error(`unexpected event ${JSON.stringify(json)}`);
+    step(`event browser: opened ${json.id}`);
+    await screenshot(page, 'events');
+
+    await go(page, '#/groups');
+    await page.locator('[data-testid="group-row-orders-billing"] a').click();
+    const lag = await textOf(page, 'group-lag', (t) => number(t) === 300, 'the group page to show lag 300');
+    step(`group page: lag ${lag} while the handler is paused`);
+
+    await page.locator('[data-testid="group-page-handlers"] a, a[href="#/handlers/billing"]').first().click();
+    await textOf(page, 'handler-status', (t) => t === 'paused', 'the handler to show paused');
+    await byId(page, 'resume').click();
+    await textOf(page, 'handler-status', (t) => t === 'running', 'the handler to show running after Resume');
+    step('handler page: resumed');
+
+    await page.locator('a[href="#/groups/orders/billing"]').first().click();
+    const seen = new Set();
+    await until('the group page to show lag 0', async () => {
+      const text = (await byId(page, 'group-lag').textContent()).trim();
+      seen.add(number(text));
+      return number(text) === 0;
+    }, 120_000);
+    step(`group page: lag went ${[...seen].join(' → ')}`);
+    const dead = await textOf(page, 'group-dead-letters', (t) => number(t) === 3, 'the 3 poison events as dead letters');
+    step(`group page: ${dead} dead letters (the poison events)`);
+    // Two samples at least, so the plot has a line to draw.
+    await until('the lag plot to draw a line', async () => (await page.locator('[data-testid="plot-lag"] path.line').count()) === 1);
+    // A few samples after the drain, so the throughput plot shows it end.
+    await until('the throughput plot to draw its lines', async () => {
+      const d = await page.locator('[data-testid="plot-throughput"] path.line.c').getAttribute('d');
+      return d && d.split('L').length >= 4;
+    });
+    await screenshot(page, 'group');
+
+    await go(page, '#/handlers/billing');
+    await textOf(page, 'handler-processed', (t) => number(t) >= 300, 'the handler to count 300 processed');
+    const logs = await until('the log panel to follow or say it is unavailable', async () => {
+      const state = (await byId(page, 'logs-state').textContent()).trim();
+      return ['following', 'updating every 2 s', 'logs unavailable'].includes(state) ? state : false;
+    });
+    if (logs !== 'logs unavailable') {
+      await until('a poison log line', async () => (await byId(page, 'log-line').allTextContents()).some((l) => l.includes('rejecting')));
+    }
+    step(`handler page: logs ${logs}`);
+    await until('the handler plots', async () => (await page.locator('[data-testid="plot-handler-throughput"] path.line').count()) === 2);
+    await screenshot(page, 'handler');
+
+    await go(page, '#/handlers');
+    await textOf(page, 'handler-status', (t) => t === 'running', 'the handlers list');
+    await screenshot(page, 'handlers');
+    await go(page, '#/nodes');
+    await until('the nodes table', async () => (await page.locator('[data-testid="nodes-table"] tbody tr').count()) === 1);
+    await screenshot(page, 'nodes');
+  },
+
+  /** Two dead letters; Redrive brings one back and the count goes down. */
+  async redrive(page) {
+    await go(page, '#/groups/payments/audit');
+    await textOf(page, 'group-dead-letters', (t) => number(t) === 2, 'two dead letters');
+    const rows = byId(page, 'dead-letters-table').locator('tbody tr');
+    await until('two dead-letter rows', async () => (await rows.count()) === 2);
+    const reason = await page.locator('[data-testid="dead-letter-p-1"] .reason').textContent();
+    if (reason !== 'card declined') throw new Error(`reason ${reason}`);
+    step('group page: 2 dead letters, p-1 rejected with "card declined"');
+    await page.getByRole('button', { name: 'Redrive p-1' }).click();
+    await textOf(page, 'notice', (t) => t.includes('1 redriven'), 'the redrive notice');
+    await textOf(page, 'group-dead-letters', (t) => number(t) === 1, 'the dead-letter count to go down to 1');
+    await until('p-1 to leave the table', async () => (await byId(page, 'dead-letter-p-1').count()) === 0 && (await rows.count()) === 1);
+    // Back in the queue: not yet leased again, so it is pending work.
+    await textOf(page, 'group-lag', (t) => number(t) >= 1, 'the redriven event to count in the lag');
+    step('group page: redriven; 1 dead letter left');
+    await page.getByRole('button', { name: 'Redrive p-2' }).click();
+    await textOf(page, 'group-dead-letters', (t) => number(t) === 0, 'no dead letters');
+    await until('the empty state', async () => (await byId(page, 'dead-letters-table').locator('td.empty').count()) === 1);
+    step('group page: no dead letters left');
+  },
+
+  /** A new module uploaded through the file input; the page shows the new version and digest. */
+  async swap(page) {
+    await go(page, '#/handlers/swapper');
+    const before = await textOf(page, 'handler-version', (t) => t === '1', 'version 1');
+    const oldDigest = await textOf(page, 'handler-digest', (t) => /^[0-9a-f]{64}$/.test(t), 'the digest');
+    step(`handler page: version ${before}, digest ${oldDigest.slice(0, 12)}`);
+    await byId(page, 'swap-file').setInputFiles(process.env.RHEO_SWAP_WASM);
+    await byId(page, 'swap').click();
+    await textOf(page, 'handler-version', (t) => t === '2', 'version 2 after the swap', 60_000);
+    const digest = await textOf(page, 'handler-digest', (t) => t !== oldDigest, 'a new digest');
+    const expected = createHash('sha256').update(readFileSync(process.env.RHEO_SWAP_WASM)).digest('hex');
+    if (digest !== expected) throw new Error(`digest ${digest}, expected the file's sha256 ${expected}`);
+    await textOf(page, 'notice', (t) => t.includes('version 2'), 'the swap notice');
+    step(`handler page: swapped to version 2, digest ${digest.slice(0, 12)}`);
+    await byId(page, 'rollback').click();
+    await textOf(page, 'handler-digest', (t) => t === oldDigest, 'the old digest after Roll back', 60_000);
+    const after = await textOf(page, 'handler-version', () => true);
+    step(`handler page: rolled back (version ${after}, the first digest again)`);
+  },
+
+  /** A server with a token: the page asks for it, refuses a wrong one, then works and remembers it. */
+  async token(page) {
+    await go(page, '#/streams');
+    await until('the token dialog', async () => byId(page, 'token-dialog').isVisible());
+    step('the page asks for a token');
+    await byId(page, 'token-input').fill('wrong-token');
+    await byId(page, 'token-save').click();
+    await textOf(page, 'token-reason', (t) => t.includes('invalid bearer token'), 'the server refusing a wrong token');
+    step('a wrong token is refused with the server\'s message');
+    await byId(page, 'token-input').fill(process.env.RHEO_TOKEN);
+    await byId(page, 'token-save').click();
+    await textOf(page, 'stream-events', (t) => t === '5', 'the streams page after the token');
+    if (await byId(page, 'token-dialog').isVisible()) throw new Error('the dialog is still open');
+    step('with the token: the streams page shows the stream');
+    await page.reload();
+    await textOf(page, 'stream-events', (t) => t === '5', 'the streams page after a reload');
+    if (await byId(page, 'token-dialog').isVisible()) throw new Error('asked again after a reload');
+    step('after a reload: no question, the token is remembered');
+  },
+};
+
+async function main() {
+  const run = scenarios[scenario];
+  if (!run) throw new Error(`unknown scenario ${scenario}`);
+  const profile = mkdtempSync(join(tmpdir(), 'rheo-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1280, height: 860 },
+    deviceScaleFactor: 1,
+    locale: 'en-GB',
+    timezoneId: 'UTC',
+  });
+  const problems = [];
+  try {
+    const page = context.pages()[0] || await context.newPage();
+    page.setDefaultTimeout(20_000);
+    page.on('pageerror', (e) => problems.push(`uncaught in the page: ${e.message}`));
+    // Offline: the page may talk to its own server only.
+    page.on('request', (r) => {
+      const url = r.url();
+      if (!url.startsWith(base) && !url.startsWith('data:')) problems.push(`request to another origin: ${url}`);
+    });
+    step(`chromium ${context.browser() ? context.browser().version() : ''} · scenario ${scenario} · ${base}`);
+    await run(page);
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+  if (problems.length) throw new Error(problems.join('\n'));
+  step(`scenario ${scenario} passed`);
+}
+
+main().catch((e) => {
+  console.error(`FAILED: ${e.stack || e}`);
+  process.exit(1);
+});

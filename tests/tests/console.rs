@@ -1,0 +1,306 @@
+//! The web console (`/ui`, docs/console.md) in a real browser: each test
+//! starts `rheo serve`, prepares state over the HTTP API, then runs
+//! `node tests/browser/console.mjs` (playwright-core driving the system
+//! Chromium, `/usr/bin/chromium`) with the server's URL and a scenario
+//! name, and asserts it exits 0. Its output is printed.
+//!
+//! Without Chromium or Node.js the tests skip, saying why — unless
+//! `REQUIRE_BROWSER` is set (CI sets `chromium`): then they fail.
+//! `tests/browser/node_modules` is installed with `npm ci` when missing.
+//! The pages' screenshots go to `target/tmp/console-screenshots/`;
+//! `RHEO_UPDATE_SCREENSHOTS=1` copies them over `docs/console/*.png`.
+
+mod support;
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rheo_e2e::{Server, ServerOptions, agent, answer, repo_root};
+use serde_json::{Value, json};
+use support::{deploy, eventually, guest, lag, lease_ref, post, post_empty, stream};
+
+/// Where the system browser is (`CHROMIUM` overrides).
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+fn browser_dir() -> PathBuf {
+    repo_root().join("tests/browser")
+}
+
+/// Whether the browser tests can run: `None` (and a printed reason) when
+/// not; a panic instead when `REQUIRE_BROWSER` is set.
+fn browser_ready() -> Option<()> {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let ready = READY.get_or_init(|| {
+        if !chromium().exists() {
+            return Err(format!(
+                "{} is missing (apt-get install chromium)",
+                chromium().display()
+            ));
+        }
+        if !works("node", &["--version"]) {
+            return Err("node is not installed".into());
+        }
+        let module = browser_dir().join("node_modules/playwright-core");
+        if !module.exists() {
+            eprintln!("installing playwright-core: npm ci in tests/browser");
+            let ok = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(browser_dir())
+                // playwright-core downloads nothing; this says so twice.
+                .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok || !module.exists() {
+                return Err("npm ci in tests/browser failed".into());
+            }
+        }
+        Ok(())
+    });
+    match ready {
+        Ok(()) => Some(()),
+        Err(why) => {
+            if std::env::var("REQUIRE_BROWSER").is_ok_and(|v| !v.trim().is_empty()) {
+                panic!("REQUIRE_BROWSER is set, but the browser tests cannot run: {why}");
+            }
+            eprintln!("skipping the browser test: {why}");
+            None
+        }
+    }
+}
+
+fn works(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Where the scenarios write their screenshots.
+fn screenshots() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+}
+
+/// Runs the browser scenario `name` against `server` with `env`; asserts
+/// it passed. One browser at a time: the machines running this have few
+/// cores, and the waits are generous but bounded.
+fn run_scenario(server: &Server, name: &str, env: &[(&str, &OsStr)]) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    std::fs::create_dir_all(screenshots()).expect("the screenshots folder");
+    let started = Instant::now();
+    let out = Command::new("node")
+        .arg(browser_dir().join("console.mjs"))
+        .env("RHEO_URL", server.base())
+        .env("RHEO_SCENARIO", name)
+        .env("RHEO_SCREENSHOTS_DIR", screenshots())
+        .env("CHROMIUM", chromium())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run node tests/browser/console.mjs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "--- browser scenario {name} ({:.1} s) ---\n{stdout}{stderr}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        out.status.success(),
+        "browser scenario {name} failed:\n{stdout}{stderr}\n--- server log ---\n{}",
+        server.log_text()
+    );
+}
+
+/// Appends `events` (JSON event inputs) to `stream` in one batch.
+fn append(http: &ureq::Agent, server: &Server, stream: &str, events: Vec<Value>) {
+    let (status, body) = post(
+        http,
+        server,
+        &format!("/v1/streams/{stream}/events/batch"),
+        &json!({ "events": events }),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+#[test]
+fn console_shows_streams_events_and_a_group_draining_to_zero_lag() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "orders", 3);
+    // The poison guest acks everything but the events marked poison, which
+    // it rejects (and logs): three dead letters once the group has drained.
+    let manifest = json!({"stream": "orders", "group": "billing", "concurrency": 4});
+    let (status, body) = deploy(&http, &server, "billing", &manifest, &guest("poison"));
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = post_empty(&http, &server, "/v1/handlers/billing/pause");
+    assert_eq!(status, 200, "{body}");
+    let events = (0..300)
+        .map(|i| {
+            let kind = if i % 2 == 0 {
+                "order.placed"
+            } else {
+                "order.paid"
+            };
+            let mut payload = json!({"total": 10 + (i * 37) % 400, "currency": "EUR"});
+            if i % 100 == 42 {
+                payload["poison"] = json!(true);
+                payload["reason"] = json!("total does not match the lines");
+            }
+            json!({"id": format!("o-{i}"), "type": kind, "key": format!("customer-{}", i % 7),
+                   "payload": payload, "metadata": {"correlation_id": format!("checkout-{}", i / 2)}})
+        })
+        .collect();
+    append(&http, &server, "orders", events);
+    assert_eq!(lag(&http, &server, "orders", "billing")["lag"], 300);
+
+    run_scenario(&server, "drain", &[]);
+
+    // The page saw what the API says.
+    let after = lag(&http, &server, "orders", "billing");
+    assert_eq!(after["lag"], 0, "{after}");
+    if std::env::var("RHEO_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        let docs = repo_root().join("docs/console");
+        std::fs::create_dir_all(&docs).unwrap();
+        for page in ["streams", "events", "group", "handler", "handlers", "nodes"] {
+            let from = screenshots().join(format!("{page}.png"));
+            std::fs::copy(&from, docs.join(format!("{page}.png")))
+                .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        }
+        println!("updated docs/console/*.png");
+    }
+}
+
+#[test]
+fn console_redrives_dead_letters() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "payments", 1);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/payments/groups",
+        &json!({"name": "audit", "max_attempts": 5}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let events = (1..=3)
+        .map(|i| json!({"id": format!("p-{i}"), "type": "payment.captured", "payload": {"amount": i * 25}}))
+        .collect();
+    append(&http, &server, "payments", events);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/payments/groups/audit/fetch",
+        &json!({"limit": 3, "lease_ms": 600_000}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let leases = body["leases"].as_array().expect("leases").clone();
+    assert_eq!(leases.len(), 3, "{body}");
+    for lease in &leases {
+        let (path, extra) = match lease["event_id"].as_str() {
+            Some("p-1") => ("reject", json!({"reason": "card declined"})),
+            Some("p-2") => ("reject", json!({"reason": "card expired"})),
+            _ => ("ack", json!({})),
+        };
+        let (status, body) = post(
+            &http,
+            &server,
+            &format!("/v1/streams/payments/groups/audit/{path}"),
+            &lease_ref(lease, &extra),
+        );
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+
+    run_scenario(&server, "redrive", &[]);
+
+    let (status, page) = support::get(
+        &http,
+        &server,
+        "/v1/streams/payments/groups/audit/dead-letters",
+    );
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["dead_letters"], json!([]), "{page}");
+}
+
+#[test]
+fn console_swaps_a_handler_module_from_a_file() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "jobs", 1);
+    let manifest = json!({"stream": "jobs", "group": "workers"});
+    let (status, body) = deploy(&http, &server, "swapper", &manifest, &guest("echo"));
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let wasm = dir.path().join("poison.wasm");
+    std::fs::write(&wasm, guest("poison")).unwrap();
+
+    run_scenario(&server, "swap", &[("RHEO_SWAP_WASM", wasm.as_os_str())]);
+
+    // The API agrees: rolled back to the first module.
+    let view = eventually("the handler back on echo", Duration::from_secs(30), || {
+        let view = support::handler(&http, &server, "swapper");
+        (view["status"] == "running").then_some(view)
+    });
+    assert!(view["previous_version"].is_u64(), "{view}");
+}
+
+#[test]
+fn console_asks_for_the_token_and_then_works() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = "console-e2e-token-5a1f";
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            auth_token: Some(token.into()),
+            ..ServerOptions::default()
+        },
+    );
+    let http = agent();
+    let bearer = format!("Bearer {token}");
+    let authed = |path: &str, body: Value| {
+        answer(
+            http.post(server.url(path))
+                .header("Authorization", &bearer)
+                .send_json(&body),
+        )
+    };
+    let (status, body) = authed(
+        "/v1/streams",
+        json!({"name": "secrets", "partition_count": 1}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let events: Vec<Value> = (0..5).map(|i| json!({"id": format!("s-{i}")})).collect();
+    let (status, body) = authed(
+        "/v1/streams/secrets/events/batch",
+        json!({ "events": events }),
+    );
+    assert_eq!(status, 201, "{body}");
+    // The page itself needs no token; the API does.
+    let page = http.get(server.url("/ui/")).call().expect("GET /ui/");
+    assert_eq!(page.status(), 200);
+    let (status, _) = answer(http.get(server.url("/v1/streams")).call());
+    assert_eq!(status, 401);
+
+    run_scenario(&server, "token", &[("RHEO_TOKEN", OsStr::new(token))]);
+}
