@@ -19,6 +19,9 @@
 //! advertise = "http://10.0.0.5:7070"  # its address as other nodes and `rheo nodes` show it
 //! node_timeout_ms = 10000   # a node silent this long is no longer listed
 //! handler_log_lines = 1000  # log lines kept in memory per handler
+//! log_format = "text"       # or "json": one object per line
+//! otlp_endpoint = "http://127.0.0.1:4318"  # export traces (OTLP over HTTP)
+//! metrics_interval_ms = 5000  # how often the group series of /metrics are sampled
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -28,6 +31,7 @@ use serde::Deserialize;
 use crate::api::ApiSettings;
 use crate::handler_logs::{DEFAULT_LOG_LINES, MAX_LOG_LINES};
 use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
+use crate::telemetry::LogFormat;
 
 /// Where Rheo keeps its data when no backend is given: a SQLite file in the
 /// current directory.
@@ -46,6 +50,10 @@ const MAX_NODE_ID_LEN: usize = 64;
 /// Node timeouts accepted: a heartbeat goes out every quarter of it.
 const MIN_NODE_TIMEOUT_MS: u64 = 200;
 const MAX_NODE_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Group sampling intervals accepted for `/metrics`.
+const MIN_METRICS_INTERVAL_MS: u64 = 100;
+const MAX_METRICS_INTERVAL_MS: u64 = 3_600_000;
 
 /// Smallest body limit accepted: below this even a small batch fails.
 const MIN_BODY_LIMIT: usize = 1024;
@@ -82,6 +90,12 @@ pub struct ServeOptions {
     pub node_timeout_ms: Option<u64>,
     /// Log lines kept in memory per handler.
     pub handler_log_lines: Option<usize>,
+    /// Log lines as text or JSON.
+    pub log_format: Option<LogFormat>,
+    /// Where to export traces (an OTLP/HTTP collector).
+    pub otlp_endpoint: Option<String>,
+    /// How often the group series of `/metrics` are sampled, in ms.
+    pub metrics_interval_ms: Option<u64>,
 }
 
 impl ServeOptions {
@@ -114,6 +128,9 @@ impl ServeOptions {
             advertise: self.advertise.or(fallback.advertise),
             node_timeout_ms: self.node_timeout_ms.or(fallback.node_timeout_ms),
             handler_log_lines: self.handler_log_lines.or(fallback.handler_log_lines),
+            log_format: self.log_format.or(fallback.log_format),
+            otlp_endpoint: self.otlp_endpoint.or(fallback.otlp_endpoint),
+            metrics_interval_ms: self.metrics_interval_ms.or(fallback.metrics_interval_ms),
         }
     }
 }
@@ -143,6 +160,12 @@ pub struct ServeConfig {
     pub node_timeout: std::time::Duration,
     /// Log lines kept in memory per handler (`docs/handlers.md#handler-logs`).
     pub handler_log_lines: usize,
+    /// Log lines as text or JSON.
+    pub log_format: LogFormat,
+    /// Where traces are exported, if anywhere.
+    pub otlp_endpoint: Option<String>,
+    /// How often the group series of `/metrics` are sampled.
+    pub metrics_interval: std::time::Duration,
 }
 
 impl ServeConfig {
@@ -212,6 +235,21 @@ impl ServeConfig {
                 ),
             ));
         }
+        if let Some(endpoint) = &options.otlp_endpoint {
+            crate::telemetry::traces_url(endpoint)
+                .map_err(|e| invalid("otlp_endpoint", e.to_string()))?;
+        }
+        let metrics_interval_ms = options
+            .metrics_interval_ms
+            .unwrap_or(crate::metrics::DEFAULT_SAMPLE_INTERVAL.as_millis() as u64);
+        if !(MIN_METRICS_INTERVAL_MS..=MAX_METRICS_INTERVAL_MS).contains(&metrics_interval_ms) {
+            return Err(invalid(
+                "metrics_interval_ms",
+                format!(
+                    "must be between {MIN_METRICS_INTERVAL_MS} and {MAX_METRICS_INTERVAL_MS} (got {metrics_interval_ms})"
+                ),
+            ));
+        }
         let handler_log_lines = options.handler_log_lines.unwrap_or(DEFAULT_LOG_LINES);
         if !(1..=MAX_LOG_LINES).contains(&handler_log_lines) {
             return Err(invalid(
@@ -221,6 +259,9 @@ impl ServeConfig {
         }
         Ok(Self {
             handler_log_lines,
+            log_format: options.log_format.unwrap_or_default(),
+            otlp_endpoint: options.otlp_endpoint,
+            metrics_interval: std::time::Duration::from_millis(metrics_interval_ms),
             backend,
             listen,
             node_id: options.node_id,

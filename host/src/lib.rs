@@ -4,6 +4,7 @@
 //! Crate map:
 //! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
 //! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, versions, status and rollback (their one owner), the handlers directory and its watcher.
+//! - [`metrics`] — the Prometheus series of `/metrics`: HTTP, backend operations, handlers, sampled groups.
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
 //! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
@@ -15,7 +16,7 @@
 //! - [`example_guests`] — the example guests of `guests/`, built by `build/main.rs` and embedded (feature `wasm`).
 //! - [`handler_logs`] — the last log lines of every handler, in memory, with followers.
 //! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
-//! - [`telemetry`] — log setup.
+//! - [`telemetry`] — logs (text or JSON), the span per delivery, OTLP trace export.
 //! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
 
 pub mod api;
@@ -30,6 +31,7 @@ pub mod example_guests;
 pub mod handler_logs;
 #[cfg(feature = "wasm")]
 pub mod handlers;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
 pub mod settle;

@@ -1,4 +1,5 @@
-//! The `rheo` command: parse the command line, set up logging, run.
+//! The `rheo` command: parse the command line and run it (which sets up
+//! logging).
 
 use clap::Parser;
 
@@ -8,7 +9,5 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = rheo::cli::Cli::parse();
-    rheo::telemetry::init(cli.verbosity());
-    rheo::cli::main(cli)
+    rheo::cli::main(rheo::cli::Cli::parse())
 }

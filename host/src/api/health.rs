@@ -15,9 +15,6 @@ use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::backend::Error;
 
-/// Content type of the Prometheus text exposition format.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
 /// The probe and metrics routes.
 pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -64,13 +61,13 @@ async fn health_ready(State(state): State<AppState>) -> Result<Json<StatusBody>,
     }))
 }
 
-/// Request counts and latencies by route and status, and backend errors,
-/// in the Prometheus text format.
+/// Every series (HTTP, backend, handlers, groups) in the Prometheus text
+/// format; `docs/operations.md` lists them.
 #[utoipa::path(get, path = "/metrics", tag = "health", security(()),
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn health_metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
 }

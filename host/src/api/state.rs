@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::metrics::Metrics;
 use crate::backend::Backend;
 use crate::clock::FrozenClock;
+use crate::metrics::Metrics;
 use crate::model::{DEFAULT_LEASE_MS, DEFAULT_MAX_ATTEMPTS};
 
 /// Largest request body accepted when nothing else is configured: 1 MiB,
@@ -71,14 +71,26 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State over `backend` with `settings` and no test clock.
+    /// State over `backend` with `settings` and no test clock; the
+    /// backend's operations are measured in a registry of its own.
     pub fn new(backend: Arc<dyn Backend>, settings: ApiSettings) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        Self::observed(metrics.measured(backend), settings, metrics)
+    }
+
+    /// State over `backend` reporting to `metrics`; `backend` should be
+    /// [`Metrics::measured`] by it (so the backend series are there).
+    pub fn observed(
+        backend: Arc<dyn Backend>,
+        settings: ApiSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let clock = backend.clock().clone();
         Self {
             backend,
             test_clock: None,
             settings: Arc::new(settings),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             #[cfg(feature = "wasm")]
             handlers: None,
             membership: Arc::new(crate::cluster::Membership::new(
@@ -102,11 +114,18 @@ impl AppState {
         self
     }
 
-    /// Serves the handler routes from `registry`.
+    /// Serves the handler routes from `registry`, and shows its handlers
+    /// in the metrics.
     #[cfg(feature = "wasm")]
     pub fn with_handlers(mut self, registry: Arc<crate::handlers::HandlerRegistry>) -> Self {
+        self.metrics.watch_handlers(&registry);
         self.handlers = Some(registry);
         self
+    }
+
+    /// The metrics `/metrics` shows.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// This server as a node of its cluster (or the only one).

@@ -82,10 +82,16 @@ enum Command {
 
 /// Runs the parsed command line and turns the outcome into an exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    let verbosity = cli.verbosity();
+    // The server sets up its own logging once its configuration is read
+    // (the log format and the trace exporter are part of it).
+    if !matches!(cli.command, Command::Serve(_)) {
+        let _ = crate::telemetry::init(verbosity, crate::telemetry::LogFormat::Text, None);
+    }
     let result = match cli.command {
         // Blocking HTTP clients: no runtime for them to block.
         Command::Ops(command) => command.run(),
-        Command::Serve(args) => on_runtime(args.run()),
+        Command::Serve(args) => on_runtime(args.run(verbosity)),
         Command::Migrate(args) => on_runtime(args.run()),
         Command::Bench(args) => on_runtime(args.run()),
         #[cfg(all(feature = "sqlite", feature = "wasm"))]

@@ -18,6 +18,8 @@ use crate::backend;
 use crate::clock::{Clock, FrozenClock, SharedClock, SystemClock};
 use crate::cluster::{Membership, MembershipSettings, RunningHandlers};
 use crate::config::{ServeConfig, ServeOptions};
+use crate::metrics::Metrics;
+use crate::telemetry::LogFormat;
 
 /// How long in-flight requests get to finish after a shutdown signal.
 /// Long polls answer at once when draining starts, so only slow backend
@@ -110,6 +112,22 @@ pub(crate) struct ServeArgs {
     /// [default: 1000]
     #[arg(long, env = "RHEO_HANDLER_LOG_LINES", value_name = "N")]
     handler_log_lines: Option<usize>,
+
+    /// Log lines as text, or as one JSON object per line (a handler's
+    /// lines carry its delivery's fields under "span") [default: text]
+    #[arg(long, env = "RHEO_LOG_FORMAT", value_name = "FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+
+    /// Export a trace span per delivery to this OpenTelemetry collector
+    /// (OTLP over HTTP, protobuf), e.g. http://127.0.0.1:4318; spans go to
+    /// its /v1/traces unless the URL names another path
+    #[arg(long, env = "RHEO_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
+
+    /// How often the group series of /metrics (lag, pending, dead letters,
+    /// …) are sampled; a scrape reads the last sample [default: 5000]
+    #[arg(long, env = "RHEO_METRICS_INTERVAL_MS", value_name = "MS")]
+    metrics_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -129,153 +147,184 @@ impl ServeArgs {
             advertise: self.advertise.clone(),
             node_timeout_ms: self.node_timeout_ms,
             handler_log_lines: self.handler_log_lines,
+            log_format: self.log_format,
+            otlp_endpoint: self.otlp_endpoint.clone(),
+            metrics_interval_ms: self.metrics_interval_ms,
         }
     }
 
-    pub(crate) async fn run(self) -> anyhow::Result<()> {
+    /// Runs the server; log lines are filtered by `verbosity` unless
+    /// `RUST_LOG` is set.
+    pub(crate) async fn run(self, verbosity: &str) -> anyhow::Result<()> {
         let signal = shutdown_signal()?;
         let file = match &self.config {
             Some(path) => ServeOptions::from_file(path)?,
             None => ServeOptions::default(),
         };
         let config = ServeConfig::resolve(self.options().or(file))?;
-
-        let test_clock = config.test_clock.then(FrozenClock::at_system_time);
-        let clock: SharedClock = match &test_clock {
-            Some(frozen) => frozen.clone(),
-            None => SystemClock::shared(),
-        };
-        let url = redact(&config.backend);
-        let store = backend::connect(&config.backend, clock, false)
-            .await
-            .with_context(|| format!("cannot open backend {url}"))?;
-        if config.migrate {
-            let applied = store
-                .migrate()
-                .await
-                .with_context(|| format!("migrating {url}"))?;
-            if !applied.is_empty() {
-                tracing::info!(
-                    "applied {} migration(s): {}",
-                    applied.len(),
-                    applied.join(", ")
-                );
-            }
-        }
-        let listener = TcpListener::bind(&config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let addr = listener.local_addr().context("reading the bound address")?;
-
-        tracing::info!("backend: {} at {url}", store.kind());
-        let mut state = AppState::new(store, config.api.clone());
-        if let Some(frozen) = test_clock {
-            tracing::warn!(
-                "test clock: time is frozen at {} and moves only through POST /v1/test/clock",
-                frozen.now()
+        let telemetry = crate::telemetry::init(
+            verbosity,
+            config.log_format,
+            config.otlp_endpoint.as_deref(),
+        )?;
+        if let Some(endpoint) = &config.otlp_endpoint {
+            tracing::info!(
+                "traces: exported to {}",
+                crate::telemetry::traces_url(endpoint)?
             );
-            state = state.with_test_clock(Arc::clone(&frozen));
         }
-        if config.api.auth_token.is_some() {
-            tracing::info!("auth: /v1 routes need a bearer token");
-        } else if !addr.ip().is_loopback() {
-            tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
-        }
-
-        let store = state.backend().clone();
-        let cluster = store.cluster();
-        let node_id = config
-            .node_id
-            .clone()
-            .unwrap_or_else(MembershipSettings::default_id);
-        match &cluster {
-            Some(_) => tracing::info!(
-                "cluster mode: node {node_id}; handlers are shared through the {} backend",
-                store.kind()
-            ),
-            None => tracing::info!(
-                "single-node mode: the {} backend is not shared; handlers live in {}",
-                store.kind(),
-                config.handlers_dir.display()
-            ),
-        }
-
-        #[cfg(feature = "wasm")]
-        let handlers = {
-            let handlers = start_handlers(&config, state.backend().clone(), &node_id).await?;
-            state = state.with_handlers(Arc::clone(&handlers.registry));
-            handlers
-        };
-        #[cfg(feature = "wasm")]
-        let running: RunningHandlers = {
-            let registry = Arc::clone(&handlers.registry);
-            Arc::new(move || registry.running())
-        };
-        #[cfg(not(feature = "wasm"))]
-        let running: RunningHandlers = Arc::new(Vec::new);
-        let membership = Arc::new(Membership::new(
-            MembershipSettings {
-                id: node_id,
-                address: config
-                    .advertise
-                    .clone()
-                    .unwrap_or_else(|| format!("http://{addr}")),
-                timeout: config.node_timeout,
-            },
-            state.backend().clock().clone(),
-            cluster,
-            running,
-        ));
-        membership
-            .join()
-            .await
-            .context("registering this node with the cluster")?;
-        state = state.with_membership(Arc::clone(&membership));
-
-        tracing::info!(
-            "rheo {} listening on http://{addr}",
-            env!("CARGO_PKG_VERSION")
-        );
-        // Also on stdout, for scripts and tests that started us on port 0.
-        println!("rheo listening on http://{addr}");
-
-        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async move {
-            signal.await;
-            let _ = signalled_tx.send(());
-        };
-        let server = api::serve(listener, state, shutdown);
-        let drain_deadline = async move {
-            // Only a received signal starts the clock; a dropped sender
-            // (the server stopped on its own) never fires.
-            if signalled_rx.await.is_ok() {
-                tokio::time::sleep(DRAIN_TIMEOUT).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            served = server => served.context("serving HTTP")?,
-            () = drain_deadline => anyhow::bail!(
-                "requests still in flight {}s after the shutdown signal; exiting anyway",
-                DRAIN_TIMEOUT.as_secs()
-            ),
-        }
-
-        #[cfg(feature = "wasm")]
-        handlers.stop().await;
-        // Only once its deliveries are settled: the others list it until then.
-        match membership.leave().await {
-            Ok(()) if membership.clustered() => tracing::info!("left the cluster"),
-            Ok(()) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "could not remove this node from the cluster; the others stop listing it after the node timeout")
-            }
-        }
-
-        tracing::info!("stopped");
-        Ok(())
+        let served = serve(config, signal).await;
+        telemetry.shutdown();
+        served
     }
+}
+
+/// Serves until `signal`, then drains and leaves.
+async fn serve(
+    config: ServeConfig,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let test_clock = config.test_clock.then(FrozenClock::at_system_time);
+    let clock: SharedClock = match &test_clock {
+        Some(frozen) => frozen.clone(),
+        None => SystemClock::shared(),
+    };
+    let url = redact(&config.backend);
+    let store = backend::connect(&config.backend, clock, false)
+        .await
+        .with_context(|| format!("cannot open backend {url}"))?;
+    if config.migrate {
+        let applied = store
+            .migrate()
+            .await
+            .with_context(|| format!("migrating {url}"))?;
+        if !applied.is_empty() {
+            tracing::info!(
+                "applied {} migration(s): {}",
+                applied.len(),
+                applied.join(", ")
+            );
+        }
+    }
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+
+    tracing::info!("backend: {} at {url}", store.kind());
+    let metrics = Arc::new(Metrics::new());
+    let store = metrics.measured(store);
+    let mut state = AppState::observed(store, config.api.clone(), Arc::clone(&metrics));
+    if let Some(frozen) = test_clock {
+        tracing::warn!(
+            "test clock: time is frozen at {} and moves only through POST /v1/test/clock",
+            frozen.now()
+        );
+        state = state.with_test_clock(Arc::clone(&frozen));
+    }
+    if config.api.auth_token.is_some() {
+        tracing::info!("auth: /v1 routes need a bearer token");
+    } else if !addr.ip().is_loopback() {
+        tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
+    }
+
+    let store = state.backend().clone();
+    let cluster = store.cluster();
+    let node_id = config
+        .node_id
+        .clone()
+        .unwrap_or_else(MembershipSettings::default_id);
+    match &cluster {
+        Some(_) => tracing::info!(
+            "cluster mode: node {node_id}; handlers are shared through the {} backend",
+            store.kind()
+        ),
+        None => tracing::info!(
+            "single-node mode: the {} backend is not shared; handlers live in {}",
+            store.kind(),
+            config.handlers_dir.display()
+        ),
+    }
+
+    #[cfg(feature = "wasm")]
+    let handlers = {
+        let handlers = start_handlers(&config, state.backend().clone(), &node_id).await?;
+        state = state.with_handlers(Arc::clone(&handlers.registry));
+        handlers
+    };
+    #[cfg(feature = "wasm")]
+    let running: RunningHandlers = {
+        let registry = Arc::clone(&handlers.registry);
+        Arc::new(move || registry.running())
+    };
+    #[cfg(not(feature = "wasm"))]
+    let running: RunningHandlers = Arc::new(Vec::new);
+    let membership = Arc::new(Membership::new(
+        MembershipSettings {
+            id: node_id,
+            address: config
+                .advertise
+                .clone()
+                .unwrap_or_else(|| format!("http://{addr}")),
+            timeout: config.node_timeout,
+        },
+        state.backend().clock().clone(),
+        cluster,
+        running,
+    ));
+    membership
+        .join()
+        .await
+        .context("registering this node with the cluster")?;
+    state = state.with_membership(Arc::clone(&membership));
+    let sampling = tokio::spawn(
+        Arc::clone(&metrics.groups).run(state.backend().clone(), config.metrics_interval),
+    );
+
+    tracing::info!(
+        "rheo {} listening on http://{addr}",
+        env!("CARGO_PKG_VERSION")
+    );
+    // Also on stdout, for scripts and tests that started us on port 0.
+    println!("rheo listening on http://{addr}");
+
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        signal.await;
+        let _ = signalled_tx.send(());
+    };
+    let server = api::serve(listener, state, shutdown);
+    let drain_deadline = async move {
+        // Only a received signal starts the clock; a dropped sender
+        // (the server stopped on its own) never fires.
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server => served.context("serving HTTP")?,
+        () = drain_deadline => anyhow::bail!(
+            "requests still in flight {}s after the shutdown signal; exiting anyway",
+            DRAIN_TIMEOUT.as_secs()
+        ),
+    }
+
+    sampling.abort();
+    #[cfg(feature = "wasm")]
+    handlers.stop().await;
+    // Only once its deliveries are settled: the others list it until then.
+    match membership.leave().await {
+        Ok(()) if membership.clustered() => tracing::info!("left the cluster"),
+        Ok(()) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not remove this node from the cluster; the others stop listing it after the node timeout")
+        }
+    }
+
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// The handler registry, its directory and cluster watchers, and how to

@@ -95,6 +95,9 @@ pub struct HandlerView {
     pub counters_by_version: BTreeMap<u64, CountersSnapshot>,
     /// Why the last deploy or reload was refused, if it was.
     pub last_error: Option<String>,
+    /// Times another version took over while one ran (hot swaps and
+    /// rollbacks), on this server.
+    pub swaps: u64,
 }
 
 /// A version of a handler: the WebAssembly runner.

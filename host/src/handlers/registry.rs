@@ -211,7 +211,10 @@ impl HandlerRegistry {
             if let Some((hook, name)) = hook {
                 (hook.0)(&name);
             }
-            engine.load_blocking(&bytes, cache.as_ref())
+            let started = std::time::Instant::now();
+            let loaded = engine.load_blocking(&bytes, cache.as_ref());
+            crate::metrics::COMPILE_TIME.observe(started.elapsed());
+            loaded
         })
         .await
         .map_err(|e| RegistryError::Module(format!("the compile task failed: {e}")))?
@@ -503,8 +506,19 @@ impl HandlerRegistry {
 
     /// Every handler, by name.
     pub async fn list(&self) -> Vec<HandlerView> {
+        self.views()
+    }
+
+    /// Every handler, by name, without waiting (what a metrics scrape
+    /// reads).
+    pub(crate) fn views(&self) -> Vec<HandlerView> {
         let entries = self.entries.lock();
         entries.iter().map(|(n, e)| self.view(n, e)).collect()
+    }
+
+    /// How long `name`'s guest calls took, if it ever ran here.
+    pub(crate) fn call_times(&self, name: &HandlerName) -> Option<crate::metrics::Timing> {
+        self.runtime.counters(name).map(|c| c.call_times().clone())
     }
 
     /// The handler as recorded here, with what the runtime counted.
@@ -522,6 +536,7 @@ impl HandlerRegistry {
             counters: counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             counters_by_version: counters.map(|c| c.by_version()).unwrap_or_default(),
             last_error: entry.last_error.clone(),
+            swaps: entry.swaps,
         }
     }
 

@@ -72,6 +72,9 @@ pub(super) struct Entry {
     /// with: its revision and write id (a name removed and deployed again
     /// starts at revision 1 again; the write id tells the records apart).
     pub(super) followed: Option<(u64, String)>,
+    /// Times another version took over while one ran (hot swaps and
+    /// rollbacks), on this server.
+    pub(super) swaps: u64,
 }
 
 impl Entry {
@@ -84,6 +87,7 @@ impl Entry {
             previous: None,
             paused: false,
             last_error: None,
+            swaps: 0,
             followed: None,
         }
     }
@@ -119,6 +123,7 @@ impl Entry {
             && old.number != number
         {
             self.previous = Some(old);
+            self.swaps += 1;
         }
         self.deployed_at = Some(at);
         self.manifest = manifest;

@@ -8,14 +8,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::metrics::{CALL_BUCKETS, Timing};
 use crate::settle::{HandlerFailure, HandlerOutcome};
 
 /// Counts for one handler; cheap to update from many tasks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     total: Tally,
     inflight: AtomicU64,
     versions: Mutex<BTreeMap<u64, Arc<Tally>>>,
+    /// How long each guest call took.
+    calls: Timing,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            total: Tally::default(),
+            inflight: AtomicU64::new(0),
+            versions: Mutex::default(),
+            calls: Timing::new(CALL_BUCKETS),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +119,16 @@ impl Counters {
         self.total.record(outcome, fate);
         let tally = Arc::clone(self.versions.lock().entry(version).or_default());
         tally.record(outcome, fate);
+    }
+
+    /// Records how long one guest call took.
+    pub(crate) fn called(&self, elapsed: std::time::Duration) {
+        self.calls.observe(elapsed);
+    }
+
+    /// How long the guest calls took.
+    pub fn call_times(&self) -> &Timing {
+        &self.calls
     }
 
     pub(crate) fn started(&self) {

@@ -102,6 +102,7 @@ impl Runtime {
         };
         let version = Arc::new(ArcSwap::new(version));
         let (join, control) = Worker::spawn(
+            name.clone(),
             Arc::clone(&self.backend),
             settings.clone(),
             Arc::clone(&version),

@@ -13,11 +13,14 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::counters::{Counters, Fate};
 use super::{HandlerSettings, Version};
 use crate::backend::{Backend, FetchRequest};
-use crate::model::{EventId, Lease, MAX_SETTLE_BATCH, SettleOp, SettleTarget, Settlement};
+use crate::model::{
+    EventId, HandlerName, Lease, MAX_SETTLE_BATCH, SettleOp, SettleTarget, Settlement,
+};
 use crate::settle::{self, Action, HandlerOutcome, SettleFailure};
 
 /// Starts and stops handler loops.
@@ -58,6 +61,8 @@ struct Tracked {
 /// Everything the worker's tasks share.
 #[derive(Debug)]
 struct Shared {
+    /// The handler's name, for the span of each delivery.
+    handler: HandlerName,
     backend: Arc<dyn Backend>,
     settings: HandlerSettings,
     version: Arc<ArcSwap<Version>>,
@@ -129,6 +134,7 @@ impl Worker {
     /// [`WorkerControl::stop`], then drains (bounded by
     /// `settings.drain_timeout`) and returns.
     pub fn spawn(
+        handler: HandlerName,
         backend: Arc<dyn Backend>,
         settings: HandlerSettings,
         version: Arc<ArcSwap<Version>>,
@@ -141,6 +147,7 @@ impl Worker {
         };
         let (settles, requests) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
+            handler,
             backend,
             settings,
             version,
@@ -402,7 +409,14 @@ async fn idle(shared: Arc<Shared>) {
 /// handler returned.
 async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     let version = shared.version.load_full();
-    let outcome = version.handler.handle(&lease).await;
+    let span = crate::telemetry::delivery_span(&shared.handler, &lease, version.number);
+    let started = std::time::Instant::now();
+    let outcome = version
+        .handler
+        .handle(&lease)
+        .instrument(span.clone())
+        .await;
+    shared.counters.called(started.elapsed());
     let decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
     let target = lease.target();
     let lost = shared
@@ -412,6 +426,7 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
         .filter(|t| t.target.lease_id == lease.lease_id)
         .is_none_or(|t| t.lost);
     if lost {
+        span.record("outcome", "lost");
         shared.release(&target, version.number, &outcome, Fate::Lost);
         return;
     }
@@ -431,6 +446,15 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
             Fate::Rejected,
         ),
     };
+    span.record(
+        "outcome",
+        match fate {
+            Fate::Acked => "ack",
+            Fate::Retried => "nack",
+            _ => "reject",
+        },
+    );
+    drop(span);
     let request = SettleRequest {
         target,
         op,

@@ -205,7 +205,7 @@ async fn backend_errors_are_counted_by_route_and_code() {
     let text = metrics.body.as_str().unwrap();
     assert!(
         text.contains(
-            "rheo_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"backend_unavailable\"} 2"
+            "rheo_http_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"backend_unavailable\"} 2"
         ),
         "{text}"
     );

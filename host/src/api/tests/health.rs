@@ -45,7 +45,7 @@ async fn metrics_count_requests_by_route_template_and_status() {
         "rheo_http_requests_total{method=\"GET\",route=\"/v1/streams/{stream}\",status=\"404\"} 1",
         "rheo_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1",
         "rheo_http_request_duration_seconds_count{method=\"GET\",route=\"/v1/streams/{stream}\"} 2",
-        "rheo_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"stream_not_found\"} 1",
+        "rheo_http_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"stream_not_found\"} 1",
         "# TYPE rheo_http_request_duration_seconds histogram",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
@@ -89,6 +89,7 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
         ("/v1/handlers/{handler}/rollback", &["post"]),
         ("/v1/handlers/{handler}/pause", &["post"]),
         ("/v1/handlers/{handler}/resume", &["post"]),
+        ("/v1/handlers/{handler}/logs", &["get"]),
         ("/v1/nodes", &["get"]),
         ("/healthz", &["get"]),
         ("/readyz", &["get"]),

@@ -1,0 +1,199 @@
+//! Group series, sampled on an interval: a scrape reads the last sample
+//! and never queries the backend, however often it comes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use crate::backend::Backend;
+use crate::model::GroupInfo;
+
+/// At most this many groups are sampled (the first by stream and group
+/// name); past it, a warning says so once per round.
+pub const MAX_SAMPLED_GROUPS: usize = 1000;
+
+/// How often groups are sampled unless `rheo serve --metrics-interval-ms`
+/// says otherwise.
+pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The last sample of every group.
+#[derive(Debug, Default)]
+pub(crate) struct GroupSamples {
+    last: ArcSwap<Sample>,
+}
+
+#[derive(Debug, Default)]
+struct Sample {
+    groups: Vec<GroupInfo>,
+    /// How long the round took (seconds), and whether it has run at all.
+    took: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GroupLabels {
+    stream: String,
+    group: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PartitionLabels {
+    stream: String,
+    group: String,
+    partition: u32,
+}
+
+impl GroupSamples {
+    /// Reads every group once and keeps the result. A stream or group that
+    /// goes away mid-round is skipped; a backend that fails keeps the
+    /// previous sample (and says why in the log).
+    pub(crate) async fn refresh(&self, backend: &dyn Backend) {
+        let started = Instant::now();
+        let streams = match backend.list_streams().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: could not list streams; group series keep their last sample");
+                return;
+            }
+        };
+        let mut groups = Vec::new();
+        let mut skipped = 0usize;
+        for stream in &streams {
+            let Ok(list) = backend.list_groups(&stream.name).await else {
+                continue;
+            };
+            for group in list {
+                if groups.len() >= MAX_SAMPLED_GROUPS {
+                    skipped += 1;
+                    continue;
+                }
+                if let Ok(info) = backend.group_info(&stream.name, &group.name).await {
+                    groups.push(info);
+                }
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(
+                sampled = MAX_SAMPLED_GROUPS,
+                skipped,
+                "metrics: too many groups; the rest have no group series"
+            );
+        }
+        self.last.store(Arc::new(Sample {
+            groups,
+            took: Some(started.elapsed().as_secs_f64()),
+        }));
+    }
+
+    /// Samples every `interval` until the task is dropped or aborted.
+    pub(crate) async fn run(self: Arc<Self>, backend: Arc<dyn Backend>, interval: Duration) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.refresh(backend.as_ref()).await;
+        }
+    }
+}
+
+/// Writes one gauge per group of `sample`.
+fn per_group(
+    encoder: &mut DescriptorEncoder,
+    sample: &Sample,
+    name: &str,
+    help: &str,
+    value: impl Fn(&GroupInfo) -> Option<f64>,
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for g in &sample.groups {
+        if let Some(v) = value(g) {
+            let labels = GroupLabels {
+                stream: g.stream.to_string(),
+                group: g.group.to_string(),
+            };
+            ConstGauge::new(v).encode(metric.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+impl Collector for GroupSamples {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let sample = self.last.load();
+        let s = sample.as_ref();
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_lag",
+            "Events after the group's ack frontier, over all partitions",
+            |g| Some(g.lag.lag as f64),
+        )?;
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_pending",
+            "Events the group has never been handed",
+            |g| Some(g.lag.pending as f64),
+        )?;
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_inflight",
+            "Deliveries leased right now",
+            |g| Some(g.inflight as f64),
+        )?;
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_waiting_retry",
+            "Nacked deliveries whose retry is not due yet",
+            |g| Some(g.lag.waiting_retry as f64),
+        )?;
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_dead_letters",
+            "Deliveries dead-lettered",
+            |g| Some(g.dead_letters as f64),
+        )?;
+        per_group(
+            &mut encoder,
+            s,
+            "rheo_group_oldest_unacked_age_seconds",
+            "Age of the oldest event not yet settled (absent when none is)",
+            |g| g.lag.oldest_unacked_age_ms.map(|ms| ms as f64 / 1000.0),
+        )?;
+        {
+            let mut metric = encoder.encode_descriptor(
+                "rheo_group_partition_lag",
+                "Events after the group's ack frontier, per partition",
+                None,
+                MetricType::Gauge,
+            )?;
+            for g in &s.groups {
+                for (partition, p) in &g.lag.partitions {
+                    let labels = PartitionLabels {
+                        stream: g.stream.to_string(),
+                        group: g.group.to_string(),
+                        partition: *partition,
+                    };
+                    ConstGauge::new(p.lag as f64).encode(metric.encode_family(&labels)?)?;
+                }
+            }
+        }
+        if let Some(took) = s.took {
+            let metric = encoder.encode_descriptor(
+                "rheo_group_sample_duration_seconds",
+                "How long the last sampling of every group took",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(took).encode(metric)?;
+        }
+        Ok(())
+    }
+}

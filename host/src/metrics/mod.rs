@@ -1,0 +1,182 @@
+//! What `/metrics` shows, in the Prometheus text format (0.0.4), through
+//! `prometheus-client` (`docs/operations.md` lists every series).
+//!
+//! - HTTP: requests by method, route template and status; latency; in
+//!   flight (`api::metrics` records them).
+//! - Backend: each [`Backend`] operation's latency and its errors by code
+//!   ([`Measured`] wraps the backend the server uses).
+//! - Handlers: the runtime's counters, read at scrape time (atomics, no
+//!   copy kept here), the guest call latency, version, hot swaps, and how
+//!   long modules take to compile.
+//! - Groups: lag, pending, in flight, oldest unacked age and dead letters,
+//!   sampled by [`Metrics::sample_groups`] on an interval, so a scrape costs
+//!   no query.
+//!
+//! Label values are route templates, backend operation names, error codes
+//! and the names of things that exist (handlers, streams, groups): never
+//! raw client input, so the number of series stays bounded. Nothing here
+//! takes a lock shared by all requests: counters and histograms are
+//! atomics; a family's map is read-locked (shared) once its series exists.
+
+mod backend;
+mod groups;
+#[cfg(feature = "wasm")]
+mod handlers;
+mod timing;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use arc_swap::ArcSwapOption;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub use self::backend::Measured;
+pub(crate) use self::groups::GroupSamples;
+pub use self::groups::{DEFAULT_SAMPLE_INTERVAL, MAX_SAMPLED_GROUPS};
+#[cfg(feature = "wasm")]
+pub(crate) use self::handlers::COMPILE_TIME;
+pub use self::timing::{CALL_BUCKETS, REQUEST_BUCKETS, Timing};
+
+/// The `Content-Type` of what [`Metrics::render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Labels of an HTTP request count.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub(crate) method: String,
+    pub(crate) route: String,
+    pub(crate) status: u16,
+}
+
+/// Labels of an HTTP latency.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct RouteLabels {
+    pub(crate) method: String,
+    pub(crate) route: String,
+}
+
+/// Labels of a backend error seen by an HTTP route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct RouteErrorLabels {
+    pub(crate) route: String,
+    pub(crate) code: &'static str,
+}
+
+/// The HTTP API's series.
+#[derive(Debug)]
+pub(crate) struct HttpMetrics {
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) latency: Family<RouteLabels, Timing, fn() -> Timing>,
+    pub(crate) route_errors: Family<RouteErrorLabels, Counter>,
+    pub(crate) in_flight: Gauge<i64, AtomicI64>,
+}
+
+/// Every series of one server.
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) http: HttpMetrics,
+    pub(crate) backend: Arc<backend::BackendMetrics>,
+    pub(crate) groups: Arc<GroupSamples>,
+    #[cfg(feature = "wasm")]
+    handlers: Arc<ArcSwapOption<crate::handlers::HandlerRegistry>>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every series declared (and none yet recorded).
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let http = HttpMetrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(|| Timing::new(REQUEST_BUCKETS)),
+            route_errors: Family::default(),
+            in_flight: Gauge::default(),
+        };
+        registry.register(
+            "rheo_http_requests",
+            "HTTP requests by method, route template and status",
+            http.requests.clone(),
+        );
+        registry.register(
+            "rheo_http_request_duration_seconds",
+            "HTTP request latency by method and route template",
+            http.latency.clone(),
+        );
+        registry.register(
+            "rheo_http_backend_errors",
+            "HTTP requests answered with a backend error, by route template and error code",
+            http.route_errors.clone(),
+        );
+        registry.register(
+            "rheo_http_requests_in_flight",
+            "HTTP requests being served",
+            http.in_flight.clone(),
+        );
+        let backend = Arc::new(backend::BackendMetrics::default());
+        backend.register(&mut registry);
+        let groups = Arc::new(GroupSamples::default());
+        registry.register_collector(Box::new(Arc::clone(&groups)));
+        #[cfg(feature = "wasm")]
+        let handlers = {
+            let handlers = Arc::new(ArcSwapOption::empty());
+            registry
+                .register_collector(Box::new(handlers::HandlerCollector(Arc::clone(&handlers))));
+            handlers
+        };
+        Self {
+            registry,
+            http,
+            backend,
+            groups,
+            #[cfg(feature = "wasm")]
+            handlers,
+        }
+    }
+
+    /// `backend`, with each operation timed and its errors counted here.
+    pub fn measured(
+        &self,
+        backend: Arc<dyn crate::backend::Backend>,
+    ) -> Arc<dyn crate::backend::Backend> {
+        Arc::new(Measured::new(backend, Arc::clone(&self.backend)))
+    }
+
+    /// Shows `registry`'s handlers from now on.
+    #[cfg(feature = "wasm")]
+    pub fn watch_handlers(&self, registry: &Arc<crate::handlers::HandlerRegistry>) {
+        self.handlers.store(Some(Arc::clone(registry)));
+    }
+
+    /// Every series, in the Prometheus text format (0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail; a collector never fails.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Shorthand for the label set of one label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct HandlerLabel {
+    pub(crate) handler: String,
+}
+
+#[cfg(test)]
+mod tests;
