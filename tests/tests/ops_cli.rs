@@ -719,3 +719,126 @@ fn a_file_append_shows_progress_on_a_terminal() {
     );
     assert!(text.contains("appended 1200 events"), "{text}");
 }
+
+/// `rheo handler logs NAME --json` until some line satisfies `found`
+/// (the handler runs in the background); returns the lines.
+fn logs_until(server: &Server, args: &[&str], found: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = ok(server, args);
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        if lines.iter().any(&found) {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no such line: {lines:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn handler_logs_are_printed_limited_and_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        test_clock: true,
+        args: vec!["--handler-log-lines".into(), "8".into()],
+        ..ServerOptions::default()
+    };
+    let server = Server::start(dir.path(), &options);
+    let modules = tempfile::tempdir().unwrap();
+    let probe = guest(modules.path(), "probe");
+    ok(&server, &["streams", "create", "jobs"]);
+    let manifest = modules.path().join("probe.toml");
+    std::fs::write(&manifest, "stream = \"jobs\"\ngroup = \"workers\"\n").unwrap();
+    let (m, p) = (manifest.to_str().unwrap(), probe.to_str().unwrap());
+    ok(
+        &server,
+        &["handler", "deploy", "probe", "--manifest", m, "--module", p],
+    );
+    ok(&server, &["append", "jobs", "--id", "j1"]);
+
+    // The probe logs four lines and prints one per delivery.
+    let lines = logs_until(&server, &["handler", "logs", "probe", "--json"], |l| {
+        l["source"] == "stdout"
+    });
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["event_id"], "j1", "{line}");
+        assert_eq!(line["attempt"], 1, "{line}");
+        assert_eq!(line["version"], 1, "{line}");
+    }
+    let last = ok(
+        &server,
+        &["handler", "logs", "probe", "--json", "--limit", "2"],
+    );
+    let seqs: Vec<u64> = last
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, [4, 5]);
+    let human = ok(&server, &["handler", "logs", "probe", "--limit", "1"]);
+    assert!(
+        human.ends_with(" INFO  v1 j1 #1 [stdout] probe finished: 0 leak(s)\n"),
+        "{human}"
+    );
+    let too_many = rheo(&server, &["handler", "logs", "probe", "--limit", "9"]);
+    assert_eq!(too_many.code, Some(1), "{}", too_many.stderr);
+    assert!(too_many.stderr.contains("limit"), "{}", too_many.stderr);
+    let unknown = rheo(&server, &["handler", "logs", "nope"]);
+    assert_eq!(unknown.code, Some(1));
+    assert!(
+        unknown.stderr.contains("(handler_not_found)"),
+        "{}",
+        unknown.stderr
+    );
+
+    // --follow: the last line, then what comes, until the handler goes.
+    let mut follow = std::process::Command::new(rheo_e2e::rheo_binary())
+        .args([
+            "handler", "logs", "probe", "--follow", "--json", "--limit", "1",
+        ])
+        .args(["--server", server.base()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let next = || -> Value {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a followed line in time");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next()["seq"], 5);
+    ok(&server, &["append", "jobs", "--id", "j2"]);
+    let line = next();
+    assert_eq!(
+        (line["seq"].as_u64(), line["event_id"].as_str()),
+        (Some(6), Some("j2"))
+    );
+    for seq in 7..=10 {
+        assert_eq!(next()["seq"], seq);
+    }
+    ok(&server, &["handler", "delete", "probe"]);
+    let status = follow.wait().unwrap();
+    assert!(
+        status.success(),
+        "the follower ends cleanly with the handler"
+    );
+}

@@ -97,6 +97,38 @@ impl Client {
         self.answer(&url, request.call())
     }
 
+    /// `GET path?query` with extra `headers`, whose answer is read as it
+    /// arrives (a followed log): the body of a 2xx answer, else the error
+    /// the server gave. No read timeout: the server may stay quiet.
+    pub(crate) fn get_streaming(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        headers: &[(&str, String)],
+    ) -> Result<ureq::Body, ClientError> {
+        let url = self.url(path);
+        let mut request = self.with_token(self.agent.get(&url));
+        for (key, value) in query {
+            request = request.query(*key, value);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = request.call().map_err(|e| self.transport_error(e))?;
+        if response.status().is_success() {
+            return Ok(response.into_body());
+        }
+        let status = response.status().as_u16();
+        match self.answer(&url, Ok(response)) {
+            Err(e) => Err(e),
+            Ok(_) => Err(ClientError::Unexpected {
+                url,
+                status,
+                detail: "not a success".into(),
+            }),
+        }
+    }
+
     /// `POST path` with a JSON body.
     pub(crate) fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         let url = self.url(path);

@@ -1,6 +1,8 @@
 //! `rheo handler …`: deploy WebAssembly handlers, hot-swap their modules,
-//! and list, inspect, roll back, pause, resume or delete them.
+//! list, inspect, roll back, pause, resume or delete them, and read or
+//! follow their log lines.
 
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -93,6 +95,25 @@ enum HandlerAction {
         /// The handler's name.
         name: String,
     },
+    /// A handler's last log lines, kept in memory by the server that
+    /// answers (in a cluster: what ran on that node), oldest first; one line
+    /// each: time, level, version, event id and attempt (inside a
+    /// delivery), message. With --json, one JSON object per line.
+    Logs {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The handler's name.
+        name: String,
+        /// Keep printing new lines as they come, until interrupted or the
+        /// handler is deleted or the server stops; lines missed (no longer
+        /// kept, or this reader fell behind) are noted on stderr.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// How many of the last lines to print first [default: 100; at most
+        /// what the server keeps, `rheo serve --handler-log-lines`]
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+    },
 }
 
 impl HandlerArgs {
@@ -107,7 +128,8 @@ impl HandlerArgs {
             | HandlerAction::Rollback { ref server, .. }
             | HandlerAction::Pause { ref server, .. }
             | HandlerAction::Resume { ref server, .. }
-            | HandlerAction::Delete { ref server, .. } => server,
+            | HandlerAction::Delete { ref server, .. }
+            | HandlerAction::Logs { ref server, .. } => server,
         };
         let client = server.client()?;
         let path = |name: &str, rest: &str| format!("/v1/handlers/{}{rest}", segment(name));
@@ -119,6 +141,27 @@ impl HandlerArgs {
             HandlerAction::Get { name, .. } => {
                 let answer = client.get(&path(name, ""), &[])?;
                 return server.print(&answer, render_one);
+            }
+            HandlerAction::Logs {
+                name,
+                follow,
+                limit,
+                ..
+            } => {
+                let mut query = Vec::new();
+                if let Some(limit) = limit {
+                    query.push(("limit", limit.to_string()));
+                }
+                let path = path(name, "/logs");
+                if !follow {
+                    let answer = client.get(&path, &query)?;
+                    let lines = answer["lines"].as_array().map_or(&[][..], Vec::as_slice);
+                    let text: String = lines.iter().map(|l| log_line(l, server.json)).collect();
+                    return super::emit(&text);
+                }
+                query.push(("follow", "true".to_owned()));
+                let body = client.get_streaming(&path, &query, &[])?;
+                return follow_log(body.into_reader(), server.json);
             }
             HandlerAction::New(_) | HandlerAction::Build(_) => unreachable!("run above"),
             HandlerAction::Deploy {
@@ -330,4 +373,180 @@ fn render_one(h: &Value) -> String {
         pairs.push(("last error", error.to_owned()));
     }
     key_values(&pairs)
+}
+
+/// One log line as printed: compact JSON with `--json`, else
+/// `2026-12-01T20:31:02.123Z INFO  v3 evt-1 #2 message` (event id and
+/// attempt only inside a delivery; `[stdout]` or `[stderr]` before the
+/// message when it came from there).
+fn log_line(line: &Value, json: bool) -> String {
+    if json {
+        return format!("{line}\n");
+    }
+    let level = line["level"].as_str().unwrap_or("-").to_ascii_uppercase();
+    let mut out = format!("{} {level:<5}", cell(&line["at"]));
+    match line["version"].as_u64() {
+        Some(v) => out.push_str(&format!(" v{v}")),
+        None => out.push_str(" -"),
+    }
+    if let Some(event) = line["event_id"].as_str() {
+        out.push_str(&format!(" {event} #{}", cell(&line["attempt"])));
+    }
+    if let Some(source @ ("stdout" | "stderr")) = line["source"].as_str() {
+        out.push_str(&format!(" [{source}]"));
+    }
+    out.push(' ');
+    out.push_str(line["message"].as_str().unwrap_or(""));
+    out.push('\n');
+    out
+}
+
+/// Prints a followed log's server-sent events as they arrive, until the
+/// server ends the stream (or stdout is closed). `gap` events become a note
+/// on stderr.
+fn follow_log(body: impl std::io::Read, json: bool) -> anyhow::Result<()> {
+    let mut reader = BufReader::new(body);
+    let mut parser = SseParser::default();
+    let mut line = String::new();
+    let stdout = std::io::stdout();
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .context("reading the log stream")?;
+        if read == 0 {
+            return Ok(());
+        }
+        let Some(event) = parser.line(line.trim_end_matches(['\n', '\r'])) else {
+            continue;
+        };
+        let text = match event.event.as_str() {
+            "line" => match serde_json::from_str::<Value>(&event.data) {
+                Ok(value) => log_line(&value, json),
+                Err(_) => continue,
+            },
+            "gap" => {
+                let missed = serde_json::from_str::<Value>(&event.data)
+                    .ok()
+                    .and_then(|v| v["missed"].as_u64())
+                    .unwrap_or(0);
+                eprintln!(
+                    "note: {missed} log line(s) missed here (no longer kept by the server, or this reader fell behind)"
+                );
+                continue;
+            }
+            _ => continue,
+        };
+        let mut out = stdout.lock();
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
+            other => other.context("writing to stdout")?,
+        }
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SseEvent {
+    event: String,
+    id: Option<String>,
+    data: String,
+}
+
+/// The server-sent events format, a line at a time: `field: value` lines
+/// up to a blank line make an event; `:` lines are comments (keep-alives).
+#[derive(Debug, Default)]
+struct SseParser {
+    event: Option<String>,
+    id: Option<String>,
+    data: Option<String>,
+}
+
+impl SseParser {
+    /// Takes one line (without its end); an event when `line` completes one.
+    fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            let data = self.data.take()?;
+            return Some(SseEvent {
+                event: self.event.take().unwrap_or_else(|| "message".to_owned()),
+                id: self.id.take(),
+                data,
+            });
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "id" => self.id = Some(value.to_owned()),
+            "data" => match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            },
+            _ => {}
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn sse_events_are_parsed_line_by_line() {
+        let mut p = SseParser::default();
+        assert_eq!(p.line(": keep-alive"), None);
+        assert_eq!(p.line(""), None, "a comment alone is no event");
+        assert_eq!(p.line("event: line"), None);
+        assert_eq!(p.line("id: 7"), None);
+        assert_eq!(p.line("data: {\"seq\":7}"), None);
+        assert_eq!(
+            p.line(""),
+            Some(SseEvent {
+                event: "line".into(),
+                id: Some("7".into()),
+                data: "{\"seq\":7}".into(),
+            })
+        );
+        p.line("event: gap");
+        p.line("data:{\"missed\":3}");
+        let gap = p.line("").unwrap();
+        assert_eq!(
+            (gap.event.as_str(), gap.id, gap.data.as_str()),
+            ("gap", None, "{\"missed\":3}")
+        );
+        p.line("data: a");
+        p.line("data: b");
+        assert_eq!(p.line("").unwrap().data, "a\nb");
+    }
+
+    #[test]
+    fn log_lines_print_time_level_version_delivery_and_message() {
+        let line = json!({
+            "seq": 3, "at": "2026-12-01T20:31:02.123Z", "level": "info", "source": "log",
+            "message": "hello", "version": 3, "event_id": "evt-1", "stream": "s",
+            "partition": 0, "sequence": 9, "attempt": 2,
+        });
+        assert_eq!(
+            log_line(&line, false),
+            "2026-12-01T20:31:02.123Z INFO  v3 evt-1 #2 hello\n"
+        );
+        let outside = json!({
+            "seq": 1, "at": "2026-12-01T20:31:02.123Z", "level": "warn", "source": "stderr",
+            "message": "starting",
+        });
+        assert_eq!(
+            log_line(&outside, false),
+            "2026-12-01T20:31:02.123Z WARN  - [stderr] starting\n"
+        );
+        assert_eq!(log_line(&outside, true), format!("{outside}\n"));
+    }
 }

@@ -9,7 +9,7 @@
 //!
 //! Files: `streams` (list, create), `groups` (list, create, lag, info),
 //! `recovery` (dead letters, redrive, replay, reset), `append`, `query`,
-//! `handler` (deploy, swap, list, get, rollback, pause, resume, delete),
+//! `handler` (deploy, swap, list, get, rollback, pause, resume, delete, logs),
 //! `nodes`.
 
 mod append;
