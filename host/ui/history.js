@@ -15,16 +15,21 @@ export function record(key, values) {
   const last = list[list.length - 1];
   // Two polls in the same instant (two pages open on one key) add one sample.
   if (last && now - last.t < 250) {
-    last.values = values;
+    last.values = { ...last.values, ...values };
   } else {
     list.push({ t: now, values });
   }
   while (list.length && list[0].t < now - WINDOW_MS - 10_000) list.shift();
 }
 
+/** The samples of `key` that carry `name` (pages record different fields). */
+function having(key, name) {
+  return (samples.get(key) || []).filter((s) => Number.isFinite(s.values[name]));
+}
+
 /** The points `[t, value]` of `name` for `key`. */
 export function series(key, name) {
-  return (samples.get(key) || []).map((s) => [s.t, s.values[name]]);
+  return having(key, name).map((s) => [s.t, s.values[name]]);
 }
 
 /**
@@ -32,12 +37,12 @@ export function series(key, name) {
  * samples; a counter that went down (a reset, a restart) counts as 0.
  */
 export function rate(key, name) {
-  const list = samples.get(key) || [];
+  const list = having(key, name);
   const points = [];
   for (let i = 1; i < list.length; i += 1) {
     const dt = (list[i].t - list[i - 1].t) / 1000;
     const dv = list[i].values[name] - list[i - 1].values[name];
-    if (dt > 0 && Number.isFinite(dv)) points.push([list[i].t, Math.max(0, dv) / dt]);
+    if (dt > 0) points.push([list[i].t, Math.max(0, dv) / dt]);
   }
   return points;
 }

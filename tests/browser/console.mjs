@@ -174,7 +174,7 @@ const scenarios = {
     step('group page: no dead letters left');
   },
 
-  /** A new module uploaded through the file input; the page shows the new version and digest. */
+  /** A new module uploaded through the file input; the page shows the new version and digest; then a deploy from the form. */
   async swap(page) {
     await go(page, '#/handlers/swapper');
     const before = await textOf(page, 'handler-version', (t) => t === '1', 'version 1');
@@ -192,6 +192,18 @@ const scenarios = {
     await textOf(page, 'handler-digest', (t) => t === oldDigest, 'the old digest after Roll back', 60_000);
     const after = await textOf(page, 'handler-version', () => true);
     step(`handler page: rolled back (version ${after}, the first digest again)`);
+
+    // A new handler from the deploy form, with the same file.
+    await go(page, '#/handlers');
+    await page.getByLabel('Name').fill('fresh');
+    await until('the stream choice', async () => (await page.locator('#d-stream option[value="jobs"]').count()) === 1);
+    await page.getByLabel('Stream').selectOption('jobs');
+    await page.getByLabel('Group').fill('fresh-group');
+    await byId(page, 'deploy-file').setInputFiles(process.env.RHEO_SWAP_WASM);
+    await byId(page, 'deploy').click();
+    await textOf(page, 'notice', (t) => t.includes('Deployed fresh version 1'), 'the deploy notice', 60_000);
+    await until('the new handler in the table', async () => (await byId(page, 'handler-row-fresh').count()) === 1);
+    step('handlers page: deployed "fresh" from the form');
   },
 
   /** A server with a token: the page asks for it, refuses a wrong one, then works and remembers it. */

@@ -260,6 +260,12 @@ fn console_swaps_a_handler_module_from_a_file() {
         (view["status"] == "running").then_some(view)
     });
     assert!(view["previous_version"].is_u64(), "{view}");
+    let fresh = support::handler(&http, &server, "fresh");
+    assert_eq!(
+        (&fresh["stream"], &fresh["group"]),
+        (&json!("jobs"), &json!("fresh-group")),
+        "{fresh}"
+    );
 }
 
 #[test]

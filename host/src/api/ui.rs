@@ -206,6 +206,30 @@ mod tests {
     }
 
     #[test]
+    fn every_file_of_host_ui_is_listed() {
+        fn walk(dir: &std::path::Path, base: &std::path::Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, base, found);
+                } else {
+                    let relative = path.strip_prefix(base).unwrap();
+                    found.push(relative.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui");
+        let mut found = Vec::new();
+        walk(&base, &base, &mut found);
+        for file in found {
+            assert!(
+                ASSETS.iter().any(|a| a.path == file),
+                "host/ui/{file} is not served: add it to ASSETS"
+            );
+        }
+    }
+
+    #[test]
     fn every_listed_asset_is_non_empty_and_listed_once() {
         for (i, asset) in ASSETS.iter().enumerate() {
             assert!(!asset.bytes.is_empty(), "{}", asset.path);
