@@ -194,3 +194,28 @@ async fn without_a_token_nothing_asks_for_one() {
         .await;
     assert_eq!(a.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn the_console_is_open_with_a_token_and_no_route_of_the_document() {
+    let app = TestApp::with_settings(ApiSettings {
+        auth_token: Some("s3cret".into()),
+        ..ApiSettings::default()
+    });
+    // The page and its files are static: no token (docs/console.md#the-token).
+    for open in ["/ui/", "/ui/app.js", "/ui/style.css"] {
+        let a = app.call(with_token(open, None)).await;
+        assert_eq!(a.status, StatusCode::OK, "{open}");
+    }
+    let missing = app.call(with_token("/ui/nope.js", None)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let doc = app
+        .call(with_token("/v1/openapi.json", Some("Bearer s3cret")))
+        .await;
+    assert_eq!(doc.status, StatusCode::OK);
+    let paths = doc.body["paths"].as_object().expect("paths");
+    assert!(
+        paths.keys().all(|p| !p.starts_with("/ui")),
+        "the console is no API route: {:?}",
+        paths.keys().collect::<Vec<_>>()
+    );
+}
