@@ -183,13 +183,15 @@ pub fn delivery_span(handler: &HandlerName, lease: &Lease, version: u64) -> Span
     let span = tracing::info_span!(
         "delivery",
         handler = handler.as_str(),
-        version,
+        version = i64::try_from(version).unwrap_or(i64::MAX),
         stream = lease.stream.as_str(),
         group = lease.group.as_str(),
-        partition = lease.event.partition,
-        sequence = lease.event.sequence,
+        // Signed: OpenTelemetry has no unsigned integers (an unsigned
+        // field would be exported as a string).
+        partition = i64::from(lease.event.partition),
+        sequence = i64::try_from(lease.event.sequence).unwrap_or(i64::MAX),
         event_id = lease.event_id.as_str(),
-        attempt = lease.attempt,
+        attempt = i64::from(lease.attempt),
         lease_id = lease.lease_id.as_str(),
         correlation_id = tracing::field::Empty,
         causation_id = tracing::field::Empty,

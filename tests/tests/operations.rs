@@ -358,4 +358,6 @@ fn delivery_spans_reach_an_otlp_collector_with_their_lineage() {
     assert_eq!(attribute("handler"), text("gate"));
     assert_eq!(attribute("outcome"), text("ack"));
     assert_eq!(attribute("attempt"), Some(Any::IntValue(1)));
+    assert_eq!(attribute("sequence"), Some(Any::IntValue(1)));
+    assert_eq!(attribute("version"), Some(Any::IntValue(1)));
 }
