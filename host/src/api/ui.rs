@@ -147,7 +147,7 @@ mod tests {
             .unwrap()
     }
 
-    fn header_of<'a>(response: &'a Response, name: header::HeaderName) -> &'a str {
+    fn header_of(response: &Response, name: header::HeaderName) -> &str {
         response
             .headers()
             .get(name)
