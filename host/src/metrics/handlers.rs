@@ -82,7 +82,6 @@ impl Collector for HandlerCollector {
         for r in &rows {
             ConstCounter::new(r.counters.processed).encode(m.encode_family(&label(r))?)?;
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_outcomes",
@@ -106,7 +105,6 @@ impl Collector for HandlerCollector {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_failures",
@@ -126,7 +124,6 @@ impl Collector for HandlerCollector {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_in_flight",
@@ -137,7 +134,6 @@ impl Collector for HandlerCollector {
         for r in &rows {
             ConstGauge::new(r.counters.inflight as i64).encode(m.encode_family(&label(r))?)?;
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_version",
@@ -150,7 +146,6 @@ impl Collector for HandlerCollector {
                 ConstGauge::new(v as i64).encode(m.encode_family(&label(r))?)?;
             }
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_running",
@@ -161,7 +156,6 @@ impl Collector for HandlerCollector {
         for r in &rows {
             ConstGauge::new(i64::from(r.running)).encode(m.encode_family(&label(r))?)?;
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_swaps",
@@ -172,7 +166,6 @@ impl Collector for HandlerCollector {
         for r in &rows {
             ConstCounter::new(r.swaps).encode(m.encode_family(&label(r))?)?;
         }
-        drop(m);
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_call_duration_seconds",
