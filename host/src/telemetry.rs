@@ -173,6 +173,10 @@ impl opentelemetry_http::HttpClient for OtlpClient {
     }
 }
 
+/// The `tracing` target of the delivery spans: `RUST_LOG=info,rheo::delivery=off`
+/// turns them off (a guest's lines then lack the delivery's fields).
+pub const DELIVERY_TARGET: &str = "rheo::delivery";
+
 /// The span of one delivery of `lease` to version `version` of `handler`.
 /// Its `outcome` (ack, nack, reject or lost) is recorded once decided; the
 /// event's `correlation_id` and `causation_id`, when its metadata has
@@ -181,6 +185,7 @@ pub fn delivery_span(handler: &HandlerName, lease: &Lease, version: u64) -> Span
     let metadata = &lease.event.metadata;
     let lineage = |key: &str| metadata.get(key).and_then(|v| v.as_str());
     let span = tracing::info_span!(
+        target: DELIVERY_TARGET,
         "delivery",
         handler = handler.as_str(),
         version = i64::try_from(version).unwrap_or(i64::MAX),

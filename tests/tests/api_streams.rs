@@ -673,7 +673,8 @@ fn probes_and_metrics_answer_without_a_test_clock() {
         "rheo_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1",
         "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"201\"} 1",
         "rheo_http_requests_total{method=\"GET\",route=\"/v1/streams/{stream}\",status=\"404\"} 1",
-        "rheo_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"stream_not_found\"} 1",
+        "rheo_http_backend_errors_total{route=\"/v1/streams/{stream}\",code=\"stream_not_found\"} 1",
+        "rheo_backend_operation_duration_seconds_count{backend=\"sqlite\",op=\"create_stream\"} 1",
         "# TYPE rheo_http_request_duration_seconds histogram",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");

@@ -50,6 +50,20 @@ fn group() -> GroupName {
     GroupName::parse("billing").unwrap()
 }
 
+/// A memory backend measured by `metrics`, holding the stream `orders`
+/// with `partitions` partitions (created through the measured backend).
+async fn with_stream(metrics: &Metrics, partitions: u32) -> Arc<dyn crate::backend::Backend> {
+    let backend = metrics.measured(Arc::new(MemoryBackend::new(FrozenClock::at_system_time())));
+    backend
+        .create_stream(CreateStream {
+            name: stream(),
+            partition_count: partitions,
+        })
+        .await
+        .unwrap();
+    backend
+}
+
 #[test]
 fn a_timing_counts_each_duration_in_its_bucket_and_sums_them() {
     let metrics = Metrics::new();
@@ -90,15 +104,8 @@ fn a_timing_counts_each_duration_in_its_bucket_and_sums_them() {
 #[tokio::test]
 async fn backend_operations_are_timed_and_their_errors_counted_by_code() {
     let metrics = Metrics::new();
-    let backend = metrics.measured(Arc::new(MemoryBackend::new(FrozenClock::at_system_time())));
+    let backend = with_stream(&metrics, 2).await;
     assert_eq!(backend.kind(), "memory");
-    backend
-        .create_stream(CreateStream {
-            name: stream(),
-            partition_count: 2,
-        })
-        .await
-        .unwrap();
     backend.get_stream(&stream()).await.unwrap();
     let missing = StreamName::parse("missing").unwrap();
     assert!(matches!(
@@ -133,14 +140,7 @@ async fn backend_operations_are_timed_and_their_errors_counted_by_code() {
 #[tokio::test]
 async fn group_series_show_the_last_sample_not_the_live_state() {
     let metrics = Metrics::new();
-    let backend = metrics.measured(Arc::new(MemoryBackend::new(FrozenClock::at_system_time())));
-    backend
-        .create_stream(CreateStream {
-            name: stream(),
-            partition_count: 2,
-        })
-        .await
-        .unwrap();
+    let backend = with_stream(&metrics, 2).await;
     backend
         .create_group(&stream(), GroupSpec::new(group()))
         .await
@@ -205,14 +205,7 @@ async fn group_series_show_the_last_sample_not_the_live_state() {
 #[tokio::test]
 async fn a_scrape_does_not_touch_the_backend() {
     let metrics = Metrics::new();
-    let backend = metrics.measured(Arc::new(MemoryBackend::new(FrozenClock::at_system_time())));
-    backend
-        .create_stream(CreateStream {
-            name: stream(),
-            partition_count: 1,
-        })
-        .await
-        .unwrap();
+    let backend = with_stream(&metrics, 1).await;
     metrics.groups.refresh(backend.as_ref()).await;
     let count = |text: &str| {
         value(
