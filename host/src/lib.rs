@@ -28,6 +28,8 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "wasm")]
 pub mod example_guests;
+#[cfg(test)]
+mod fuzz;
 pub mod handler_logs;
 #[cfg(feature = "wasm")]
 pub mod handlers;

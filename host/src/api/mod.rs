@@ -18,7 +18,7 @@
 
 mod auth;
 mod clock;
-mod dto;
+pub(crate) mod dto;
 mod error;
 mod extract;
 mod groups;

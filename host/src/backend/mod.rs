@@ -14,7 +14,7 @@ mod error;
 pub mod memory;
 #[cfg(feature = "mongodb")]
 pub(crate) mod mongo;
-mod policy;
+pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
