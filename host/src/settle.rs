@@ -148,7 +148,10 @@ pub fn on_settle_error(error: &Error) -> SettleFailure {
         | Error::ReceiptMismatch
         | Error::StreamNotFound(_)
         | Error::GroupNotFound { .. } => SettleFailure::LeaseLost,
-        Error::BackendUnavailable(_) | Error::Ambiguous(_) => SettleFailure::LeaveToExpire,
+        // A full store refuses the nack as well: the lease expires instead.
+        Error::BackendUnavailable(_) | Error::Ambiguous(_) | Error::StorageFull(_) => {
+            SettleFailure::LeaveToExpire
+        }
         other => SettleFailure::NackNow {
             reason: format!("settle_failed: {}: {other}", other.code()),
         },
@@ -282,6 +285,7 @@ mod tests {
         for e in [
             Error::BackendUnavailable("down".into()),
             Error::Ambiguous("timeout".into()),
+            Error::StorageFull("database or disk is full".into()),
         ] {
             assert_eq!(on_settle_error(&e), SettleFailure::LeaveToExpire, "{e:?}");
         }

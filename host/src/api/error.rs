@@ -111,6 +111,9 @@ impl ApiError {
             ApiError::Backend(Error::Ambiguous(_)) => {
                 "the backend did not confirm the outcome; the write may or may not have been applied, retry idempotently".into()
             }
+            ApiError::Backend(Error::StorageFull(_)) => {
+                "the store has no space left; nothing was written, retry once space is freed".into()
+            }
             ApiError::Backend(Error::Failed(_)) | ApiError::Internal(_) => {
                 "internal error; see the server log".into()
             }
@@ -142,6 +145,7 @@ fn backend_status(e: &Error) -> StatusCode {
         | Error::InvalidReplayOpts(_)
         | Error::Invalid(_) => StatusCode::BAD_REQUEST,
         Error::BackendUnavailable(_) | Error::Ambiguous(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
         Error::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -322,6 +326,7 @@ mod tests {
             (Error::invalid("limit", "too big"), 400),
             (Error::BackendUnavailable("x".into()), 503),
             (Error::Ambiguous("x".into()), 503),
+            (Error::StorageFull("x".into()), 507),
             (Error::Failed("x".into()), 500),
         ];
         for (error, status) in cases {
@@ -337,6 +342,7 @@ mod tests {
         for error in [
             Error::BackendUnavailable("db.internal:5432 refused".into()),
             Error::Ambiguous("db.internal:5432 reset".into()),
+            Error::StorageFull("db.internal:5432 disk full".into()),
             Error::Failed("db.internal:5432 constraint".into()),
         ] {
             let message = ErrorDetail::of(&ApiError::Backend(error)).message;

@@ -65,6 +65,10 @@ pub enum Error {
     /// A write may or may not have been applied.
     #[error("ambiguous outcome: {0}")]
     Ambiguous(String),
+    /// The store has no space left for the write (a full disk); nothing
+    /// was applied. The same call may succeed once space is freed.
+    #[error("storage full: {0}")]
+    StorageFull(String),
     /// A definite failure; nothing was applied.
     #[error("backend failed: {0}")]
     Failed(String),
@@ -88,6 +92,7 @@ impl Error {
             Error::Invalid(_) => "invalid",
             Error::BackendUnavailable(_) => "backend_unavailable",
             Error::Ambiguous(_) => "ambiguous",
+            Error::StorageFull(_) => "storage_full",
             Error::Failed(_) => "failed",
         }
     }

@@ -383,6 +383,9 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
                 }
                 // SQLite busy / locked past the busy timeout: nothing was written.
                 "5" | "6" | "261" | "517" => Error::BackendUnavailable(db.to_string()),
+                // No space left: SQLite's SQLITE_FULL, PostgreSQL's disk_full.
+                // Either rolls the whole transaction back, commit included.
+                "13" | "53100" => Error::StorageFull(db.to_string()),
                 _ => Error::Failed(db.to_string()),
             }
         }

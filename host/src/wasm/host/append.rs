@@ -91,9 +91,10 @@ fn to_append_error(error: Error) -> AppendError {
         Error::StreamNotFound(_) => AppendError::StreamNotFound,
         // Transient, or a definite failure of the store itself: the same
         // append may work later.
-        Error::BackendUnavailable(_) | Error::Ambiguous(_) | Error::Failed(_) => {
-            AppendError::Unavailable(error.to_string())
-        }
+        Error::BackendUnavailable(_)
+        | Error::Ambiguous(_)
+        | Error::StorageFull(_)
+        | Error::Failed(_) => AppendError::Unavailable(error.to_string()),
         // Everything else is about the input.
         other => AppendError::Invalid(other.to_string()),
     }
