@@ -54,7 +54,11 @@ impl PgCluster {
         doc: Option<&serde_json::Value>,
     ) -> Result<bool> {
         let expected = i64::try_from(expected).unwrap_or(i64::MAX);
-        let mut conn = self.pool.acquire().await.map_err(read_err)?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| map_error(e, Phase::Connect))?;
         let mut tx = conn.begin().await.map_err(read_err)?;
         let mut query = sqlx::query(statement).bind(name).bind(expected);
         if let Some(doc) = doc {

@@ -120,3 +120,75 @@ async fn cluster_pair(
 }
 
 crate::cluster_conformance!(cluster_pair);
+
+/// A database that refuses connections (`ALLOW_CONNECTIONS false`, its
+/// sessions ended: what an operator does before maintenance) is
+/// `backend_unavailable`, for reads and writes alike — not `failed`: the
+/// server answers the connection with an error of its own (55000), which
+/// means nothing more than that the store cannot be reached now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_closed_to_connections_is_unavailable_and_recovers() {
+    use crate::backend::CreateStream;
+    use crate::model::{EventInput, StreamName};
+    let Some(url) = url() else { return };
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .expect("connect to TEST_POSTGRES_URL");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let db = format!("rheo_closed_{now}_{:08x}", rand::random::<u32>());
+    let run = |sql: String| {
+        let admin = admin.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&admin)
+                .await
+                .expect("admin statement");
+        }
+    };
+    run(format!("CREATE DATABASE {db}")).await;
+    let mut db_url = url::Url::parse(&url).expect("a URL");
+    db_url.set_path(&db);
+    let clock = crate::clock::SystemClock::shared();
+    let backend = PostgresBackend::connect_with(
+        db_url.as_str(),
+        PostgresOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(2),
+            ..PostgresOptions::default()
+        },
+        clock,
+        true,
+    )
+    .await
+    .expect("connect and migrate");
+    let stream = StreamName::parse("s").unwrap();
+    backend
+        .create_stream(CreateStream {
+            name: stream.clone(),
+            partition_count: 1,
+        })
+        .await
+        .expect("create the stream");
+
+    run(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false")).await;
+    run(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+    ))
+    .await;
+    let read = backend.get_stream(&stream).await;
+    let write = backend.append_one(&stream, EventInput::default()).await;
+    run(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
+    let again = backend.append_one(&stream, EventInput::default()).await;
+    drop(backend);
+    run(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+
+    for (what, got) in [("read", read.map(|_| ())), ("write", write.map(|_| ()))] {
+        let e = got.expect_err(what);
+        assert_eq!(e.code(), "backend_unavailable", "{what}: {e}");
+    }
+    again.expect("an append once the database is open again");
+}

@@ -68,12 +68,17 @@ impl<D: Dialect> SqlBackend<D> {
             Access::Read => D::BEGIN_READ,
             Access::Write => D::BEGIN_WRITE,
         };
-        (self.dialect.pool(access).begin_with(begin).await).map_err(|e| map_error(e, Phase::Read))
+        // What `Pool::begin_with` does, with the connection got first so
+        // that failing to get one is told apart from a failing BEGIN.
+        let conn = self.conn(access).await?;
+        (sqlx::Transaction::begin(conn, Some(sqlx::SqlSafeStr::into_sql_str(begin))).await)
+            .map_err(|e| map_error(e, Phase::Read))
     }
 
-    /// A pooled connection for `access`.
+    /// A pooled connection for `access`; failing to get one is
+    /// `backend_unavailable` ([`Phase::Connect`]).
     pub(crate) async fn conn(&self, access: Access) -> Result<sqlx::pool::PoolConnection<D::Db>> {
-        (self.dialect.pool(access).acquire().await).map_err(|e| map_error(e, Phase::Read))
+        (self.dialect.pool(access).acquire().await).map_err(|e| map_error(e, Phase::Connect))
     }
 
     /// Commits; a lost connection here leaves the outcome unknown.

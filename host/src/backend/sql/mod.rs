@@ -355,6 +355,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
 /// "it may have happened".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
+    /// Getting a connection from the pool (opening one if need be): nothing
+    /// was sent, and whatever the server answered — PostgreSQL's "database
+    /// is not currently accepting connections", a closed pool — means the
+    /// store cannot be reached now (`backend_unavailable`).
+    Connect,
     /// Reading, or inside a transaction that has not committed: a failure
     /// means nothing changed.
     Read,
@@ -367,10 +372,10 @@ pub(crate) enum Phase {
 pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
     use sqlx::Error as E;
     let lost = |detail: String| match phase {
-        Phase::Read => Error::BackendUnavailable(detail),
+        Phase::Connect | Phase::Read => Error::BackendUnavailable(detail),
         Phase::Write => Error::Ambiguous(detail),
     };
-    match e {
+    let mapped = match e {
         E::PoolTimedOut | E::PoolClosed => Error::BackendUnavailable(e.to_string()),
         E::Io(_) | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed => lost(e.to_string()),
         E::Database(db) => {
@@ -390,6 +395,10 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
             }
         }
         other => Error::Failed(other.to_string()),
+    };
+    match (phase, mapped) {
+        (Phase::Connect, Error::Failed(detail)) => Error::BackendUnavailable(detail),
+        (_, mapped) => mapped,
     }
 }
 
