@@ -698,6 +698,37 @@ pub async fn replay_after_reset_recreates_the_delivery(h: &Harness) {
     assert_eq!(h.lag(&s, &g).await.lag, 0, "nothing left to settle");
 }
 
+/// A start point past the partition's end names sequences that hold no
+/// event yet: a replay re-opens the events before the start, not those
+/// sequences, and events later appended there are skipped (found by the
+/// model-based check, `docs/groups.md#the-model-based-check`).
+pub async fn replay_before_a_start_past_the_end_reopens_only_events(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    h.append_n(&s, 3).await;
+    let g = h
+        .group_with(&s, group_at("g", StartPosition::After(StartAfter::All(5))))
+        .await;
+    let n = replay(h, &s, &g, from_seq(1, Partitions::All)).await;
+    assert_eq!(
+        n.expect("replay"),
+        2,
+        "events 2 and 3, not sequences 4 and 5"
+    );
+    let how = Replay::FromTime {
+        from: Timestamp::EPOCH,
+        partitions: Partitions::All,
+    };
+    assert_eq!(replay(h, &s, &g, how).await.expect("replay"), 1, "event 1");
+    h.append_n(&s, 3).await; // sequences 4, 5 (skipped) and 6
+    let leases = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        (seqs(&leases), attempts(&leases)),
+        (vec![1, 2, 3, 6], vec![1, 1, 1, 1])
+    );
+    ack_all(h, &leases).await;
+    assert_eq!(plag(h, &s, &g, 0).await, pl(6, 6));
+}
+
 // ---------------------------------------------------------------------------
 // reset
 

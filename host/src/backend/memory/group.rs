@@ -475,10 +475,12 @@ impl GroupState {
     }
 
     /// Re-opens every sequence after `after` in `partition` that the group
-    /// has seen or that lies before its start.
-    pub(super) fn reopen_after(&mut self, partition: u32, after: u64) -> u64 {
+    /// has seen or that lies before its start, up to the high watermark
+    /// `hw`: a start point past the partition's end names sequences that
+    /// hold no event yet, and those are skipped when appended, not re-opened.
+    pub(super) fn reopen_after(&mut self, partition: u32, after: u64, hw: u64) -> u64 {
         let cursor = self.parts[partition as usize].cursor();
-        (after.saturating_add(1)..cursor)
+        (after.saturating_add(1)..cursor.min(hw.saturating_add(1)))
             .map(|seq| u64::from(self.reopen(partition, seq, false)))
             .sum()
     }

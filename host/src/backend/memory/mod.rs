@@ -452,14 +452,17 @@ impl Backend for MemoryBackend {
             match how {
                 Replay::FromSequence { after, partitions } => {
                     let parts = partitions.resolve(state.partition_count)?;
-                    parts.iter().map(|&p| g.reopen_after(p, after)).sum()
+                    parts
+                        .iter()
+                        .map(|&p| g.reopen_after(p, after, log.high_watermark(p)))
+                        .sum()
                 }
                 Replay::FromTime { from, partitions } => {
                     let parts = partitions.resolve(state.partition_count)?;
                     parts
                         .iter()
                         .filter_map(|&p| log.first_at_or_after(p, from).map(|seq| (p, seq)))
-                        .map(|(p, seq)| g.reopen_after(p, seq - 1))
+                        .map(|(p, seq)| g.reopen_after(p, seq - 1, log.high_watermark(p)))
                         .sum()
                 }
                 Replay::Query(query) => {

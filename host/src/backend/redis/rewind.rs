@@ -139,18 +139,24 @@ impl RedisBackend {
         let (partition_count, _) = self.meta(s).await?;
         self.group_config(s, g).await?;
         let mut positions = Vec::new();
+        // Up to the cursor, but never past the partition's last event: a
+        // start point past the end names sequences that hold no event yet
+        // (they are skipped when appended, not re-opened).
+        let end = |hws: &[u64], p: u32, cursor: u64| cursor.min(hws[p as usize].saturating_add(1));
         match how {
             Replay::FromSequence { after, partitions } => {
+                let hws = self.high_watermarks(s, partition_count).await?;
                 for p in partitions.resolve(partition_count)? {
-                    let cursor = self.cursor(s, g, p).await?;
-                    positions.extend((after.saturating_add(1)..cursor).map(|q| (p, q)));
+                    let end = end(&hws, p, self.cursor(s, g, p).await?);
+                    positions.extend((after.saturating_add(1)..end).map(|q| (p, q)));
                 }
             }
             Replay::FromTime { from, partitions } => {
+                let hws = self.high_watermarks(s, partition_count).await?;
                 for p in partitions.resolve(partition_count)? {
                     if let Some(first) = self.first_at_or_after(s, p, from).await? {
-                        let cursor = self.cursor(s, g, p).await?;
-                        positions.extend((first..cursor).map(|q| (p, q)));
+                        let end = end(&hws, p, self.cursor(s, g, p).await?);
+                        positions.extend((first..end).map(|q| (p, q)));
                     }
                 }
             }
