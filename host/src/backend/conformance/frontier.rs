@@ -729,6 +729,27 @@ pub async fn replay_before_a_start_past_the_end_reopens_only_events(h: &Harness)
     assert_eq!(plag(h, &s, &g, 0).await, pl(6, 6));
 }
 
+/// A delivery created late for a low sequence (an event before the start,
+/// replayed) is still claimed before higher ones: within a partition the
+/// lowest claimable sequence goes first (found by the model-based check,
+/// `docs/groups.md#the-model-based-check`).
+pub async fn replayed_events_before_the_start_are_claimed_lowest_first(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let events = h.append_n(&s, 3).await;
+    let g = h
+        .group_with(&s, group_at("g", StartPosition::After(StartAfter::All(2))))
+        .await;
+    let third = h.fetch(&s, &g, 1).await;
+    assert_eq!(seqs(&third), vec![3]);
+    h.nack(&third[0], "again", None).await.expect("nack");
+    let n = replay(h, &s, &g, Replay::EventIds(vec![events[0].id.clone()])).await;
+    assert_eq!(n.expect("replay"), 1);
+    let first = h.fetch(&s, &g, 1).await;
+    assert_eq!((seqs(&first), attempts(&first)), (vec![1], vec![1]));
+    let next = h.fetch(&s, &g, 1).await;
+    assert_eq!((seqs(&next), attempts(&next)), (vec![3], vec![2]));
+}
+
 // ---------------------------------------------------------------------------
 // reset
 

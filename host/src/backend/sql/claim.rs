@@ -78,6 +78,14 @@ impl<D: Dialect> SqlBackend<D> {
                 claimable[i].push(row.u64(1)?);
             }
         }
+        // The statement picks each partition's lowest claimable sequences
+        // but SQL promises no order for the rows it returns (SQLite gives
+        // them by rowid, so a delivery created later for a lower sequence
+        // — an event before the start, replayed — came after higher ones):
+        // the lowest go first (docs/groups.md#fairness).
+        for candidates in &mut claimable {
+            candidates.sort_unstable();
+        }
         let args = args![s, g, partitions(&selected)];
         let mut cursors = vec![(1, 0); selected.len()];
         for row in rows::<D>(&mut tx, Statement::fetch_lock_cursors, args).await? {
