@@ -910,6 +910,39 @@ pub async fn batch_settle_has_per_item_results(h: &Harness) {
     assert_eq!((lag.partitions[&0].frontier, lag.lag), (1, 2));
 }
 
+/// A second operation on a lease the same batch already settled is
+/// `stale_lease`, even when its receipt is wrong too: the lease id is
+/// checked first (found by the model-based check on Redis,
+/// `docs/groups.md#the-model-based-check`).
+pub async fn batch_settle_after_a_settle_is_stale_whatever_the_receipt(h: &Harness) {
+    let (s, g, _) = setup(h, 2).await;
+    let l = h.fetch(&s, &g, 10).await;
+    let tampered = forge(&l[0], l[0].lease_id.as_str(), Some("tampered"));
+    let items = vec![
+        Settlement {
+            target: l[0].target(),
+            op: SettleOp::Nack {
+                reason: None,
+                delay_ms: None,
+            },
+        },
+        Settlement {
+            target: tampered.clone(),
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: l[1].target(),
+            op: SettleOp::Ack,
+        },
+    ];
+    let results = h.b().settle(&s, &g, items).await.expect("settle");
+    let got: Vec<&str> = results.into_iter().map(outcome).collect();
+    assert_eq!(got, ["ok", "stale_lease", "ok"]);
+    assert_eq!(code(h.b().ack(&s, &g, tampered).await), "stale_lease");
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!((pos(&again), attempts(&again)), (vec![(0, 1)], vec![2]));
+}
+
 /// Several nacks of one partition in one batch, mixed with acks and a
 /// reject: each delivery gets its own outcome, the immediate ones come back
 /// in sequence order, the delayed one only when due.

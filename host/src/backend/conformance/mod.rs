@@ -328,6 +328,7 @@ macro_rules! __conformance_list {
             groups::nack_delay_over_the_maximum_is_refused,
             groups::batch_settle_has_per_item_results,
             groups::batch_settle_with_several_nacks_in_one_partition,
+            groups::batch_settle_after_a_settle_is_stale_whatever_the_receipt,
             groups::batch_settle_over_the_maximum_is_refused,
             groups::dead_letters_list_with_reason_and_event,
             groups::dead_letters_paginate_in_sequence_order,

@@ -45,11 +45,16 @@ impl RedisBackend {
                     results.push(Err(e.into()));
                     continue;
                 }
+                // Whatever the read found for it (a receipt mismatch
+                // included): the lease is no longer held.
                 let (p, seq, raw, delivery) = match found {
-                    Ok(found) if settled.insert((found.0, found.1)) => found,
-                    Ok(_) => {
+                    _ if settled.contains(&item.target.event_id) => {
                         results.push(Err(Error::StaleLease));
                         continue;
+                    }
+                    Ok(found) => {
+                        settled.insert(item.target.event_id.clone());
+                        found
                     }
                     Err(e) => {
                         results.push(Err(e));
