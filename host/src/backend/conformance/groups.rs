@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::json;
 
 use super::{Harness, START, cid, code, eid, gn, obj, sn};
-use crate::backend::{DeadLettersRequest, FetchRequest, Partitions, Redrive, RenewRequest, Result};
+use crate::backend::{
+    DeadLettersRequest, FetchRequest, Partitions, Redrive, RenewRequest, Replay, Result,
+};
 use crate::model::{
     DeadLetter, DeadLetterPage, Event, EventInput, Group, GroupName, GroupSpec, Lease, LeaseId,
     SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
@@ -1202,6 +1204,26 @@ pub async fn redrive_selected_dead_letters_with_fresh_attempts(h: &Harness) {
     h.ack(&back[0])
         .await
         .expect("the redriven lease is still held");
+}
+
+/// An event named twice in a redrive or a replay is one delivery,
+/// re-opened and counted once (found by the model-based check on Redis,
+/// `docs/groups.md#the-model-based-check`).
+pub async fn an_event_named_twice_is_reopened_once(h: &Harness) {
+    let (s, g, e) = setup(h, 2).await;
+    let l = h.fetch(&s, &g, 10).await;
+    h.reject(&l[0], "bad").await.unwrap();
+    h.ack(&l[1]).await.unwrap();
+    let twice = |e: &Event| vec![e.id.clone(), e.id.clone()];
+    let n = h.b().redrive(&s, &g, Redrive::Events(twice(&e[0]))).await;
+    assert_eq!(n.expect("redrive"), 1);
+    let n = h.b().replay(&s, &g, Replay::EventIds(twice(&e[1]))).await;
+    assert_eq!(n.expect("replay"), 1);
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        (pos(&again), attempts(&again)),
+        (vec![(0, 1), (0, 2)], vec![1, 2])
+    );
 }
 
 pub async fn redrive_all_dead_letters(h: &Harness) {

@@ -336,6 +336,7 @@ macro_rules! __conformance_list {
             groups::group_info_reports_counts,
             groups::redrive_selected_dead_letters_with_fresh_attempts,
             groups::redrive_all_dead_letters,
+            groups::an_event_named_twice_is_reopened_once,
             // frontier, lag, start points, replay, reset
             frontier::hole_blocks_the_frontier_until_filled,
             frontier::frontier_stops_before_the_only_unsettled_event,

@@ -203,6 +203,11 @@ impl RedisBackend {
             for &(p, q) in positions {
                 by_partition.entry(p).or_default().push(q);
             }
+            // An event named twice is one delivery, re-opened (and counted) once.
+            for seqs in by_partition.values_mut() {
+                seqs.sort_unstable();
+                seqs.dedup();
+            }
             let mut cas = Cas::default();
             let mut count = 0;
             for (p, seqs) in by_partition {
