@@ -21,6 +21,7 @@ pub mod frontier;
 pub mod groups;
 pub mod inputs;
 pub mod log;
+pub mod model;
 pub mod nodes;
 pub mod outage;
 
@@ -383,6 +384,8 @@ macro_rules! __conformance_list {
             inputs::reset_beyond_the_maximum_is_refused_and_changes_nothing,
             inputs::positions_beyond_the_maximum_are_refused_everywhere,
             inputs::payload_numbers_are_kept_exactly,
+            // a randomized run against a reference model of the semantics
+            model::random_operations_match_the_reference_model,
         ] }
     };
 }
