@@ -268,7 +268,7 @@ fn arbitrary_bodies_are_read_or_refused() {
         mutant("bodies"),
         any_json().prop_map(|v| serde_json::to_vec(&v).unwrap()),
     ];
-    run(config(1500, file!()), input, |bytes| check(&bytes));
+    run(config(8000, file!()), input, |bytes| check(&bytes));
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn event_inputs_validate_or_are_refused_and_round_trip() {
         3 => event_input(),
         1 => proptest::collection::vec(event_input(), 0..4).prop_map(|e| json!({"events": e})),
     ];
-    run(config(1500, file!()), input, |body| {
+    run(config(8000, file!()), input, |body| {
         check(&serde_json::to_vec(&body).unwrap())
     });
 }

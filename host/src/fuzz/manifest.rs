@@ -100,7 +100,7 @@ fn arbitrary_manifest_text_is_parsed_or_refused() {
         proptest::collection::vec(line, 0..8)
             .prop_map(|lines| { format!("stream = \"s\"\ngroup = \"g\"\n{}", lines.concat()) }),
     ];
-    run(config(1500, file!()), text, |text| check(&text));
+    run(config(8000, file!()), text, |text| check(&text));
 }
 
 #[test]
@@ -128,7 +128,7 @@ fn generated_valid_manifests_round_trip() {
         proptest::collection::btree_map(".{0,8}", ".{0,8}", 0..4),
     );
     run(
-        config(1500, file!()),
+        config(8000, file!()),
         settings,
         |(
             (own, stream, group, module),

@@ -5,9 +5,9 @@
 //! Each target first replays its checked-in seed corpus
 //! (`host/fuzz/corpus/<target>/`), then runs a bounded number of generated
 //! cases: [`config`] sizes them (`RHEO_FUZZ_CASES` raises the count for a
-//! long local campaign). A case proptest finds failing is shrunk and kept in
-//! the `*.proptest-regressions` file beside the target, which later runs
-//! replay first; such a file is checked in with the fix.
+//! long local campaign). A case proptest finds failing is shrunk, and its
+//! seed kept in `host/proptest-regressions/fuzz/<target>.txt`, which later
+//! runs replay first; such a file is checked in with the fix.
 
 mod bodies;
 #[cfg(feature = "wasm")]
@@ -46,7 +46,8 @@ pub(crate) fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// `default_cases` generated cases, or `RHEO_FUZZ_CASES` when set; failures
-/// are kept beside `source_file` (the target's `file!()`).
+/// are kept under `host/proptest-regressions/` by `source_file` (the
+/// target's `file!()`).
 pub(crate) fn config(default_cases: u32, source_file: &'static str) -> Config {
     let cases = std::env::var("RHEO_FUZZ_CASES")
         .ok()

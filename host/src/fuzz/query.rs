@@ -20,8 +20,8 @@ use crate::model::{
 pub(super) const T0: i64 = 1_767_225_600_000;
 
 /// Filter names: event fields, lineage keys, paths, bare payload keys
-/// (one with a dot, one with a quote).
-pub(super) const FIELDS: [&str; 21] = [
+/// (one with a dot).
+pub(super) const FIELDS: [&str; 20] = [
     "id",
     "type",
     "key",
@@ -41,7 +41,6 @@ pub(super) const FIELDS: [&str; 21] = [
     "s",
     "tags",
     "b.c",
-    "q\"x",
     "payload.a.b.c",
 ];
 
@@ -95,7 +94,16 @@ fn order() -> impl Strategy<Value = OrderBy> {
     })
 }
 
-/// A cursor for `order` with positions near the fixtures'.
+/// `positions` as a cursor for `order` records them: no timestamp when
+/// ordering by sequence.
+fn for_order(order: OrderBy, mut positions: BTreeMap<u32, Position>) -> QueryCursor {
+    if order.field == OrderField::Sequence {
+        positions.values_mut().for_each(|p| p.timestamp = 0);
+    }
+    QueryCursor { order, positions }
+}
+
+/// Cursor positions near the fixtures'.
 fn positions() -> impl Strategy<Value = BTreeMap<u32, Position>> {
     proptest::collection::btree_map(
         0..4u32,
@@ -136,10 +144,7 @@ pub(super) fn query_body() -> impl Strategy<Value = Value> {
             put("limit", limit.map(Value::from));
             put(
                 "cursor",
-                positions.map(|positions| {
-                    let order = order.unwrap_or_default();
-                    Value::from(QueryCursor { order, positions }.encode())
-                }),
+                positions.map(|p| Value::from(for_order(order.unwrap_or_default(), p).encode())),
             );
             Value::Object(body)
         })
@@ -328,13 +333,13 @@ fn arbitrary_query_input_is_parsed_or_refused() {
         any_json().prop_map(|v| serde_json::to_vec(&json!({"where": v})).unwrap()),
         any_json().prop_map(|v| serde_json::to_vec(&json!({"where": {"payload.a": v}})).unwrap()),
     ];
-    run(config(1500, file!()), input, |bytes| check(&bytes, &events));
+    run(config(8000, file!()), input, |bytes| check(&bytes, &events));
 }
 
 #[test]
 fn generated_queries_parse_and_round_trip() {
     let events = probes();
-    run(config(1500, file!()), query_body(), |body| {
+    run(config(8000, file!()), query_body(), |body| {
         let text = serde_json::to_vec(&body).unwrap();
         prop_assert!(parse(&text).is_some(), "a valid query is refused: {}", body);
         check(&text, &events)
@@ -345,10 +350,10 @@ fn generated_queries_parse_and_round_trip() {
 fn cursors_round_trip_and_garbage_is_refused() {
     let input = (order(), positions(), any::<String>());
     run(
-        config(1000, file!()),
+        config(4000, file!()),
         input,
         |(order, positions, garbage)| {
-            let cursor = QueryCursor { order, positions };
+            let cursor = for_order(order, positions);
             let text = cursor.encode();
             prop_assert_eq!(QueryCursor::decode(&text, order), Ok(cursor));
             if let Ok(decoded) = QueryCursor::decode(&garbage, order) {
@@ -357,4 +362,42 @@ fn cursors_round_trip_and_garbage_is_refused() {
             Ok(())
         },
     );
+}
+
+/// A bare name with a quote made SQLite's JSON path malformed (`$."q"x"`)
+/// and the query failed. Such names are refused, like path segments with
+/// one (`docs/log.md#filters`).
+#[test]
+fn names_with_quotes_or_backslashes_are_refused() {
+    for name in ["q\"x", "b\\s", "payload.q\"x", "metadata.b\\s"] {
+        let body = serde_json::to_vec(&json!({"where": {name: 1}})).unwrap();
+        assert!(parse(&body).is_none(), "{name}");
+    }
+    let body = serde_json::to_vec(&json!({"where": {"q x": 1, "a.b": 2}})).unwrap();
+    assert!(parse(&body).is_some());
+}
+
+/// Found by the `sql` target: a sequence-ordered cursor altered to carry a
+/// timestamp was accepted, and SQL and `Query::matches` read it
+/// differently. An altered cursor is refused (`docs/log.md#cursors`).
+#[test]
+fn a_sequence_cursor_with_a_timestamp_is_refused() {
+    let altered = json!({
+        "cursor": "YzF8c2R8MDoxNzY3MjI1NjAwMDAwOjA",
+        "order_by": [{"field": "sequence", "dir": "desc"}],
+    });
+    assert!(parse(&serde_json::to_vec(&altered).unwrap()).is_none());
+    let order = OrderBy {
+        field: OrderField::Sequence,
+        dir: Direction::Desc,
+    };
+    let position = Position {
+        timestamp: T0,
+        sequence: 3,
+    };
+    let sent = json!({
+        "cursor": for_order(order, BTreeMap::from([(0, position)])).encode(),
+        "order_by": [{"field": "sequence", "dir": "desc"}],
+    });
+    assert!(parse(&serde_json::to_vec(&sent).unwrap()).is_some());
 }

@@ -203,7 +203,7 @@ fn sqlite_query_results_equal_the_matcher() {
         .block_on(SqliteBackend::open("sqlite::memory:", clock(), true))
         .expect("open an in-memory SQLite database");
     rt.block_on(replay_corpus(&backend, true));
-    run(config(120, file!()), cases(), |(inputs, bodies)| {
+    run(config(300, file!()), cases(), |(inputs, bodies)| {
         rt.block_on(differential(&backend, inputs, &bodies, true))
     });
 }
@@ -238,7 +238,7 @@ fn postgres_query_results_equal_the_matcher() {
             .expect("connect to TEST_POSTGRES_URL and migrate"),
     );
     rt.block_on(replay_corpus(backend.as_ref(), false));
-    run(config(60, file!()), cases(), |(inputs, bodies)| {
+    run(config(100, file!()), cases(), |(inputs, bodies)| {
         rt.block_on(differential(backend.as_ref(), inputs, &bodies, false))
     });
     drop(backend);

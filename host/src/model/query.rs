@@ -59,19 +59,24 @@ impl FieldRef {
     /// Resolves a filter name (`docs/log.md#filters`).
     pub fn parse(name: &str) -> Result<Self, ValidationError> {
         let field = format!("where.{name}");
+        // Quotes and backslashes would need escaping in SQL JSON paths; no
+        // sensible key needs them, so they are refused everywhere: in path
+        // segments and in bare names.
+        let quoted = |key: &str| -> Result<(), ValidationError> {
+            if key.contains(['"', '\\']) {
+                return Err(ValidationError::new(
+                    &field,
+                    "field names and path segments may not contain '\"' or '\\'",
+                ));
+            }
+            Ok(())
+        };
         let path = |rest: &str| -> Result<Vec<String>, ValidationError> {
             let parts: Vec<String> = rest.split('.').map(str::to_owned).collect();
             if parts.iter().any(String::is_empty) {
                 return Err(ValidationError::new(&field, "path has an empty segment"));
             }
-            // Quotes and backslashes would need escaping in SQL JSON paths;
-            // no sensible key needs them, so they are refused everywhere.
-            if parts.iter().any(|p| p.contains(['"', '\\'])) {
-                return Err(ValidationError::new(
-                    &field,
-                    "path segments may not contain '\"' or '\\'",
-                ));
-            }
+            parts.iter().try_for_each(|p| quoted(p))?;
             if parts.len() > MAX_PATH_DEPTH {
                 return Err(ValidationError::new(
                     &field,
@@ -95,6 +100,7 @@ impl FieldRef {
                 } else if let Some(rest) = name.strip_prefix("metadata.") {
                     FieldRef::Metadata(path(rest)?)
                 } else {
+                    quoted(name)?;
                     FieldRef::Payload(vec![name.to_owned()])
                 }
             }
@@ -499,7 +505,10 @@ impl QueryCursor {
                 timestamp,
                 sequence,
             };
-            if nums.next().is_some() || position.validate().is_err() {
+            // A sequence-ordered cursor records no timestamp: one that
+            // carries one was altered (`docs/log.md#cursors`).
+            let altered = order.field == OrderField::Sequence && timestamp != 0;
+            if nums.next().is_some() || altered || position.validate().is_err() {
                 return Err(bad());
             }
             positions.insert(partition, position);
