@@ -10,6 +10,7 @@ use rheo_e2e::{Server, answer};
 use serde_json::Value;
 use ureq::Agent;
 
+pub(crate) mod chaos;
 pub(crate) mod guests;
 pub(crate) mod restart;
 

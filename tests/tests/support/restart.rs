@@ -57,7 +57,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// Every `retry_in_ms=` the runtime logged for a failed fetch, in order.
-fn fetch_retries(log: &str) -> Vec<u64> {
+pub(crate) fn fetch_retries(log: &str) -> Vec<u64> {
     log.lines()
         .filter(|line| line.contains("fetch failed"))
         .filter_map(|line| {
