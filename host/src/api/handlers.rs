@@ -73,7 +73,10 @@ fn registry(state: &AppState) -> Result<&Arc<HandlerRegistry>, ApiError> {
 
 /// Every deployed handler.
 #[utoipa::path(get, path = "/v1/handlers", tag = "handlers",
-    responses((status = 200, body = HandlerListBody)))]
+    responses(
+        (status = 200, body = HandlerListBody),
+        (status = 404, description = "Handlers are not enabled on this server", body = ErrorBody),
+    ))]
 async fn handler_list(State(state): State<AppState>) -> Result<Json<HandlerListBody>, ApiError> {
     let handlers = registry(&state)?.list().await;
     Ok(Json(HandlerListBody {
@@ -264,6 +267,13 @@ async fn handler_delete(
 /// Lines a log request answers with when it names no `limit`.
 const DEFAULT_LOG_LIMIT: usize = 100;
 
+/// Digits of a `Last-Event-ID`: a line's `seq`, which always fits a `u64`
+/// in 19 digits.
+const MAX_SEQ_DIGITS: usize = 19;
+
+/// The `Last-Event-ID` header as the document states it.
+pub(crate) const LAST_EVENT_ID_PATTERN: &str = "^[0-9]{1,19}$";
+
 /// How often a followed log sends a comment to keep the connection open.
 const LOG_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -311,6 +321,20 @@ async fn handler_logs(
         }
         Some(n) => n as usize,
     };
+    // Checked whether or not the log is followed: a bad header is bad input.
+    let after = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|v| (1..=MAX_SEQ_DIGITS).contains(&v.len()))
+                .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| ApiError::invalid("Last-Event-ID", "must be the `seq` of a line"))?,
+        ),
+    };
     let log = registry.logs().log(&name);
     if !params.follow.unwrap_or(false) {
         let lines = log.tail(limit);
@@ -320,16 +344,6 @@ async fn handler_logs(
         })
         .into_response());
     }
-    let after = match headers.get("last-event-id") {
-        None => None,
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| ApiError::invalid("Last-Event-ID", "must be the `seq` of a line"))?,
-        ),
-    };
     let backlog = log.follow(after, limit);
     let mut first = VecDeque::with_capacity(backlog.lines.len() + 1);
     if backlog.missed > 0 {

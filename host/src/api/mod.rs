@@ -62,6 +62,18 @@ pub fn router(state: AppState) -> Router {
     let app = app.merge(handlers::router());
     let (routes, mut doc) = app.split_for_parts();
     openapi::add_common_responses(&mut doc);
+    openapi::name_parameters(&mut doc);
+    if state.settings.auth_token.is_none() {
+        openapi::no_token_needed(&mut doc);
+    }
+    #[cfg(feature = "wasm")]
+    openapi::handler_log_parameters(
+        &mut doc,
+        state.handlers.as_ref().map_or(
+            crate::handler_logs::MAX_LOG_LINES,
+            |registry| registry.logs().capacity(),
+        ),
+    );
     openapi::open_routes_need_no_auth(&mut doc);
     let document = openapi::Document::new(&doc);
 

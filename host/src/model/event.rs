@@ -20,10 +20,13 @@ pub const LINEAGE_KEYS: [&str; 5] = [
     "schema_version",
 ];
 
-/// Longest `type`, in bytes.
+/// Longest `type`, in characters (as JSON Schema's `maxLength` counts them;
+/// at most 1 KiB of UTF-8).
 pub const MAX_TYPE_LEN: usize = 256;
-/// Longest routing `key`, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
+/// Longest routing `key`, in characters: at most 2 KiB of UTF-8, which with
+/// the stream name stays under PostgreSQL's limit on an index entry (the
+/// key is indexed).
+pub const MAX_KEY_LEN: usize = 512;
 
 /// The largest sequence a partition can reach, and so the largest one a
 /// caller may name (as a start point, a replay or read position, a query
@@ -105,19 +108,19 @@ impl EventInput {
             t.validate("timestamp")?;
         }
         if let Some(t) = &self.event_type
-            && (t.is_empty() || t.len() > MAX_TYPE_LEN)
+            && (t.is_empty() || t.chars().count() > MAX_TYPE_LEN)
         {
             return Err(ValidationError::new(
                 "type",
-                format!("must be 1–{MAX_TYPE_LEN} bytes"),
+                format!("must be 1–{MAX_TYPE_LEN} characters"),
             ));
         }
         if let Some(k) = &self.key
-            && k.len() > MAX_KEY_LEN
+            && k.chars().count() > MAX_KEY_LEN
         {
             return Err(ValidationError::new(
                 "key",
-                format!("must be at most {MAX_KEY_LEN} bytes"),
+                format!("must be at most {MAX_KEY_LEN} characters"),
             ));
         }
         Ok(())

@@ -28,8 +28,8 @@ pub use lease::{
     validate_limit,
 };
 pub use name::{
-    ConsumerId, EventId, GroupName, HandlerName, LeaseId, MAX_ID_LEN, MAX_NAME_LEN, StreamName,
-    ValidationError,
+    ConsumerId, EventId, GroupName, HandlerName, ID_PATTERN, LeaseId, MAX_ID_LEN, MAX_NAME_LEN,
+    NAME_PATTERN, StreamName, ValidationError,
 };
 pub use query::{
     Condition, DEFAULT_QUERY_LIMIT, Direction, EventField, FieldRef, Filter, MAX_PATH_DEPTH,

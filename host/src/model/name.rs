@@ -32,9 +32,23 @@ impl ValidationError {
 
 /// Longest stream, group or handler name.
 pub const MAX_NAME_LEN: usize = 128;
-/// Longest event id, consumer id or lease id. Long enough for a UUID with a
-/// prefix or a composite business key, short enough to index cheaply.
+/// Longest event id, consumer id or lease id, in characters (as JSON
+/// Schema's `maxLength` counts): at most 1 KiB of UTF-8. Long enough for a
+/// UUID with a prefix or a composite business key, short enough to index
+/// cheaply.
 pub const MAX_ID_LEN: usize = 256;
+
+/// The rule of [`check_name`] as a regular expression (ECMA 262, as the
+/// OpenAPI document states it; `docs/http.md#contract`): the name alphabet,
+/// with at least one character other than `.` — `.` and `..` are path
+/// segments that HTTP clients resolve away, so such a name could never be
+/// addressed in a URL. The length, 1–[`MAX_NAME_LEN`], is stated apart.
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*$";
+
+/// The rule of [`check_id`] as a regular expression: no control character
+/// (Unicode category Cc, what `char::is_control` tests). The length,
+/// 1–[`MAX_ID_LEN`] characters, is stated apart.
+pub const ID_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
 
 fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
@@ -58,6 +72,12 @@ fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
             format!("{value:?} contains {bad:?}; allowed are A-Z, a-z, 0-9, '.', '_' and '-'"),
         ));
     }
+    if value.chars().all(|c| c == '.') {
+        return Err(ValidationError::new(
+            field,
+            format!("{value:?} has nothing but dots; a URL could not name it"),
+        ));
+    }
     Ok(())
 }
 
@@ -65,10 +85,11 @@ fn check_id(field: &str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
     }
-    if value.len() > MAX_ID_LEN {
+    let chars = value.chars().count();
+    if chars > MAX_ID_LEN {
         return Err(ValidationError::new(
             field,
-            format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len()),
+            format!("must be at most {MAX_ID_LEN} characters (got {chars})"),
         ));
     }
     if value.chars().any(char::is_control) {
@@ -144,32 +165,32 @@ macro_rules! string_newtype {
 }
 
 string_newtype!(
-    /// A stream name: 1–128 characters of `[A-Za-z0-9._-]`.
+    /// A stream name: 1–128 characters of `[A-Za-z0-9._-]`, not only dots.
     StreamName,
     "stream",
     check_name
 );
 string_newtype!(
-    /// A consumer group name: 1–128 characters of `[A-Za-z0-9._-]`.
+    /// A consumer group name: 1–128 characters of `[A-Za-z0-9._-]`, not only dots.
     GroupName,
     "group",
     check_name
 );
 string_newtype!(
-    /// A handler name: 1–128 characters of `[A-Za-z0-9._-]`.
+    /// A handler name: 1–128 characters of `[A-Za-z0-9._-]`, not only dots.
     HandlerName,
     "handler",
     check_name
 );
 string_newtype!(
-    /// An event id: 1–256 bytes, no control characters. Unique per stream;
+    /// An event id: 1–256 characters, no control characters. Unique per stream;
     /// appending a known id returns the stored event (idempotent append).
     EventId,
     "event_id",
     check_id
 );
 string_newtype!(
-    /// Who holds a lease: 1–256 bytes, no control characters.
+    /// Who holds a lease: 1–256 characters, no control characters.
     ConsumerId,
     "consumer_id",
     check_id
@@ -234,6 +255,21 @@ mod tests {
         assert!(err.message.contains("'/'"), "{err}");
         assert!(StreamName::parse("white space").is_err());
         assert!(StreamName::parse("ünï").is_err());
+    }
+
+    #[test]
+    fn names_of_nothing_but_dots_are_refused() {
+        for dots in [".", "..", "..."] {
+            assert!(StreamName::parse(dots).is_err(), "{dots}");
+        }
+        assert!(StreamName::parse(".hidden").is_ok());
+        assert!(GroupName::parse("v1.2").is_ok());
+    }
+
+    #[test]
+    fn ids_are_measured_in_characters() {
+        assert!(EventId::parse("é".repeat(MAX_ID_LEN)).is_ok());
+        assert!(EventId::parse("é".repeat(MAX_ID_LEN + 1)).is_err());
     }
 
     #[test]

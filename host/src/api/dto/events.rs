@@ -21,6 +21,7 @@ pub(crate) struct CreateStreamBody {
     pub(crate) name: StreamName,
     /// Partitions, fixed for life (default 1).
     #[schema(minimum = 1, maximum = 1024)]
+    #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) partition_count: Option<u32>,
 }
 
@@ -85,6 +86,7 @@ pub(crate) struct EventInputBody {
     /// Routing key (Kafka's murmur2 partitioner).
     key: Option<String>,
     /// Explicit partition; wins over the key.
+    #[serde(default, deserialize_with = "super::whole::opt")]
     partition: Option<u32>,
     /// When it happened (default: the append time).
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -235,12 +237,15 @@ pub(crate) struct QueryBody {
     #[schema(value_type = Option<String>, format = DateTime)]
     to: Option<Timestamp>,
     /// Exclusive lower bound on sequence.
+    #[serde(default, deserialize_with = "super::whole::opt")]
     after_sequence: Option<u64>,
     /// Inclusive upper bound on sequence.
+    #[serde(default, deserialize_with = "super::whole::opt")]
     until_sequence: Option<u64>,
     /// `[{"field": "sequence"|"timestamp", "dir": "asc"|"desc"}]` (default sequence asc).
     order_by: Option<Vec<OrderKeyBody>>,
     /// Page size (default 100, max 1000).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     limit: Option<u32>,
     /// The previous page's `next_cursor`.
     cursor: Option<String>,

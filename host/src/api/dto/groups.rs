@@ -22,6 +22,7 @@ pub(crate) struct CreateGroupBody {
     #[schema(value_type = String, example = "billing")]
     pub(crate) name: GroupName,
     /// Claims per delivery before a failure dead-letters it (default 5).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) max_attempts: Option<u32>,
     /// Start after this sequence: an integer for every partition, or `{"0": 41}`.
     #[schema(value_type = Option<super::StartAfterSchema>)]
@@ -30,6 +31,7 @@ pub(crate) struct CreateGroupBody {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub(crate) start_at: Option<Timestamp>,
     /// Retry delays for nacks without one, by attempt; the last repeats (default none).
+    #[serde(default, deserialize_with = "super::whole::opt_vec")]
     pub(crate) retry_backoff_ms: Option<Vec<u64>>,
 }
 
@@ -79,19 +81,40 @@ pub(crate) struct LagParams {
     partitions: Option<String>,
 }
 
+/// Digits in one partition number of a `partitions` query parameter:
+/// enough for any partition (fewer than `MAX_PARTITIONS`), few enough that
+/// the number always fits a `u32`.
+const MAX_PARTITION_DIGITS: usize = 9;
+
+/// The `partitions` query parameter: empty, or partition numbers separated
+/// by commas, with spaces around them if you like.
+pub(crate) const PARTITION_LIST_PATTERN: &str = "^( *[0-9]{1,9} *(, *[0-9]{1,9} *)*)?$";
+
 impl LagParams {
-    /// The selected partitions.
+    /// The selected partitions; the list is read exactly as
+    /// [`PARTITION_LIST_PATTERN`] says.
     pub(crate) fn partitions(&self) -> Result<Partitions, ApiError> {
         let Some(list) = self.partitions.as_deref() else {
             return Ok(Partitions::All);
         };
+        if list.is_empty() {
+            return Ok(Partitions::Only(Vec::new()));
+        }
         list.split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                p.parse::<u32>().map_err(|_| {
-                    ApiError::invalid("partitions", format!("{p:?} is not a partition number"))
-                })
+            .map(|item| {
+                let p = item.trim_matches(' ');
+                let digits = !p.is_empty()
+                    && p.len() <= MAX_PARTITION_DIGITS
+                    && p.bytes().all(|b| b.is_ascii_digit());
+                digits
+                    .then(|| p.parse::<u32>().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "partitions",
+                            format!("{p:?} is not a partition number (give e.g. `0,2`)"),
+                        )
+                    })
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Partitions::Only)
@@ -207,6 +230,7 @@ impl From<GroupInfo> for GroupInfoBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayBody {
     /// Re-open everything after this sequence (exclusive).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     from_sequence: Option<u64>,
     /// Re-open everything from the first event at or after this time.
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -217,6 +241,7 @@ pub(crate) struct ReplayBody {
     #[schema(value_type = Option<Vec<String>>)]
     event_ids: Option<Vec<EventId>>,
     /// With `from_sequence` or `from`: the partitions to rewind (default all).
+    #[serde(default, deserialize_with = "super::whole::opt_vec")]
     partitions: Option<Vec<u32>>,
 }
 
@@ -248,7 +273,15 @@ impl ReplayBody {
         } else if let Some(from) = self.from {
             Ok(Replay::FromTime { from, partitions })
         } else if let Some(query) = self.query {
-            Ok(Replay::Query(query.into_selection()?))
+            // Checked whole, as the document describes a query; then its
+            // order, limit and cursor are ignored.
+            let checked = query.into_query()?;
+            Ok(Replay::Query(crate::model::Query {
+                order: crate::model::OrderBy::default(),
+                limit: crate::model::Query::default().limit,
+                cursor: None,
+                ..checked
+            }))
         } else {
             Ok(Replay::EventIds(self.event_ids.unwrap_or_default()))
         }
@@ -279,6 +312,7 @@ pub(crate) struct ResetBody {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub(crate) start_at: Option<Timestamp>,
     /// Partitions to reset (default all).
+    #[serde(default, deserialize_with = "super::whole::opt_vec")]
     pub(crate) partitions: Option<Vec<u32>>,
 }
 

@@ -101,7 +101,10 @@ pub(crate) struct HandlerListBody {
 /// part.
 // Describes the form in the OpenAPI document; the route reads the parts one
 // by one.
+// No other part is taken (`handlers::handler_deploy`): the document says
+// so with `additionalProperties: false`.
 #[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code, reason = "describes the document; never built")]
 pub(crate) struct DeployForm {
     /// The manifest: JSON, or TOML when the part's content type is

@@ -16,16 +16,20 @@ use crate::model::{
 #[serde(deny_unknown_fields)]
 pub(crate) struct FetchBody {
     /// At most this many leases (default 10, max 1000).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) limit: Option<u32>,
     /// Who holds them (default: a generated id).
     #[schema(value_type = Option<String>)]
     pub(crate) consumer_id: Option<ConsumerId>,
     /// How long they last (default 30000).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) lease_ms: Option<u64>,
     /// Where to claim from (default all; `[]` selects nothing).
+    #[serde(default, deserialize_with = "super::whole::opt_vec")]
     pub(crate) partitions: Option<Vec<u32>>,
     /// When nothing is claimable, wait up to this long for new events or
     /// expiries (default 0, max 30000).
+    #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) wait_ms: Option<u64>,
 }
 
@@ -130,6 +134,7 @@ lease_body!(
         /// Why (kept with a dead letter if attempts are used up).
         reason: Option<String>,
         /// Retry after this long (default: the group's backoff).
+        #[serde(default, deserialize_with = "super::whole::opt")]
         delay_ms: Option<u64>,
     }
 );
@@ -146,6 +151,7 @@ lease_body!(
     /// Extend a lease.
     RenewBody {
         /// New duration from now (default 30000).
+        #[serde(default, deserialize_with = "super::whole::opt")]
         lease_ms: Option<u64>,
     }
 );
@@ -179,6 +185,7 @@ pub(crate) struct SettlementBody {
     /// Nack and reject: why.
     reason: Option<String>,
     /// Nack only: retry after this long.
+    #[serde(default, deserialize_with = "super::whole::opt")]
     delay_ms: Option<u64>,
 }
 

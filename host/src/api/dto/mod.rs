@@ -13,6 +13,8 @@ mod groups;
 #[cfg(feature = "wasm")]
 mod handlers;
 mod leases;
+pub(crate) mod schema;
+mod whole;
 
 use std::collections::BTreeMap;
 
@@ -70,22 +72,34 @@ pub(crate) struct JsonObjectSchema(Value);
 // so a generated client can send either (docs/http.md#generated-clients).
 // The field itself is read as JSON by `start_position`, whose errors name
 // the offending key.
-#[derive(ToSchema)]
-#[serde(untagged)]
-#[schema(as = StartAfter)]
-#[allow(dead_code, reason = "describes the document; never built")]
-pub(crate) enum StartAfterSchema {
-    /// After this sequence in every partition.
-    All(u64),
-    /// After these sequences.
-    PerPartition(PartitionSequences),
+pub(crate) struct StartAfterSchema;
+
+impl utoipa::PartialSchema for StartAfterSchema {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        schema::start_after().into()
+    }
+}
+
+impl ToSchema for StartAfterSchema {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "StartAfter".into()
+    }
 }
 
 /// Sequences keyed by partition number (as a string): `{"0": 41, "2": 7}`.
-#[derive(ToSchema)]
-#[schema(value_type = std::collections::HashMap<String, u64>)]
-#[allow(dead_code, reason = "describes the document; never built")]
-pub(crate) struct PartitionSequences(BTreeMap<u32, u64>);
+pub(crate) struct PartitionSequences;
+
+impl utoipa::PartialSchema for PartitionSequences {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::Schema::Object(schema::partition_sequences()).into()
+    }
+}
+
+impl ToSchema for PartitionSequences {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "PartitionSequences".into()
+    }
+}
 
 /// A partition list from a body: absent means all partitions, `[]` none.
 pub(crate) fn partitions(list: Option<Vec<u32>>) -> Partitions {
@@ -112,20 +126,27 @@ pub(crate) fn start_position(
         )),
         (None, Some(at)) => Ok(StartPosition::At(at)),
         (None, None) => Ok(StartPosition::Beginning),
-        (Some(Value::Number(n)), None) => n.as_u64().map_or_else(
+        (Some(number @ Value::Number(_)), None) => whole::of::<u64>(&number).map_or_else(
             || Err(ApiError::invalid("start_after", not_a_sequence())),
             |seq| Ok(StartPosition::After(StartAfter::All(seq))),
         ),
         (Some(Value::Object(map)), None) => {
             let mut per_partition = BTreeMap::new();
             for (key, value) in map {
-                let partition = key.parse::<u32>().map_err(|_| {
-                    ApiError::invalid(
-                        "start_after",
-                        format!("map keys are partition numbers (got {key:?})"),
-                    )
-                })?;
-                let seq = value.as_u64().ok_or_else(|| {
+                // Nine digits at most, as `schema::PARTITION_KEY_PATTERN`
+                // says: every partition, and always a `u32`.
+                let digits =
+                    (1..=9).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_digit());
+                let partition = digits
+                    .then(|| key.parse::<u32>().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "start_after",
+                            format!("map keys are partition numbers (got {key:?})"),
+                        )
+                    })?;
+                let seq = whole::of::<u64>(&value).ok_or_else(|| {
                     ApiError::invalid(format!("start_after.{key}"), not_a_sequence())
                 })?;
                 per_partition.insert(partition, seq);

@@ -9,6 +9,8 @@ mod fetch;
 mod recovery;
 mod settle;
 
+pub(crate) use fetch::MAX_WAIT_MS;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;

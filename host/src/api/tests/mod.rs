@@ -5,6 +5,7 @@
 //! One file per resource; this one holds the harness.
 
 mod clock;
+mod contract;
 mod down;
 mod groups;
 #[cfg(feature = "wasm")]
