@@ -16,7 +16,7 @@ use crate::model::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateStreamBody {
-    /// 1–128 characters of `[A-Za-z0-9._-]`.
+    /// 1–128 characters of `[A-Za-z0-9._-]`, not only dots.
     #[schema(value_type = String, example = "orders")]
     pub(crate) name: StreamName,
     /// Partitions, fixed for life (default 1).

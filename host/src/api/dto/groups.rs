@@ -18,7 +18,7 @@ use crate::model::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateGroupBody {
-    /// 1–128 characters of `[A-Za-z0-9._-]`.
+    /// 1–128 characters of `[A-Za-z0-9._-]`, not only dots.
     #[schema(value_type = String, example = "billing")]
     pub(crate) name: GroupName,
     /// Claims per delivery before a failure dead-letters it (default 5).
