@@ -103,6 +103,16 @@ fn arbitrary_manifest_text_is_parsed_or_refused() {
     run(config(8000, file!()), text, |text| check(&text));
 }
 
+/// The generated settings of a manifest, grouped as generated.
+type Settings = (
+    (Option<String>, String, String, Option<String>),
+    (usize, usize, u64, u64, u64, Option<u64>),
+    (u64, u64, bool),
+    Option<Vec<u32>>,
+    Option<Vec<String>>,
+    BTreeMap<String, String>,
+);
+
 #[test]
 fn generated_valid_manifests_round_trip() {
     let big = || prop_oneof![0..100_000u64, any::<u64>()];
@@ -137,14 +147,7 @@ fn generated_valid_manifests_round_trip() {
             partitions,
             append_to,
             config,
-        ): (
-            (Option<String>, String, String, Option<String>),
-            (usize, usize, u64, u64, u64, Option<u64>),
-            (u64, u64, bool),
-            Option<Vec<u32>>,
-            Option<Vec<String>>,
-            BTreeMap<String, String>,
-        )| {
+        ): Settings| {
             let manifest = Manifest {
                 name: own.map(|n| HandlerName::parse(n).unwrap()),
                 stream: StreamName::parse(stream).unwrap(),
