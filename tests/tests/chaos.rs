@@ -232,10 +232,6 @@ fn fill(dir: &std::path::Path) -> u64 {
 }
 
 #[test]
-#[ignore = "server bug: after SQLITE_FULL the SQLite writer connection stays at sqlx transaction \
-            depth 1 (SQLite rolled back by itself, sqlx's ROLLBACK then fails), so every later \
-            write answers 500 failed 'attempted to call begin_with at non-zero transaction depth' \
-            until a restart (docs/operations.md#chaos-tests)"]
 fn sqlite_disk_full_refuses_appends_clearly_keeps_what_was_acked_and_recovers() {
     const FIRST: usize = 400;
     const BATCH: usize = 200;

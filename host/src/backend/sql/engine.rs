@@ -78,7 +78,20 @@ impl<D: Dialect> SqlBackend<D> {
     /// A pooled connection for `access`; failing to get one is
     /// `backend_unavailable` ([`Phase::Connect`]).
     pub(crate) async fn conn(&self, access: Access) -> Result<sqlx::pool::PoolConnection<D::Db>> {
-        (self.dialect.pool(access).acquire().await).map_err(|e| map_error(e, Phase::Connect))
+        let pool = self.dialect.pool(access);
+        let conn = (pool.acquire().await).map_err(|e| map_error(e, Phase::Connect))?;
+        // The pool has pinged it, which runs any rollback still queued, so a
+        // connection still inside a transaction is stuck there: SQLite rolls
+        // a transaction back by itself on some errors (SQLITE_FULL), and the
+        // driver's own ROLLBACK then fails, leaving its count of open
+        // transactions at 1 and every later BEGIN refused. Close it and open
+        // another (docs/operations.md#chaos-tests: the disk-full test).
+        if !sqlx::Connection::is_in_transaction(&*conn) {
+            return Ok(conn);
+        }
+        tracing::warn!("closing a pooled connection left inside a transaction");
+        let _ = conn.close().await;
+        (pool.acquire().await).map_err(|e| map_error(e, Phase::Connect))
     }
 
     /// Commits; a lost connection here leaves the outcome unknown.
