@@ -8,6 +8,9 @@
 //! backend = "postgres://rheo@db/rheo"
 //! listen = "0.0.0.0:7070"
 //! auth_token = "…"
+//! read_token = "…"          # may only read (GET); needs auth_token
+//! tls_cert = "server.pem"   # serve HTTPS: a PEM certificate chain…
+//! tls_key = "server.key"    # …and its PEM private key
 //! test_clock = false
 //! migrate = true            # the file's spelling of --no-migrate
 //! body_limit = 1048576      # bytes
@@ -68,6 +71,12 @@ pub struct ServeOptions {
     pub listen: Option<String>,
     /// Bearer token required on `/v1` routes.
     pub auth_token: Option<String>,
+    /// A bearer token that may only read (`GET`, `HEAD`).
+    pub read_token: Option<String>,
+    /// PEM certificate chain: serve HTTPS (with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
     /// Start with a frozen clock and the `/v1/test/clock` routes.
     pub test_clock: Option<bool>,
     /// Apply pending schema migrations at startup.
@@ -117,6 +126,9 @@ impl ServeOptions {
             backend: self.backend.or(fallback.backend),
             listen: self.listen.or(fallback.listen),
             auth_token: self.auth_token.or(fallback.auth_token),
+            read_token: self.read_token.or(fallback.read_token),
+            tls_cert: self.tls_cert.or(fallback.tls_cert),
+            tls_key: self.tls_key.or(fallback.tls_key),
             test_clock: self.test_clock.or(fallback.test_clock),
             migrate: self.migrate.or(fallback.migrate),
             body_limit: self.body_limit.or(fallback.body_limit),
@@ -135,6 +147,15 @@ impl ServeOptions {
     }
 }
 
+/// The PEM files of an HTTPS server (docs/http.md#https).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, the server's own certificate first.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
 /// The resolved, checked configuration of a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
@@ -142,6 +163,8 @@ pub struct ServeConfig {
     pub backend: String,
     /// Address to bind, `host:port`.
     pub listen: String,
+    /// Serve HTTPS with this certificate and key (`None`: plain HTTP).
+    pub tls: Option<TlsFiles>,
     /// Run on a frozen clock with the test clock routes.
     pub test_clock: bool,
     /// Apply pending migrations at startup.
@@ -185,6 +208,33 @@ impl ServeConfig {
                 "must not be empty (leave it unset to run without auth)",
             ));
         }
+        match (&options.read_token, &options.auth_token) {
+            (Some(read), _) if read.is_empty() => {
+                return Err(invalid(
+                    "read_token",
+                    "must not be empty (leave it unset to have no read token)",
+                ));
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    "read_token",
+                    "needs auth_token too: without it every route is open and a read token would limit nothing",
+                ));
+            }
+            (Some(read), Some(all)) if read == all => {
+                return Err(invalid(
+                    "read_token",
+                    "must differ from auth_token, or it could do everything",
+                ));
+            }
+            _ => {}
+        }
+        let tls = match (options.tls_cert, options.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid("tls_key", "tls_cert needs tls_key too")),
+            (None, Some(_)) => return Err(invalid("tls_cert", "tls_key needs tls_cert too")),
+        };
         let body_limit = options.body_limit.unwrap_or(defaults.body_limit);
         if body_limit < MIN_BODY_LIMIT {
             return Err(invalid(
@@ -264,6 +314,7 @@ impl ServeConfig {
             metrics_interval: std::time::Duration::from_millis(metrics_interval_ms),
             backend,
             listen,
+            tls,
             node_id: options.node_id,
             advertise: options.advertise,
             node_timeout: std::time::Duration::from_millis(node_timeout_ms),
@@ -275,6 +326,7 @@ impl ServeConfig {
             wasm_fuel: options.wasm_fuel.unwrap_or(false),
             api: ApiSettings {
                 auth_token: options.auth_token,
+                read_token: options.read_token,
                 body_limit,
                 default_lease_ms,
                 default_max_attempts,
@@ -430,5 +482,47 @@ mod tests {
         );
         let c = ServeConfig::resolve(given(|o| o.handler_log_lines = Some(MAX_LOG_LINES)));
         assert_eq!(c.unwrap().handler_log_lines, MAX_LOG_LINES);
+    }
+
+    #[test]
+    fn a_read_token_needs_a_different_auth_token() {
+        let key = |o: ServeOptions| match ServeConfig::resolve(o) {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid setting, got {other:?}"),
+        };
+        let tokens = |all: Option<&str>, read: &str| {
+            given(|o| {
+                o.auth_token = all.map(str::to_owned);
+                o.read_token = Some(read.to_owned());
+            })
+        };
+        assert_eq!(key(tokens(None, "r")), "read_token");
+        assert_eq!(key(tokens(Some("a"), "")), "read_token");
+        assert_eq!(key(tokens(Some("a"), "a")), "read_token");
+        let c = ServeConfig::resolve(tokens(Some("a"), "r")).expect("two tokens");
+        assert_eq!(c.api.read_token.as_deref(), Some("r"));
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_and_its_key() {
+        let key = |o: ServeOptions| match ServeConfig::resolve(o) {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid setting, got {other:?}"),
+        };
+        assert_eq!(key(given(|o| o.tls_cert = Some("c.pem".into()))), "tls_key");
+        assert_eq!(key(given(|o| o.tls_key = Some("k.pem".into()))), "tls_cert");
+        let both = given(|o| {
+            o.tls_cert = Some("c.pem".into());
+            o.tls_key = Some("k.pem".into());
+        });
+        let tls = ServeConfig::resolve(both).expect("both files").tls;
+        assert_eq!(
+            tls,
+            Some(TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into()
+            })
+        );
+        assert_eq!(ServeConfig::resolve(given(|_| {})).unwrap().tls, None);
     }
 }

@@ -73,7 +73,7 @@ pub fn init(default: &str, format: LogFormat, otlp: Option<&str>) -> anyhow::Res
     };
     let text = (format == LogFormat::Text).then(|| {
         tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(RedactedStderr)
             // Colours only for a person at a terminal, not in log files.
             .with_ansi(std::io::stderr().is_terminal())
             .with_target(false)
@@ -81,7 +81,7 @@ pub fn init(default: &str, format: LogFormat, otlp: Option<&str>) -> anyhow::Res
     let json = (format == LogFormat::Json).then(|| {
         tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr)
+            .with_writer(RedactedStderr)
             .with_current_span(true)
             .with_span_list(false)
     });
@@ -92,6 +92,49 @@ pub fn init(default: &str, format: LogFormat, otlp: Option<&str>) -> anyhow::Res
         .with(otel)
         .try_init();
     Ok(Telemetry { traces })
+}
+
+/// Standard error, one whole log line at a time, with every URL's
+/// password masked on the way (docs/backends.md#secrets-in-backend-urls):
+/// whatever a driver's error or a guest's message says, no backend
+/// password reaches the log.
+#[derive(Debug, Clone, Copy)]
+struct RedactedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactedStderr {
+    type Writer = RedactedLine;
+
+    fn make_writer(&'a self) -> RedactedLine {
+        RedactedLine(Vec::with_capacity(256))
+    }
+}
+
+/// One log line, written to stderr (redacted) when dropped.
+#[derive(Debug)]
+struct RedactedLine(Vec<u8>);
+
+impl std::io::Write for RedactedLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedLine {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let line = if self.0.windows(3).any(|w| w == b"://") {
+            crate::backend::redact_urls_in(&String::from_utf8_lossy(&self.0)).into_bytes()
+        } else {
+            std::mem::take(&mut self.0)
+        };
+        // A log line that cannot be written has nowhere to be reported.
+        let _ = std::io::stderr().lock().write_all(&line);
+    }
 }
 
 /// The URL traces are sent to: `endpoint` itself when it names a path,

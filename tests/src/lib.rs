@@ -58,6 +58,10 @@ pub fn run_rheo(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(rheo_binary())
         .args(args)
         .env_remove("RUST_LOG")
+        // CI lints its own build with these; the handler projects a test
+        // builds through `rheo handler build` are not linted.
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .output()
         .expect("run rheo");
     (
@@ -87,6 +91,10 @@ pub fn run_rheo_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>) 
     let mut child = Command::new(rheo_binary())
         .args(args)
         .env_remove("RUST_LOG")
+        // CI lints its own build with these; the handler projects a test
+        // builds through `rheo handler build` are not linted.
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RHEO_SERVER")
         .env_remove("RHEO_AUTH_TOKEN")
         .envs(env.iter().copied())
@@ -162,6 +170,10 @@ impl Server {
             .args(&options.args)
             .current_dir(dir)
             .env_remove("RUST_LOG")
+            // CI lints its own build with these; the handler projects a test
+            // builds through `rheo handler build` are not linted.
+            .env_remove("RUSTFLAGS")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
             .env_remove("RHEO_AUTH_TOKEN")
             .stdout(std::process::Stdio::piped())
             .stderr(log_file);

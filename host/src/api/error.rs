@@ -31,6 +31,9 @@ pub enum ApiError {
     Refused(Error),
     /// No or a wrong bearer token.
     Unauthorized(&'static str),
+    /// A valid token that does not allow this request (the read token on
+    /// a route that changes something).
+    Forbidden(&'static str),
     /// No such route (or a route that is switched off).
     NotFound(String),
     /// The path exists, the method does not.
@@ -57,6 +60,7 @@ impl ApiError {
         match self {
             ApiError::Backend(e) | ApiError::Refused(e) => backend_status(e),
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -81,6 +85,7 @@ impl ApiError {
         match self {
             ApiError::Backend(e) | ApiError::Refused(e) => e.code(),
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
@@ -118,7 +123,7 @@ impl ApiError {
                 "internal error; see the server log".into()
             }
             ApiError::Backend(e) | ApiError::Refused(e) => e.to_string(),
-            ApiError::Unauthorized(why) => (*why).to_owned(),
+            ApiError::Unauthorized(why) | ApiError::Forbidden(why) => (*why).to_owned(),
             ApiError::NotFound(what) => what.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),
             ApiError::PayloadTooLarge(why) | ApiError::UnsupportedMediaType(why) => why.clone(),

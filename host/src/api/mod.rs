@@ -30,6 +30,7 @@ mod nodes;
 mod openapi;
 mod state;
 mod streams;
+pub mod tls;
 mod ui;
 
 #[cfg(test)]
@@ -41,7 +42,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
 use axum::routing::get;
-use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
@@ -99,12 +99,17 @@ pub fn router(state: AppState) -> Router {
 
 /// Serves the API on `listener` until `shutdown` completes; then stops
 /// accepting, wakes long polls so they answer at once, and waits for
-/// in-flight requests to finish.
-pub async fn serve(
-    listener: TcpListener,
+/// in-flight requests to finish. `listener` is a [`tokio::net::TcpListener`] for plain
+/// HTTP or a [`tls::TlsListener`] for HTTPS.
+pub async fn serve<L>(
+    listener: L,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let app = router(state.clone());
     let signal = async move {
         shutdown.await;

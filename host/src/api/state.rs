@@ -21,6 +21,10 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 pub struct ApiSettings {
     /// When set, every `/v1` route needs `Authorization: Bearer <token>`.
     pub auth_token: Option<String>,
+    /// A second token that may only read: with it, `GET` and `HEAD` on
+    /// `/v1` routes are allowed and everything else answers 403
+    /// `forbidden`. Only together with `auth_token`.
+    pub read_token: Option<String>,
     /// Largest request body in bytes; larger ones are refused with 413.
     pub body_limit: usize,
     /// Lease duration for fetch and renew requests that give none.
@@ -33,6 +37,7 @@ impl Default for ApiSettings {
     fn default() -> Self {
         Self {
             auth_token: None,
+            read_token: None,
             body_limit: DEFAULT_BODY_LIMIT,
             default_lease_ms: DEFAULT_LEASE_MS,
             default_max_attempts: DEFAULT_MAX_ATTEMPTS,
@@ -45,6 +50,7 @@ impl std::fmt::Debug for ApiSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiSettings")
             .field("auth_token", &self.auth_token.as_ref().map(|_| "***"))
+            .field("read_token", &self.read_token.as_ref().map(|_| "***"))
             .field("body_limit", &self.body_limit)
             .field("default_lease_ms", &self.default_lease_ms)
             .field("default_max_attempts", &self.default_max_attempts)

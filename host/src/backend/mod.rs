@@ -17,6 +17,7 @@ pub(crate) mod mongo;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod redact;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -34,6 +35,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub use error::{Error, Result};
+pub use redact::{redact_url, redact_urls_in};
 pub use wakeup::{Notifier, Wakeup};
 
 use crate::clock::SharedClock;
@@ -544,7 +546,10 @@ pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc
         )),
         None => Err(Error::invalid(
             "backend",
-            format!("{url:?} is not a backend URL (try memory:// or sqlite://rheo.db)"),
+            format!(
+                "{:?} is not a backend URL (try memory:// or sqlite://rheo.db)",
+                redact_url(url)
+            ),
         )),
     }
 }

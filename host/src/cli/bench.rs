@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::migrate::redact;
 use crate::backend;
+use crate::backend::redact_url as redact;
 use crate::bench::{self, HandlerStartup, WorkloadResult};
 use crate::clock::SystemClock;
 

@@ -3,9 +3,11 @@
 //! a [`ClientError`] saying whose fault the failure was.
 //!
 //! It is blocking (ureq), so ops commands run before any async runtime is
-//! started. Plain `http://` only: the client is built without TLS.
+//! started. `https://` servers are checked against Mozilla's roots, or
+//! against the certificates of `--ca-cert` (docs/http.md#https).
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -65,26 +67,43 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`).
-    pub(crate) fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+    /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`);
+    /// an `https://` server's certificate must chain to one of `ca_cert`'s
+    /// (a PEM file) when given, else to a public root.
+    pub(crate) fn new(
+        base: &str,
+        token: Option<String>,
+        ca_cert: Option<&Path>,
+    ) -> Result<Self, ClientError> {
         let base = base.trim().trim_end_matches('/').to_owned();
-        if base.starts_with("https://") {
+        let https = base.starts_with("https://");
+        if !https && !base.starts_with("http://") {
             return Err(ClientError::Request(format!(
-                "{base}: https is not supported yet; use http:// (e.g. through a local TLS-terminating proxy)"
+                "{base:?} is not a server URL; expected http://HOST:PORT or https://HOST:PORT"
             )));
         }
-        if !base.starts_with("http://") {
-            return Err(ClientError::Request(format!(
-                "{base:?} is not a server URL; expected http://HOST:PORT"
-            )));
-        }
-        let agent = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_TIMEOUT))
-            .user_agent(format!("rheo-cli/{}", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
-        Ok(Self { agent, base, token })
+            .user_agent(format!("rheo-cli/{}", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = ca_cert {
+            if !https {
+                return Err(ClientError::Request(format!(
+                    "--ca-cert is for https:// servers; {base} is plain http"
+                )));
+            }
+            let roots = read_roots(path)?;
+            config = config.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+                    .build(),
+            );
+        }
+        Ok(Self {
+            agent: config.build().into(),
+            base,
+            token,
+        })
     }
 
     /// `GET path?query`.
@@ -224,6 +243,21 @@ impl Client {
             url: self.base.clone(),
             cause,
         };
+        // rustls reports a certificate it refuses as an I/O error.
+        let tls = match &error {
+            ureq::Error::Tls(_) | ureq::Error::Rustls(_) => true,
+            ureq::Error::Io(e) => e
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+            _ => false,
+        };
+        if tls {
+            return ClientError::Request(format!(
+                "TLS with {} failed: {error}\n\
+                 hint: is the server's certificate signed by a public authority? if not, pass its CA with --ca-cert FILE (or RHEO_CA_CERT)",
+                self.base
+            ));
+        }
         match error {
             ureq::Error::Io(e) => unreachable(e.to_string()),
             ureq::Error::ConnectionFailed => unreachable("connection failed".into()),
@@ -232,6 +266,23 @@ impl Client {
             other => ClientError::Request(format!("request to {} failed: {other}", self.base)),
         }
     }
+}
+
+/// The certificates of a PEM file, for `--ca-cert`.
+fn read_roots(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, ClientError> {
+    use ureq::tls::PemItem;
+    let bad = |why: String| ClientError::Request(format!("--ca-cert {}: {why}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let mut roots = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        if let PemItem::Certificate(cert) = item.map_err(|e| bad(e.to_string()))? {
+            roots.push(cert);
+        }
+    }
+    if roots.is_empty() {
+        return Err(bad("no PEM certificate in the file".into()));
+    }
+    Ok(roots)
 }
 
 /// The start of a body that is not what was expected, for messages.
@@ -277,11 +328,22 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_urls_are_accepted() {
-        assert!(Client::new("http://127.0.0.1:7070/", None).is_ok());
-        assert_eq!(Client::new("http://h:1/", None).unwrap().base, "http://h:1");
-        let https = Client::new("https://rheo.example", None).unwrap_err();
-        assert!(https.to_string().contains("https is not supported yet"));
-        assert!(Client::new("127.0.0.1:7070", None).is_err());
+    fn http_and_https_urls_are_accepted() {
+        assert!(Client::new("http://127.0.0.1:7070/", None, None).is_ok());
+        assert_eq!(
+            Client::new("http://h:1/", None, None).unwrap().base,
+            "http://h:1"
+        );
+        assert!(Client::new("https://rheo.example", None, None).is_ok());
+        assert!(Client::new("127.0.0.1:7070", None, None).is_err());
+        let plain = Client::new("http://h:1", None, Some(Path::new("ca.pem"))).unwrap_err();
+        assert!(plain.to_string().contains("--ca-cert is for https://"));
+        let missing = Client::new("https://h:1", None, Some(Path::new("/nonexistent/ca.pem")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.starts_with("--ca-cert /nonexistent/ca.pem:"),
+            "{missing}"
+        );
     }
 }

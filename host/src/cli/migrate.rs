@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 
-use crate::backend;
+use crate::backend::{self, redact_url};
 use crate::clock::SystemClock;
 
 /// Arguments of `rheo migrate`.
@@ -11,7 +11,7 @@ use crate::clock::SystemClock;
 pub(crate) struct MigrateArgs {
     /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name],
     /// redis://host:port[/db][?prefix=name], mongodb://host:port/database, memory://
-    #[arg(long, env = "RHEO_BACKEND", default_value = crate::config::DEFAULT_BACKEND)]
+    #[arg(long, env = "RHEO_BACKEND", hide_env_values = true, default_value = crate::config::DEFAULT_BACKEND)]
     backend: String,
 }
 
@@ -19,11 +19,11 @@ impl MigrateArgs {
     pub(crate) async fn run(self) -> anyhow::Result<()> {
         let store = backend::connect(&self.backend, SystemClock::shared(), false)
             .await
-            .with_context(|| format!("cannot open backend {}", redact(&self.backend)))?;
+            .with_context(|| format!("cannot open backend {}", redact_url(&self.backend)))?;
         let applied = store
             .migrate()
             .await
-            .with_context(|| format!("migrating {}", redact(&self.backend)))?;
+            .with_context(|| format!("migrating {}", redact_url(&self.backend)))?;
         if applied.is_empty() {
             println!("{}: schema is up to date, nothing to apply", store.kind());
         } else {
@@ -33,34 +33,5 @@ impl MigrateArgs {
             }
         }
         Ok(())
-    }
-}
-
-/// A backend URL safe to print: any password is masked.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_are_masked_in_messages() {
-        assert_eq!(
-            redact("postgres://rheo:s3cret@db:5432/x"),
-            "postgres://rheo:***@db:5432/x"
-        );
-        assert_eq!(redact("postgres://rheo@db/x"), "postgres://rheo@db/x");
-        assert_eq!(redact("sqlite://rheo.db"), "sqlite://rheo.db");
     }
 }

@@ -100,7 +100,12 @@ pub fn main(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Whatever a driver or parser put in the message, a backend
+            // password is not shown (docs/backends.md#secrets-in-backend-urls).
+            eprintln!(
+                "error: {}",
+                crate::backend::redact_urls_in(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }

@@ -12,9 +12,9 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 
-use super::migrate::redact;
 use crate::api::{self, AppState};
 use crate::backend;
+use crate::backend::redact_url as redact;
 use crate::clock::{Clock, FrozenClock, SharedClock, SystemClock};
 use crate::cluster::{Membership, MembershipSettings, RunningHandlers};
 use crate::config::{ServeConfig, ServeOptions};
@@ -39,7 +39,7 @@ pub(crate) struct ServeArgs {
     /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name],
     /// redis://host:port[/db][?prefix=name], mongodb://host:port/database, memory://
     /// [default: sqlite://rheo.db]
-    #[arg(long, env = "RHEO_BACKEND", value_name = "URL")]
+    #[arg(long, env = "RHEO_BACKEND", hide_env_values = true, value_name = "URL")]
     backend: Option<String>,
 
     /// Address to listen on, host:port (:0 picks a free port; the bound
@@ -55,6 +55,24 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     auth_token: Option<String>,
+
+    /// A second token that may only read: GET and HEAD on /v1 routes (a
+    /// fetch is a POST and needs --auth-token). Needs --auth-token.
+    #[arg(
+        long,
+        env = "RHEO_READ_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    read_token: Option<String>,
+
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key)
+    #[arg(long, env = "RHEO_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert
+    #[arg(long, env = "RHEO_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 
     /// Run on a frozen clock (starting at the current time) that only moves
     /// through POST /v1/test/clock. For tests, never production.
@@ -136,6 +154,9 @@ impl ServeArgs {
             backend: self.backend.clone(),
             listen: self.listen.clone(),
             auth_token: self.auth_token.clone(),
+            read_token: self.read_token.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
             test_clock: self.test_clock,
             migrate: self.no_migrate.map(|no| !no),
             body_limit: self.body_limit,
@@ -210,6 +231,14 @@ async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
+    // Read before anything else starts, so a bad file stops the server
+    // before it joins a cluster or runs a handler.
+    let tls = config
+        .tls
+        .as_ref()
+        .map(api::tls::server_config)
+        .transpose()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
 
     tracing::info!("backend: {} at {url}", store.kind());
     let metrics = Arc::new(Metrics::new());
@@ -265,7 +294,7 @@ async fn serve(
             address: config
                 .advertise
                 .clone()
-                .unwrap_or_else(|| format!("http://{addr}")),
+                .unwrap_or_else(|| format!("{scheme}://{addr}")),
             timeout: config.node_timeout,
         },
         state.backend().clock().clone(),
@@ -282,18 +311,25 @@ async fn serve(
     );
 
     tracing::info!(
-        "rheo {} listening on http://{addr}",
+        "rheo {} listening on {scheme}://{addr}",
         env!("CARGO_PKG_VERSION")
     );
     // Also on stdout, for scripts and tests that started us on port 0.
-    println!("rheo listening on http://{addr}");
+    println!("rheo listening on {scheme}://{addr}");
 
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         signal.await;
         let _ = signalled_tx.send(());
     };
-    let server = api::serve(listener, state, shutdown);
+    let server = async move {
+        match tls {
+            Some(tls) => {
+                api::serve(api::tls::TlsListener::new(listener, tls)?, state, shutdown).await
+            }
+            None => api::serve(listener, state, shutdown).await,
+        }
+    };
     let drain_deadline = async move {
         // Only a received signal starts the clock; a dropped sender
         // (the server stopped on its own) never fires.

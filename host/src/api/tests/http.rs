@@ -187,6 +187,77 @@ async fn with_a_token_every_v1_route_needs_it_and_probes_stay_open() {
 }
 
 #[tokio::test]
+async fn the_read_token_reads_and_changes_nothing() {
+    let app = TestApp::with_settings(ApiSettings {
+        auth_token: Some("s3cret".into()),
+        read_token: Some("look".into()),
+        ..ApiSettings::default()
+    });
+    let request = |method: &str, uri: &str, token: &str, body: Value| {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .expect("a valid request")
+    };
+    let create = json!({"name": "s", "partition_count": 1});
+    let refused = app
+        .call(request("POST", "/v1/streams", "look", create.clone()))
+        .await;
+    assert_eq!(
+        (refused.status, code(&refused)),
+        (StatusCode::FORBIDDEN, "forbidden")
+    );
+    assert!(
+        !refused.headers.contains_key(header::WWW_AUTHENTICATE),
+        "the token was right, only its scope is not"
+    );
+    let listed = app
+        .call(with_token("/v1/streams", Some("Bearer look")))
+        .await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(listed.body, json!([]), "the refused create wrote nothing");
+
+    let created = app
+        .call(request("POST", "/v1/streams", "s3cret", create))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let event = json!({"payload": {"a": 1}});
+    let append = app
+        .call(request(
+            "POST",
+            "/v1/streams/s/events",
+            "look",
+            event.clone(),
+        ))
+        .await;
+    assert_eq!(append.status, StatusCode::FORBIDDEN);
+    let read = app
+        .call(with_token("/v1/streams/s/events", Some("Bearer look")))
+        .await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(read.body["events"], json!([]), "nothing was appended");
+    for (method, uri) in [
+        ("DELETE", "/v1/handlers/h"),
+        ("PUT", "/v1/handlers/h"),
+        ("POST", "/v1/test/clock"),
+    ] {
+        let a = app.call(request(method, uri, "look", json!({}))).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{method} {uri}");
+    }
+    let wrong = app
+        .call(with_token("/v1/streams", Some("Bearer looks")))
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let doc = app
+        .call(with_token("/v1/openapi.json", Some("Bearer look")))
+        .await;
+    assert_eq!(doc.status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn without_a_token_nothing_asks_for_one() {
     let app = TestApp::new();
     let a = app

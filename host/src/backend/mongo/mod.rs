@@ -217,9 +217,12 @@ impl MongoBackend {
     /// `rheo` when empty) and, with `migrate`, brings the collections and
     /// indexes up to date.
     pub(crate) async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
-        let mut options = ClientOptions::parse(url)
-            .await
-            .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?;
+        let mut options = ClientOptions::parse(url).await.map_err(|e| {
+            Error::invalid(
+                "backend",
+                format!("{:?}: {e}", crate::backend::redact_url(url)),
+            )
+        })?;
         // Fail fast when the server is gone (the caller backs off and
         // retries); the URL's own settings win.
         options
@@ -233,8 +236,12 @@ impl MongoBackend {
             .default_database
             .clone()
             .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
-        let client = Client::with_options(options)
-            .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?;
+        let client = Client::with_options(options).map_err(|e| {
+            Error::invalid(
+                "backend",
+                format!("{:?}: {e}", crate::backend::redact_url(url)),
+            )
+        })?;
         let db = client.database(&database);
         let cluster = Arc::new(cluster::MongoCluster::new(db.clone()));
         let notifier = Arc::new(Notifier::default());

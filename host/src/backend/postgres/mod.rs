@@ -100,7 +100,31 @@ impl Drop for PostgresDialect {
     }
 }
 
-/// Splits Rheo's own `schema=` parameter off a PostgreSQL URL.
+/// The URL parameters the driver understands (libpq's names and sqlx's
+/// spellings of them); `schema` is Rheo's own.
+const DRIVER_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// Splits Rheo's own `schema=` parameter off a PostgreSQL URL, and drops
+/// (with a warning naming them) the parameters the driver does not know.
 pub(crate) fn split_schema(url: &str) -> Result<(String, Option<String>)> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), None));
@@ -113,7 +137,17 @@ pub(crate) fn split_schema(url: &str) -> Result<(String, Option<String>)> {
                 schema = Some(name.to_owned());
                 false
             }
-            None => !kv.is_empty(),
+            None if kv.is_empty() => false,
+            None => {
+                let key = kv.split_once('=').map_or(*kv, |(k, _)| k);
+                let known = DRIVER_PARAMETERS.contains(&key) || key.starts_with("options[");
+                if !known {
+                    // Dropped here with its name only: the driver would log
+                    // its value too, and it may be a secret (`sslpassword`).
+                    tracing::warn!("ignoring the unknown PostgreSQL URL parameter {key:?}");
+                }
+                known
+            }
         })
         .collect();
     if let Some(name) = &schema {

@@ -197,7 +197,12 @@ impl RedisUrl {
     /// Parses `redis://host:port[/db][?prefix=name]`; a prefix holds 1–64
     /// of `A-Z a-z 0-9 . _ -`.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let invalid = |why: String| Error::invalid("backend", format!("{url:?}: {why}"));
+        let invalid = |why: String| {
+            Error::invalid(
+                "backend",
+                format!("{:?}: {why}", crate::backend::redact_url(url)),
+            )
+        };
         if !url.starts_with("redis://") {
             return Err(invalid("a Redis URL starts with redis://".into()));
         }
@@ -540,8 +545,12 @@ impl RedisBackend {
     /// Connects to the Redis a URL names, keys under its prefix.
     pub(crate) async fn connect(url: &str, clock: SharedClock) -> Result<Self> {
         let parsed = RedisUrl::parse(url)?;
-        let client = redis::Client::open(parsed.connect.as_str())
-            .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?;
+        let client = redis::Client::open(parsed.connect.as_str()).map_err(|e| {
+            Error::invalid(
+                "backend",
+                format!("{:?}: {e}", crate::backend::redact_url(url)),
+            )
+        })?;
         // Fail fast when Redis is gone (the caller backs off and retries);
         // the manager reconnects on its own once it is back.
         let config = redis::aio::ConnectionManagerConfig::new()

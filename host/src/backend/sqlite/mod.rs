@@ -61,7 +61,12 @@ impl SqlBackend<SqliteDialect> {
     /// `migrate`, brings its schema up to date.
     pub(crate) async fn open(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| Error::invalid("backend", format!("{url:?}: {e}")))?
+            .map_err(|e| {
+                Error::invalid(
+                    "backend",
+                    format!("{:?}: {e}", crate::backend::redact_url(url)),
+                )
+            })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)

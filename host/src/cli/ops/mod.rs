@@ -85,7 +85,7 @@ impl OpsCommand {
 /// they may come before or after a nested subcommand (`streams create`).
 #[derive(Debug, Args)]
 pub(crate) struct ServerArgs {
-    /// The Rheo server, http://HOST:PORT (https is not supported yet)
+    /// The Rheo server, http://HOST:PORT or https://HOST:PORT
     /// [default: http://127.0.0.1:7070]
     #[arg(
         long = "server",
@@ -105,6 +105,11 @@ pub(crate) struct ServerArgs {
     )]
     token: Option<String>,
 
+    /// For an https:// server whose certificate is not signed by a public
+    /// authority: the PEM file of the CA (or certificate) to trust.
+    #[arg(long, env = "RHEO_CA_CERT", value_name = "FILE", global = true)]
+    ca_cert: Option<std::path::PathBuf>,
+
     /// Print the server's JSON answer (pretty) instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -115,7 +120,7 @@ impl ServerArgs {
     fn client(&self) -> Result<Client, ClientError> {
         let url = self.url.as_deref().unwrap_or(DEFAULT_SERVER);
         let token = self.token.clone().filter(|t| !t.is_empty());
-        Client::new(url, token)
+        Client::new(url, token, self.ca_cert.as_deref())
     }
 
     /// Prints `answer` pretty with `--json`, else the text `human` makes of it.
