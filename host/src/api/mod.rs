@@ -69,10 +69,12 @@ pub fn router(state: AppState) -> Router {
     #[cfg(feature = "wasm")]
     openapi::handler_log_parameters(
         &mut doc,
-        state.handlers.as_ref().map_or(
-            crate::handler_logs::MAX_LOG_LINES,
-            |registry| registry.logs().capacity(),
-        ),
+        state
+            .handlers
+            .as_ref()
+            .map_or(crate::handler_logs::MAX_LOG_LINES, |registry| {
+                registry.logs().capacity()
+            }),
     );
     openapi::open_routes_need_no_auth(&mut doc);
     let document = openapi::Document::new(&doc);

@@ -218,7 +218,11 @@ async fn the_read_token_reads_and_changes_nothing() {
         .call(with_token("/v1/streams", Some("Bearer look")))
         .await;
     assert_eq!(listed.status, StatusCode::OK);
-    assert_eq!(listed.body, json!([]), "the refused create wrote nothing");
+    assert_eq!(
+        listed.body,
+        json!({"streams": []}),
+        "the refused create wrote nothing"
+    );
 
     let created = app
         .call(request("POST", "/v1/streams", "s3cret", create))
