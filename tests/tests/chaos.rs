@@ -212,7 +212,7 @@ fn postgres_outage_answers_unavailable_backs_off_and_recovers() {
             .map(|id| format!("{id}:transformed")),
     );
     assert_all_acked(&http, &server);
-    assert_no_panic(&[server.log.clone()]);
+    assert_no_panic(std::slice::from_ref(&server.log));
     println!("outage test done in {:.1} s", down.elapsed().as_secs_f64());
 }
 
@@ -340,7 +340,7 @@ fn sqlite_disk_full_refuses_appends_clearly_keeps_what_was_acked_and_recovers() 
         (0..stored).map(|i| format!("e{i}:transformed")),
     );
     assert_all_acked(&http, &server);
-    assert_no_panic(&[server.log.clone()]);
+    assert_no_panic(std::slice::from_ref(&server.log));
     drop(server);
     drop(fs);
     println!(
