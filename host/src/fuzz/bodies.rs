@@ -143,7 +143,10 @@ fn events_round_trip(inputs: Vec<EventInput>) -> Result<(), TestCaseError> {
         let fields = written.as_object_mut().unwrap();
         prop_assert_eq!(fields.remove("stream"), Some(json!("s")));
         prop_assert_eq!(fields.remove("sequence"), Some(json!(sequence)));
-        let again: EventInput = serde_json::from_value::<EventInputBody>(written.clone())
+        // Read back from text, as the API reads a body: `from_value` would
+        // turn an integer -0 into 0 (serde_json visits it as an integer),
+        // which no request ever goes through.
+        let again: EventInput = serde_json::from_str::<EventInputBody>(&written.to_string())
             .map_err(|e| TestCaseError::fail(format!("{written} does not read back: {e}")))?
             .into();
         let expected = EventInput {
