@@ -17,11 +17,63 @@ use serde::de::DeserializeOwned;
 use super::error::ApiError;
 use crate::model::{GroupName, StreamName, ValidationError};
 
-/// A JSON request body. Malformed JSON, a wrong shape, a missing or wrong
-/// `Content-Type` and an oversized body all become [`ApiError`]s.
-#[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// A JSON request body. Malformed JSON, a wrong shape, a body that is not
+/// a JSON object, a missing or wrong `Content-Type` and an oversized body
+/// all become [`ApiError`]s.
+#[derive(Debug)]
 pub(crate) struct AppJson<T>(pub(crate) T);
+
+impl<S, T> FromRequest<S> for AppJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = json_bytes(req, state).await?;
+        an_object(&bytes)?;
+        let Json(value) = Json::<T>::from_bytes(&bytes)?;
+        Ok(Self(value))
+    }
+}
+
+/// Any JSON value as a body, for the routes that read it field by field
+/// and answer a wrong shape with their own codes (replay, reset).
+#[derive(Debug)]
+pub(crate) struct AnyJson(pub(crate) serde_json::Value);
+
+impl<S: Send + Sync> FromRequest<S> for AnyJson {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = json_bytes(req, state).await?;
+        let Json(value) = Json::from_bytes(&bytes)?;
+        Ok(Self(value))
+    }
+}
+
+/// The bytes of a body sent as JSON.
+async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    if !is_json(req.headers()) {
+        return Err(ApiError::UnsupportedMediaType(
+            "expected a JSON body with Content-Type: application/json".into(),
+        ));
+    }
+    Ok(Bytes::from_request(req, state).await?)
+}
+
+/// Refuses a body whose JSON is not an object. Every request body is one
+/// (docs/http.md#conventions); serde alone would also read a struct from
+/// an array of its fields in order (`["s2"]` as `{"name": "s2"}`), and
+/// from a short one when the missing fields have defaults. An empty body is
+/// left to the parser, which says it is empty.
+fn an_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | None => Ok(()),
+        Some(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
+    }
+}
 
 /// Like [`AppJson`], but an empty body means "all defaults", so requests
 /// whose fields are all optional (`fetch`) can be sent without one.
@@ -46,6 +98,7 @@ where
                 "expected a JSON body with Content-Type: application/json".into(),
             ));
         }
+        an_object(&bytes)?;
         let Json(value) = Json::<T>::from_bytes(&bytes)?;
         Ok(Self(value))
     }
@@ -131,6 +184,17 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+
+    #[test]
+    fn only_json_objects_are_bodies() {
+        for body in [&b"{}"[..], b"  {\"a\": 1}", b"", b"   "] {
+            assert!(an_object(body).is_ok(), "{body:?}");
+        }
+        for body in [&b"[\"s2\"]"[..], b"[]", b" 5", b"\"x\"", b"null", b"true"] {
+            let refused = an_object(body).expect_err("not an object");
+            assert_eq!(refused.code(), "invalid", "{body:?}");
+        }
+    }
 
     #[test]
     fn json_content_types_are_recognised_like_axum_does() {

@@ -13,7 +13,7 @@ use crate::api::dto::{
     ReplayBody, ResetBody,
 };
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{AppJson, AppQuery, GroupPath};
+use crate::api::extract::{AnyJson, AppJson, AppQuery, GroupPath};
 use crate::api::state::AppState;
 use crate::backend::{DeadLettersRequest, Error, ResetRequest};
 use crate::model::DEFAULT_QUERY_LIMIT;
@@ -43,7 +43,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 async fn group_replay(
     State(state): State<AppState>,
     GroupPath(stream, group): GroupPath,
-    AppJson(raw): AppJson<Value>,
+    AnyJson(raw): AnyJson,
 ) -> Result<Json<ReopenedBody>, ApiError> {
     // Any replay body that is JSON but not a valid set of options (unknown
     // keys, wrong types) is `invalid_replay_opts`, like a wrong number of
@@ -71,7 +71,7 @@ async fn group_replay(
 async fn group_reset(
     State(state): State<AppState>,
     GroupPath(stream, group): GroupPath,
-    AppJson(raw): AppJson<Value>,
+    AnyJson(raw): AnyJson,
 ) -> Result<Json<OkBody>, ApiError> {
     // Read loosely first: whatever else is wrong with the body, a missing
     // or non-`true` confirm is the answer (`"true"` or `1` do not count).
