@@ -147,22 +147,30 @@ pub(crate) fn no_token_needed(doc: &mut OpenApiDoc) {
     doc.security = None;
 }
 
-/// The path parameters that name a stream, a group or a handler: each has
-/// the one rule of names (`crate::model::StreamName`).
-pub(crate) fn name_parameters(doc: &mut OpenApiDoc) {
-    for item in doc.paths.paths.values_mut() {
-        let operations = [
+/// Every operation of the document, whatever its method.
+fn operations_mut(
+    doc: &mut OpenApiDoc,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    doc.paths.paths.values_mut().flat_map(|item| {
+        [
             &mut item.get,
             &mut item.put,
             &mut item.post,
             &mut item.delete,
             &mut item.patch,
-        ];
-        for operation in operations.into_iter().flatten() {
-            for parameter in operation.parameters.iter_mut().flatten() {
-                if is_name(parameter) {
-                    parameter.schema = Some(schema::name().into());
-                }
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// The path parameters that name a stream, a group or a handler: each has
+/// the one rule of names (`crate::model::StreamName`).
+pub(crate) fn name_parameters(doc: &mut OpenApiDoc) {
+    for operation in operations_mut(doc) {
+        for parameter in operation.parameters.iter_mut().flatten() {
+            if is_name(parameter) {
+                parameter.schema = Some(schema::name().into());
             }
         }
     }
@@ -365,22 +373,13 @@ fn add_body_rules(doc: &mut Value) {
 /// openapi-python-client would type `/healthz` as taking only an
 /// `AuthenticatedClient` (docs/http.md#generated-clients).
 pub(crate) fn open_routes_need_no_auth(doc: &mut OpenApiDoc) {
-    for item in doc.paths.paths.values_mut() {
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for operation in operations.into_iter().flatten() {
-            if let Some(security) = &mut operation.security
-                && security
-                    .iter()
-                    .all(|requirement| *requirement == SecurityRequirement::default())
-            {
-                security.clear();
-            }
+    for operation in operations_mut(doc) {
+        if let Some(security) = &mut operation.security
+            && security
+                .iter()
+                .all(|requirement| *requirement == SecurityRequirement::default())
+        {
+            security.clear();
         }
     }
 }
