@@ -304,12 +304,11 @@ fn add_body_rules(doc: &mut Value) {
         "CreateGroupBody",
         json!({"allOf": [not_both("start_after", "start_at")]}),
     );
-    // groups::recovery::group_reset: `confirm` is exactly `true`, checked first.
-    extend(
-        "ResetBody",
-        json!({"allOf": [not_both("start_after", "start_at"),
-                         {"properties": {"confirm": {"const": true}}}]}),
-    );
+    // groups::recovery::group_reset: `confirm` is exactly `true`, checked
+    // first; that `const` goes on the property itself (below): in an
+    // `allOf` beside the property's `boolean` it is a merge some
+    // generators refuse.
+    extend("ResetBody", json!({"allOf": [not_both("start_after", "start_at")]}));
     // dto::ReplayBody::into_replay: exactly one selector; partitions only
     // with a sequence or a time.
     let selectors = ["from_sequence", "from", "query", "event_ids"];
@@ -347,6 +346,10 @@ fn add_body_rules(doc: &mut Value) {
             {"allOf": [{"properties": {"op": {"const": "reject"}}}, lacks(&["delay_ms"])]},
         ]}),
     );
+    let confirm = &mut doc["components"]["schemas"]["ResetBody"]["properties"]["confirm"];
+    if let Some(confirm) = confirm.as_object_mut() {
+        confirm.insert("const".into(), json!(true));
+    }
     for path in doc["paths"]
         .as_object_mut()
         .into_iter()

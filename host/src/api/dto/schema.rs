@@ -319,7 +319,7 @@ fn filter_or_null() -> Value {
                     "additionalProperties": false,
                     "properties": {
                         "$eq": {},
-                        "$in": {"type": "array"},
+                        "$in": {"type": "array", "items": {}},
                         "$gt": range, "$gte": range, "$lt": range, "$lte": range,
                         "$exists": {"type": "boolean"},
                     },
