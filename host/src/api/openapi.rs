@@ -308,7 +308,10 @@ fn add_body_rules(doc: &mut Value) {
     // first; that `const` goes on the property itself (below): in an
     // `allOf` beside the property's `boolean` it is a merge some
     // generators refuse.
-    extend("ResetBody", json!({"allOf": [not_both("start_after", "start_at")]}));
+    extend(
+        "ResetBody",
+        json!({"allOf": [not_both("start_after", "start_at")]}),
+    );
     // dto::ReplayBody::into_replay: exactly one selector; partitions only
     // with a sequence or a time.
     let selectors = ["from_sequence", "from", "query", "event_ids"];
