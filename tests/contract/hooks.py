@@ -37,6 +37,7 @@ STATE_DEPENDENT = {
         ("invalid_module", ""),
     ],
     "handler_swap_module": [("invalid_module", "")],
+    "handler_try": [("invalid_module", ""), ("invalid", "invalid cursor")],
 }
 
 

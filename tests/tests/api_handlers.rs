@@ -584,3 +584,200 @@ fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
     let (status, rolled) = post_empty(&http, &again, "/v1/handlers/shipper/rollback");
     assert_eq!((status, rolled["version"].clone()), (200, json!(1)));
 }
+
+/// What a dry run must leave alone, read over HTTP: the stream's
+/// watermarks, and each group's info (lag, cursors, in flight, dead-letter
+/// count; not the age of its oldest unacked event, which grows by itself)
+/// and dead letters (attempts, reasons).
+fn untouched(http: &Agent, server: &Server, groups: &[&str]) -> Vec<Value> {
+    let mut state = vec![get(http, server, "/v1/streams/in").1];
+    for group in groups {
+        let mut info = get(http, server, &format!("/v1/streams/in/groups/{group}")).1;
+        // A reading of the clock, not of the group.
+        info["lag"]["oldest_unacked_age_ms"] = Value::Null;
+        state.push(info);
+        state.push(
+            get(
+                http,
+                server,
+                &format!("/v1/streams/in/groups/{group}/dead-letters"),
+            )
+            .1,
+        );
+    }
+    state
+}
+
+#[test]
+fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "in", 2);
+    let poisoned = ["e4", "e9", "e17"];
+    let events: Vec<Value> = (0..24)
+        .map(|i| {
+            let id = format!("e{i}");
+            let payload = if poisoned.contains(&id.as_str()) {
+                json!({"n": i, "poison": true, "reason": format!("bad {id}")})
+            } else {
+                json!({"n": i})
+            };
+            json!({"id": id, "key": format!("k{}", i % 5), "payload": payload})
+        })
+        .collect();
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/in/events/batch",
+        &json!({"events": events}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = deploy(
+        &http,
+        &server,
+        "worker",
+        &json!({"stream": "in", "group": "g"}),
+        &guest("echo"),
+    );
+    assert_eq!(status, 201, "{body}");
+    wait_caught_up(&http, &server, "worker", ("in", "g"), 24);
+    // A group mid-flight: three deliveries leased, one of them rejected.
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/in/groups",
+        &json!({"name": "m", "max_attempts": 2}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, leases) = post(
+        &http,
+        &server,
+        "/v1/streams/in/groups/m/fetch",
+        &json!({"limit": 3}),
+    );
+    assert_eq!(status, 200, "{leases}");
+    let first = &leases["leases"][0];
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/in/groups/m/reject",
+        &lease_ref(first, &json!({"reason": "by hand"})),
+    );
+    assert!(status == 200 || status == 204, "{status} {body}");
+    let before = untouched(&http, &server, &["g", "m"]);
+    let acked = handler(&http, &server, "worker")["counters"]["acked"].clone();
+
+    // The CLI, as a script reads it.
+    let poison = dir.path().join("poison.wasm");
+    std::fs::write(&poison, guest("poison")).unwrap();
+    let module = poison.to_str().unwrap();
+    let run = rheo_e2e::run_rheo_with(
+        &[
+            "handler",
+            "try",
+            "worker",
+            "--module",
+            module,
+            "--json",
+            "--server",
+            server.base(),
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
+    assert_eq!(report["differing"], 3, "{report:#}");
+    assert_eq!(report["current"]["version"], 1);
+    let listed = report["events"].as_array().unwrap();
+    assert_eq!(listed.len(), 24);
+    let differing: Vec<&str> = listed
+        .iter()
+        .filter(|e| e["differs"] == true)
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    let mut sorted = differing.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["e17", "e4", "e9"], "{report:#}");
+    // Differences first.
+    assert!(listed[..3].iter().all(|e| e["differs"] == true));
+    for e in &listed[..3] {
+        let id = e["event_id"].as_str().unwrap();
+        assert_eq!(e["candidate"]["outcome"], "reject");
+        assert_eq!(e["candidate"]["reason"], format!("bad {id}"));
+        assert_eq!(e["current"]["outcome"], "ack");
+    }
+    assert_eq!(report["candidate"]["totals"]["rejected"], 3);
+    assert_eq!(report["current"]["totals"]["acked"], 24);
+
+    // The table marks the differences.
+    let run = rheo_e2e::run_rheo_with(
+        &[
+            "handler",
+            "try",
+            "worker",
+            "--module",
+            module,
+            "--server",
+            server.base(),
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("24 events, 3 where the candidate differs"),
+        "{}",
+        run.stdout
+    );
+    let marked: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with('*')).collect();
+    assert_eq!(marked.len(), 3, "{}", run.stdout);
+    assert!(
+        marked.iter().all(|l| l.contains("reject: bad e")),
+        "{}",
+        run.stdout
+    );
+
+    // The query part chooses the events: over HTTP, only the poisoned ones.
+    let query = serde_json::to_vec(&json!({"where": {"payload.poison": true}})).unwrap();
+    let poison_bytes = guest("poison");
+    let (content_type, body) = multipart(&[
+        ("module", "application/wasm", &poison_bytes),
+        ("query", "application/json", &query),
+    ]);
+    let (status, report) = answer(
+        http.post(server.url("/v1/handlers/worker/try"))
+            .header("Content-Type", &content_type)
+            .send(&body[..]),
+    );
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["events"].as_array().unwrap().len(), 3);
+    assert_eq!(report["differing"], 3);
+
+    // Nothing changed: no group, no stream, no handler counter.
+    assert_eq!(untouched(&http, &server, &["g", "m"]), before);
+    let view = handler(&http, &server, "worker");
+    assert_eq!(
+        (&view["counters"]["acked"], &view["version"]),
+        (&acked, &json!(1))
+    );
+
+    // Bad input is refused with nothing changed.
+    let (content_type, body) = multipart(&[("module", "application/wasm", GARBAGE)]);
+    let refused = answer(
+        http.post(server.url("/v1/handlers/worker/try"))
+            .header("Content-Type", &content_type)
+            .send(&body[..]),
+    );
+    assert_error(&refused, 400, "invalid_module");
+    let (content_type, body) = multipart(&[("module", "application/wasm", &poison_bytes)]);
+    let missing = answer(
+        http.post(server.url("/v1/handlers/nobody/try"))
+            .header("Content-Type", &content_type)
+            .send(&body[..]),
+    );
+    assert_error(&missing, 404, "handler_not_found");
+    assert_eq!(handler(&http, &server, "worker")["last_error"], Value::Null);
+}

@@ -44,7 +44,8 @@ const MAX_EXAMPLES: &str = "25";
 /// A fixed seed: the same requests on every run.
 const SEED: &str = "16";
 
-/// Schemathesis's configuration: the one allowance.
+/// Schemathesis's configuration: the one allowance, and one phase off for
+/// one operation where the tool cannot run it.
 ///
 /// A few refusals depend on what the server holds, and no schema can
 /// predict them: a partition the stream does not have (400
@@ -59,9 +60,20 @@ const CONFIG: &str = r#"
 include-operation-id = [
     "event_read", "event_append", "event_append_batch", "group_create", "group_lag",
     "lease_fetch", "group_reset", "group_replay", "event_query", "dead_letter_list",
-    "dead_letter_redrive", "handler_deploy", "handler_swap_module",
+    "dead_letter_redrive", "handler_deploy", "handler_swap_module", "handler_try",
 ]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+# A tool limitation, not an allowance: the coverage phase of Schemathesis
+# 4.32.5 checks its candidate bodies against the schema's conditionals with
+# a validator that cannot hold a binary value, and the dry run's form is
+# the one body with both (a binary `module` part beside a `query` part
+# whose filter grammar has anyOf/not). It stops with "Unsupported type:
+# 'Binary'" before sending anything. The examples and fuzzing phases,
+# with every check, still run on this operation.
+[[operations]]
+include-operation-id = "handler_try"
+phases.coverage.enabled = false
 "#;
 
 #[test]

@@ -645,14 +645,18 @@ fn an_unreachable_server_is_exit_code_1_with_a_hint() {
     );
     assert_eq!(run.stdout, "");
 
+    // https is spoken (docs/http.md#https): a server that does not answer
+    // is the same error.
     let https = run_rheo_with(
-        &["lag", "s", "g", "--server", "https://rheo.example"],
+        &["lag", "s", "g", "--server", "https://127.0.0.1:1"],
         &[],
         None,
     );
     assert_eq!(https.code, Some(1));
     assert!(
-        https.stderr.contains("https is not supported yet"),
+        https
+            .stderr
+            .starts_with("error: cannot reach the Rheo server at https://127.0.0.1:1: "),
         "{}",
         https.stderr
     );

@@ -68,7 +68,7 @@ async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Ap
 /// an array of its fields in order (`["s2"]` as `{"name": "s2"}`), and
 /// from a short one when the missing fields have defaults. An empty body is
 /// left to the parser, which says it is empty.
-fn an_object(bytes: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn an_object(bytes: &[u8]) -> Result<(), ApiError> {
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') | None => Ok(()),
         Some(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),

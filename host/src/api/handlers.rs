@@ -20,10 +20,10 @@ use utoipa_axum::routes;
 
 use super::dto::{
     DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
-    WasmModule,
+    QueryBody, TrialBody, TrialForm, WasmModule,
 };
 use super::error::{ApiError, ErrorBody};
-use super::extract::AppQuery;
+use super::extract::{AppQuery, an_object};
 use super::state::AppState;
 use crate::handler_logs::{Followed, Follower, LogLine};
 use crate::handlers::{HandlerRegistry, Manifest};
@@ -37,6 +37,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(handler_list))
         .routes(routes!(handler_get, handler_deploy, handler_delete))
         .routes(routes!(handler_swap_module))
+        .routes(routes!(handler_try))
         .routes(routes!(handler_rollback))
         .routes(routes!(handler_pause))
         .routes(routes!(handler_resume))
@@ -213,6 +214,74 @@ async fn handler_swap_module(
             .await?
             .into(),
     ))
+}
+
+/// Dry-run a candidate module (`docs/handlers.md#dry-runs`): it and the
+/// live version run over events of the handler's stream, in the sandbox
+/// and limits production uses, and the answer compares them event by
+/// event, differences first. Nothing is settled and nothing is appended
+/// (appends are checked, then kept in the answer): no group changes.
+///
+/// Multipart with a `module` part (the `.wasm` component) and an optional
+/// `query` part: a query body as JSON (as `POST /v1/streams/{stream}/query`
+/// takes; by default the first 100 events).
+#[utoipa::path(post, path = "/v1/handlers/{handler}/try", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    request_body(content = TrialForm, content_type = "multipart/form-data",
+        description = "`module` and, optionally, `query` parts"),
+    responses(
+        (status = 200, body = TrialBody),
+        (status = 400, description = "Bad module or query", body = ErrorBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+        (status = 415, description = "Not multipart/form-data", body = ErrorBody),
+    ))]
+async fn handler_try(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<TrialBody>, ApiError> {
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::UnsupportedMediaType(format!(
+            "a dry run is multipart/form-data with a part `module` and an optional part `query`: {}",
+            e.body_text()
+        ))
+    })?;
+    let registry = registry(&state)?;
+    let mut module = None;
+    let mut query = None;
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::invalid("body", e.body_text()))?
+    {
+        let part = field.name().unwrap_or_default().to_owned();
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| ApiError::invalid(&part, e.body_text()))?;
+        match part.as_str() {
+            "module" => module = Some(bytes.to_vec()),
+            // `null`, as the document allows, is no query.
+            "query" if bytes.trim_ascii() == b"null" => query = None,
+            "query" => {
+                an_object(&bytes)?;
+                let Json(body) = Json::<QueryBody>::from_bytes(&bytes)?;
+                query = Some(body.into_query()?);
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    "body",
+                    format!("unexpected part {other:?}; send `module` and, optionally, `query`"),
+                ));
+            }
+        }
+    }
+    let module =
+        module.ok_or_else(|| ApiError::invalid("module", "the `module` part is missing"))?;
+    let report = registry
+        .trial(&name, module, query.unwrap_or_default())
+        .await?;
+    Ok(Json(TrialBody::from(&report)))
 }
 
 /// Bring back the previous version.

@@ -182,6 +182,18 @@ impl Client {
         self.answer(&url, request.content_type(content_type).send(bytes))
     }
 
+    /// `POST path` with `bytes` of type `content_type`.
+    pub(crate) fn post_bytes(
+        &self,
+        path: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> Result<Value, ClientError> {
+        let url = self.url(path);
+        let request = self.with_token(self.agent.post(&url));
+        self.answer(&url, request.content_type(content_type).send(bytes))
+    }
+
     /// `DELETE path`.
     pub(crate) fn delete(&self, path: &str) -> Result<Value, ClientError> {
         let url = self.url(path);

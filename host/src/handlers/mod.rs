@@ -19,6 +19,7 @@
 mod manifest;
 mod registry;
 mod store;
+mod trial;
 mod versions;
 mod watch;
 
@@ -26,6 +27,7 @@ pub use manifest::{
     InstanceSetting, MAX_CONCURRENCY, MAX_CONFIG_BYTES, MAX_CONFIG_ENTRIES, Manifest, ManifestError,
 };
 pub use registry::{HandlerRegistry, watch_cluster};
+pub use trial::{TrialEvent, TrialReport, TrialRun, TrialTotals, append_json};
 pub use versions::HandlerStatus;
 pub use watch::watch_directory;
 

@@ -33,14 +33,17 @@ use tokio::sync::OwnedMutexGuard;
 
 use self::cluster::Install;
 use super::store::{PreviousRecord, Recorded, Store};
+use super::trial::{self, TrialReport, TrialRunner};
 use super::versions::{Entry, Loaded};
 use super::{HandlerView, Manifest, RegistryError};
 use crate::backend::Backend;
 use crate::cluster::{ClusterStore, MembershipSettings};
 use crate::handler_logs::HandlerLogs;
-use crate::model::{ConsumerId, HandlerName};
+use crate::model::{ConsumerId, HandlerName, Query};
 use crate::runtime::{Runtime, Version};
-use crate::wasm::{Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine};
+use crate::wasm::{
+    AppendCapture, Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine,
+};
 
 /// The deployed handlers of one server.
 #[derive(Debug)]
@@ -248,14 +251,33 @@ impl HandlerRegistry {
         bytes: Arc<[u8]>,
     ) -> Result<Prepared, RegistryError> {
         manifest.validate(name)?;
-        let module = self.compile(name, Arc::clone(&bytes)).await?;
-        let mut env = HandlerEnv::new(name.clone(), Arc::clone(&self.backend))
-            .with_config(manifest.config.clone())
-            .with_log(self.logs.log(name));
+        let env =
+            HandlerEnv::new(name.clone(), Arc::clone(&self.backend)).with_log(self.logs.log(name));
+        let runner = self.started(name, &manifest, bytes.clone(), env).await?;
+        Ok(Prepared {
+            manifest,
+            digest: runner.module().digest(),
+            runner,
+            bytes,
+        })
+    }
+
+    /// Compiles (or maps from the cache) `bytes` and starts one instance
+    /// of it under `manifest`'s limits, configuration and append streams,
+    /// in `env`.
+    async fn started(
+        &self,
+        name: &HandlerName,
+        manifest: &Manifest,
+        bytes: Arc<[u8]>,
+        mut env: HandlerEnv,
+    ) -> Result<HandlerRunner, RegistryError> {
+        let module = self.compile(name, bytes).await?;
+        env = env.with_config(manifest.config.clone());
         if let Some(streams) = &manifest.append_to {
             env = env.with_append_streams(streams.iter().cloned());
         }
-        let runner = HandlerRunner::new(module.clone(), env, manifest.limits())
+        let runner = HandlerRunner::new(module, env, manifest.limits())
             .map_err(|e| RegistryError::Module(e.to_string()))?;
         runner.prewarm().await.map_err(|f| {
             RegistryError::Module(format!(
@@ -263,12 +285,49 @@ impl HandlerRegistry {
                 f.reason()
             ))
         })?;
-        Ok(Prepared {
-            manifest,
-            runner,
-            digest: module.digest(),
-            bytes,
-        })
+        Ok(runner)
+    }
+
+    /// A dry run (`docs/handlers.md#dry-runs`): runs `module` and the live
+    /// version of `name` over the page of its stream `query` selects, and
+    /// compares them. Settles nothing and writes nothing; needs no
+    /// operation lock, so deliveries, deploys and swaps go on meanwhile.
+    pub async fn trial(
+        &self,
+        name: &HandlerName,
+        module: Vec<u8>,
+        query: Query,
+    ) -> Result<TrialReport, RegistryError> {
+        let (manifest, current) = {
+            let entries = self.entries.lock();
+            let entry = found(&entries, name)?;
+            (entry.manifest.clone(), entry.current.clone())
+        };
+        let (events, next_cursor) = trial::events(&*self.backend, &manifest.stream, &query).await?;
+        let candidate = self.trial_runner(name, &manifest, module.into()).await?;
+        let current = match current {
+            Some(live) => Some((
+                live.number,
+                self.trial_runner(name, &manifest, live.bytes).await?,
+            )),
+            None => None,
+        };
+        Ok(trial::run(name, &manifest, candidate, current, events, next_cursor).await)
+    }
+
+    /// A runner of `bytes` for a dry run: its appends are kept, its log
+    /// lines go to the server's log only.
+    async fn trial_runner(
+        &self,
+        name: &HandlerName,
+        manifest: &Manifest,
+        bytes: Arc<[u8]>,
+    ) -> Result<TrialRunner, RegistryError> {
+        let capture = Arc::new(AppendCapture::default());
+        let env = HandlerEnv::new(name.clone(), Arc::clone(&self.backend))
+            .with_captured_appends(Arc::clone(&capture));
+        let runner = self.started(name, manifest, bytes, env).await?;
+        Ok(TrialRunner { runner, capture })
     }
 
     /// Runs a prepared version as number `number` (the next one when

@@ -21,12 +21,12 @@ use std::time::Instant;
 use wasmtime::Trap;
 
 use super::WasmError;
-use super::bindings::{Delivery, Event, Outcome};
+use super::bindings::{Delivery, Event as WitEvent, Outcome};
 use super::host::HandlerEnv;
 use super::instance::{DeadlineReached, Instance, WarmPool, deadline_after};
 use super::limits::{InstanceMode, Limits, MemoryCapReached};
 use super::module::HandlerModule;
-use crate::model::{Lease, clip_reason};
+use crate::model::{Event, GroupName, Lease, clip_reason};
 use crate::settle::{HandlerFailure, HandlerOutcome};
 
 /// Runs one handler version. Cheap to share (`Arc`) and to call
@@ -141,7 +141,21 @@ impl HandlerRunner {
     /// `#[tokio::main]` and `#[tokio::test]` set up): the deadline of time
     /// spent in host calls is a tokio timer.
     pub async fn invoke(&self, lease: &Lease) -> HandlerOutcome {
-        self.invoke_delivery(&delivery_of(lease)).await
+        let delivery = delivery_of(
+            &lease.event,
+            &lease.group,
+            lease.attempt,
+            lease.lease_id.as_str(),
+        );
+        self.invoke_delivery(&delivery).await
+    }
+
+    /// Runs the guest's `handle` for `event` as a first delivery to
+    /// `group` that holds no lease (its `lease-id` is `dry-run`): what a
+    /// dry run (`docs/handlers.md#dry-runs`) calls. Nothing is settled.
+    pub async fn invoke_unleased(&self, event: &Event, group: &GroupName) -> HandlerOutcome {
+        self.invoke_delivery(&delivery_of(event, group, 1, "dry-run"))
+            .await
     }
 
     /// Instantiates once under the handler's limits, keeping the instance
@@ -288,14 +302,13 @@ fn outcome_of(outcome: Outcome) -> HandlerOutcome {
     }
 }
 
-/// The WIT view of a lease: the event with JSON as text.
-fn delivery_of(lease: &Lease) -> Delivery {
-    let event = &lease.event;
+/// The WIT view of a delivery: the event with JSON as text.
+fn delivery_of(event: &Event, group: &GroupName, attempt: u32, lease_id: &str) -> Delivery {
     // Serializing a map of JSON values cannot fail; "{}" keeps the
     // contract (always an object) even if it somehow did.
     let json = |map| serde_json::to_string(map).unwrap_or_else(|_| "{}".to_owned());
     Delivery {
-        event: Event {
+        event: WitEvent {
             id: event.id.to_string(),
             stream: event.stream.to_string(),
             partition: event.partition,
@@ -306,8 +319,8 @@ fn delivery_of(lease: &Lease) -> Delivery {
             payload: json(&event.payload),
             metadata: json(&event.metadata),
         },
-        group: lease.group.to_string(),
-        attempt: lease.attempt,
-        lease_id: lease.lease_id.to_string(),
+        group: group.to_string(),
+        attempt,
+        lease_id: lease_id.to_owned(),
     }
 }

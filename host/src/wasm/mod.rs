@@ -72,7 +72,7 @@ pub(crate) mod tests;
 
 pub use cache::{Digest, ModuleCache};
 pub use engine::{EngineOptions, PoolingOptions, WasmEngine};
-pub use host::{HandlerEnv, LOG_TARGET, MAX_LINE_BYTES};
+pub use host::{AppendCapture, CapturedAppend, HandlerEnv, LOG_TARGET, MAX_LINE_BYTES};
 pub use invoke::{HandlerRunner, RunnerStats};
 pub use limits::{
     DEFAULT_MAX_INVOCATIONS, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_MS, InstanceMode, Limits,

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::handler_logs::{LogLevel, LogLine, LogSource};
-use crate::handlers::{HandlerStatus, HandlerView};
+use crate::handlers::{
+    HandlerStatus, HandlerView, TrialReport, TrialRun, TrialTotals, append_json,
+};
 use crate::model::Timestamp;
 use crate::runtime::CountersSnapshot;
 
@@ -114,6 +116,172 @@ pub(crate) struct DeployForm {
     /// The WebAssembly component (`.wasm`).
     #[schema(value_type = String, format = Binary)]
     module: Vec<u8>,
+}
+
+/// A dry run, as `multipart/form-data` (`docs/handlers.md#dry-runs`): the
+/// candidate `module` and, optionally, a `query` choosing the events (a
+/// query body as JSON; by default the stream's first 100 events).
+// Describes the form; the route reads the parts one by one.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "describes the document; never built")]
+pub(crate) struct TrialForm {
+    /// The candidate WebAssembly component (`.wasm`).
+    #[schema(value_type = String, format = Binary)]
+    module: Vec<u8>,
+    /// Which events, as for `POST /v1/streams/{stream}/query` on the
+    /// handler's stream.
+    query: Option<super::QueryBody>,
+}
+
+/// What a dry run found: the two versions' totals, then per event what
+/// each did, events where they differ first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TrialBody {
+    handler: String,
+    /// The handler's stream, where the events came from.
+    stream: String,
+    /// The module tried.
+    candidate: TrialVersionBody,
+    /// The live version; `null` when none runs.
+    current: Option<TrialVersionBody>,
+    /// Events where the two versions differ (outcome, reason, delay or
+    /// appends).
+    differing: u64,
+    /// Differences first, then in the query's order.
+    events: Vec<TrialEventBody>,
+    /// Pass back as the query's `cursor` for the next events.
+    next_cursor: Option<String>,
+}
+
+/// One version in a dry run.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TrialVersionBody {
+    /// Its number; `null` for the candidate.
+    version: Option<u64>,
+    /// sha256 of the module, hex.
+    digest: String,
+    totals: TrialTotalsBody,
+}
+
+/// A version's totals over a dry run.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TrialTotalsBody {
+    events: u64,
+    acked: u64,
+    retried: u64,
+    rejected: u64,
+    trapped: u64,
+    timed_out: u64,
+    /// Stopped at the memory cap or out of fuel.
+    limited: u64,
+    /// Events appended (kept, not written).
+    appended: u64,
+    /// Median call latency, microseconds.
+    p50_us: u64,
+    /// Slowest call, microseconds.
+    max_us: u64,
+}
+
+impl From<&TrialTotals> for TrialTotalsBody {
+    fn from(t: &TrialTotals) -> Self {
+        Self {
+            events: t.events,
+            acked: t.acked,
+            retried: t.retried,
+            rejected: t.rejected,
+            trapped: t.trapped,
+            timed_out: t.timed_out,
+            limited: t.limited,
+            appended: t.appended,
+            p50_us: micros(t.p50),
+            max_us: micros(t.max),
+        }
+    }
+}
+
+/// One event of a dry run.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TrialEventBody {
+    event_id: String,
+    partition: u32,
+    sequence: u64,
+    /// Whether the versions differ on it.
+    differs: bool,
+    candidate: TrialRunBody,
+    /// `null` when no version is live.
+    current: Option<TrialRunBody>,
+}
+
+/// What one version did with one event.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TrialRunBody {
+    /// `ack`, `retry`, `reject`, `trap`, `timeout`, `memory_limit` or
+    /// `out_of_fuel`.
+    outcome: String,
+    /// The guest's reason (retry, reject) or the failure's.
+    reason: Option<String>,
+    /// The delay a retry asked for.
+    delay_ms: Option<u64>,
+    /// How long the call took, microseconds.
+    latency_us: u64,
+    /// The events it appended: checked, kept, not written.
+    #[schema(value_type = Vec<super::JsonObjectSchema>)]
+    appends: Vec<serde_json::Value>,
+    /// Appends a real append would have refused (the guest got the error).
+    refused_appends: u64,
+}
+
+impl From<&TrialRun> for TrialRunBody {
+    fn from(run: &TrialRun) -> Self {
+        Self {
+            outcome: run.outcome_name().to_owned(),
+            reason: run.reason(),
+            delay_ms: run.delay_ms(),
+            latency_us: micros(run.latency),
+            appends: run.appends.iter().map(append_json).collect(),
+            refused_appends: run.refused_appends,
+        }
+    }
+}
+
+impl From<&TrialReport> for TrialBody {
+    fn from(r: &TrialReport) -> Self {
+        Self {
+            handler: r.handler.to_string(),
+            stream: r.stream.to_string(),
+            candidate: TrialVersionBody {
+                version: None,
+                digest: r.candidate_digest.to_hex(),
+                totals: (&r.candidate_totals).into(),
+            },
+            current: r.current.as_ref().zip(r.current_totals.as_ref()).map(
+                |((number, digest), totals)| TrialVersionBody {
+                    version: Some(*number),
+                    digest: digest.to_hex(),
+                    totals: totals.into(),
+                },
+            ),
+            differing: r.events.iter().filter(|e| e.differs()).count() as u64,
+            events: r
+                .events
+                .iter()
+                .map(|e| TrialEventBody {
+                    event_id: e.event.id.to_string(),
+                    partition: e.event.partition,
+                    sequence: e.event.sequence,
+                    differs: e.differs(),
+                    candidate: (&e.candidate).into(),
+                    current: e.current.as_ref().map(Into::into),
+                })
+                .collect(),
+            next_cursor: r.next_cursor.clone(),
+        }
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A WebAssembly component, the raw body of a module swap.

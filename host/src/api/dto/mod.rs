@@ -33,7 +33,7 @@ pub(crate) use groups::{
 #[cfg(feature = "wasm")]
 pub(crate) use handlers::{
     DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
-    WasmModule,
+    TrialBody, TrialForm, WasmModule,
 };
 pub(crate) use leases::{
     AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,

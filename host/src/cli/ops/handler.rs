@@ -55,6 +55,34 @@ enum HandlerAction {
         /// The new component (.wasm).
         module: PathBuf,
     },
+    /// Dry-run a candidate module over the handler's history: it and the
+    /// live version each handle the chosen events (as first deliveries, in
+    /// the sandbox and limits production uses) and are compared event by
+    /// event — outcome, reason, latency and the events each would append —
+    /// differences first. Nothing is settled and nothing is appended: no
+    /// group changes.
+    Try {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The handler's name.
+        name: String,
+        /// The candidate component (.wasm).
+        #[arg(long, value_name = "FILE")]
+        module: PathBuf,
+        /// Only events matching these filters, as `rheo query --where`,
+        /// e.g. '{"type": "order.created"}'.
+        #[arg(long = "where", value_name = "JSON", value_parser = super::json_object)]
+        filter: Option<Value>,
+        /// Only events at or after this RFC 3339 time.
+        #[arg(long, value_name = "TIME")]
+        from: Option<String>,
+        /// How many events, from the oldest [server default 100, max 1000].
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Continue after a previous dry run's last event (its next cursor).
+        #[arg(long, value_name = "CURSOR")]
+        cursor: Option<String>,
+    },
     /// Every deployed handler with its version and counters.
     List {
         #[command(flatten)]
@@ -123,6 +151,7 @@ impl HandlerArgs {
             HandlerAction::Build(build) => return build.run(),
             HandlerAction::Deploy { ref server, .. }
             | HandlerAction::Swap { ref server, .. }
+            | HandlerAction::Try { ref server, .. }
             | HandlerAction::List { ref server }
             | HandlerAction::Get { ref server, .. }
             | HandlerAction::Rollback { ref server, .. }
@@ -141,6 +170,45 @@ impl HandlerArgs {
             HandlerAction::Get { name, .. } => {
                 let answer = client.get(&path(name, ""), &[])?;
                 return server.print(&answer, render_one);
+            }
+            HandlerAction::Try {
+                name,
+                module,
+                filter,
+                from,
+                limit,
+                cursor,
+                ..
+            } => {
+                let mut query = serde_json::Map::new();
+                let mut put = |key: &str, value: Value| {
+                    if !value.is_null() {
+                        query.insert(key.to_owned(), value);
+                    }
+                };
+                put("where", filter.clone().unwrap_or(Value::Null));
+                put("from", serde_json::json!(from));
+                put("limit", serde_json::json!(limit));
+                put("cursor", serde_json::json!(cursor));
+                let query = serde_json::to_vec(&query)?;
+                let wasm = read(module)?;
+                let body = multipart::encode(&[
+                    Part {
+                        name: "module",
+                        filename: &file_name(module),
+                        content_type: "application/wasm",
+                        bytes: &wasm,
+                    },
+                    Part {
+                        name: "query",
+                        filename: "query.json",
+                        content_type: "application/json",
+                        bytes: &query,
+                    },
+                ]);
+                let answer =
+                    client.post_bytes(&path(name, "/try"), &body.content_type, &body.body)?;
+                return server.print(&answer, render_trial);
             }
             HandlerAction::Logs {
                 name,
@@ -299,6 +367,133 @@ fn summary(done: &str, h: &Value) -> String {
         out.push_str(&format!("last error: {error}\n"));
     }
     out
+}
+
+/// A dry run: a line per version with its totals, then one row per event,
+/// differences first (`*`), and where to continue.
+fn render_trial(t: &Value) -> String {
+    let events = t["events"].as_array().map_or(&[][..], Vec::as_slice);
+    let live = !t["current"].is_null();
+    let mut out = format!(
+        "dry run of handler {} on stream {}: {} events{}\n",
+        cell(&t["handler"]),
+        cell(&t["stream"]),
+        events.len(),
+        if live {
+            format!(
+                ", {} where the candidate differs from the live version",
+                cell(&t["differing"])
+            )
+        } else {
+            ", no live version to compare with".to_owned()
+        },
+    );
+    let mut versions = Table::new(&[
+        ("VERSION", Align::Left),
+        ("DIGEST", Align::Left),
+        ("ACK", Align::Right),
+        ("RETRY", Align::Right),
+        ("REJECT", Align::Right),
+        ("TRAP", Align::Right),
+        ("TIMEOUT", Align::Right),
+        ("LIMIT", Align::Right),
+        ("APPENDS", Align::Right),
+        ("P50", Align::Right),
+        ("MAX", Align::Right),
+    ]);
+    for (label, v) in [
+        ("candidate".to_owned(), &t["candidate"]),
+        (
+            format!("live v{}", cell(&t["current"]["version"])),
+            &t["current"],
+        ),
+    ] {
+        if v.is_null() {
+            continue;
+        }
+        let totals = &v["totals"];
+        versions.row([
+            label,
+            short(&v["digest"]),
+            cell(&totals["acked"]),
+            cell(&totals["retried"]),
+            cell(&totals["rejected"]),
+            cell(&totals["trapped"]),
+            cell(&totals["timed_out"]),
+            cell(&totals["limited"]),
+            cell(&totals["appended"]),
+            micros(&totals["p50_us"]),
+            micros(&totals["max_us"]),
+        ]);
+    }
+    out.push_str(&versions.render());
+    if events.is_empty() {
+        out.push_str("no events match\n");
+        return out;
+    }
+    let mut columns = vec![
+        ("", Align::Left),
+        ("EVENT", Align::Left),
+        ("P/SEQ", Align::Right),
+        ("CANDIDATE", Align::Left),
+    ];
+    if live {
+        columns.push(("LIVE", Align::Left));
+    }
+    let mut table = Table::new(&columns);
+    for e in events {
+        let mut row = vec![
+            if e["differs"] == Value::Bool(true) {
+                "*"
+            } else {
+                ""
+            }
+            .to_owned(),
+            cell(&e["event_id"]),
+            format!("{}/{}", cell(&e["partition"]), cell(&e["sequence"])),
+            trial_run(&e["candidate"]),
+        ];
+        if live {
+            row.push(trial_run(&e["current"]));
+        }
+        table.row(row);
+    }
+    out.push('\n');
+    out.push_str(&table.render());
+    if let Some(next) = t["next_cursor"].as_str() {
+        out.push_str(&format!("more events: --cursor {next}\n"));
+    }
+    out
+}
+
+/// One version's result on one event: `reject: why`, `retry in 500 ms:
+/// why`, `ack`, and `, 2 appends` when it appended.
+fn trial_run(run: &Value) -> String {
+    let mut text = cell(&run["outcome"]);
+    if let Some(delay) = run["delay_ms"].as_u64() {
+        text.push_str(&format!(" in {delay} ms"));
+    }
+    if let Some(reason) = run["reason"].as_str() {
+        text.push_str(&format!(": {reason}"));
+    }
+    match run["appends"].as_array().map_or(0, Vec::len) {
+        0 => {}
+        1 => text.push_str(", 1 append"),
+        n => text.push_str(&format!(", {n} appends")),
+    }
+    if let Some(refused) = run["refused_appends"].as_u64().filter(|n| *n > 0) {
+        text.push_str(&format!(", {refused} refused"));
+    }
+    text
+}
+
+/// Microseconds, readably.
+fn micros(us: &Value) -> String {
+    match us.as_u64() {
+        Some(us) if us >= 10_000 => format!("{} ms", us / 1000),
+        Some(us) => format!("{us} µs"),
+        None => cell(us),
+    }
 }
 
 /// NAME STREAM GROUP STATUS VERSION DIGEST PROCESSED ACKED RETRIED REJECTED.

@@ -7,6 +7,7 @@ mod deploy;
 mod guests;
 mod locks;
 mod swap;
+mod trial;
 mod versions;
 
 use std::sync::Arc;

@@ -15,13 +15,29 @@
 
 use serde_json::Value;
 
-use super::HandlerEnv;
+use super::{AppendCapture, CapturedAppend, HandlerEnv};
 use crate::backend::Error;
+use crate::backend::policy::route_batch;
 use crate::model::{EventId, EventInput as ModelEventInput, JsonObject, StreamName};
 use crate::wasm::bindings::{AppendError, EventInput, EventRef};
 
-/// Appends `input` to `stream` for the handler of `env`.
+/// Appends `input` to `stream` for the handler of `env` (in a dry run,
+/// checks and keeps it: [`captured`]).
 pub(crate) async fn append(
+    env: &HandlerEnv,
+    stream: &str,
+    input: EventInput,
+) -> Result<EventRef, AppendError> {
+    let result = checked_append(env, stream, input).await;
+    if result.is_err()
+        && let Some(capture) = &env.capture
+    {
+        capture.note_refused();
+    }
+    result
+}
+
+async fn checked_append(
     env: &HandlerEnv,
     stream: &str,
     input: EventInput,
@@ -36,6 +52,9 @@ pub(crate) async fn append(
         )));
     }
     let input = to_model(input)?;
+    if let Some(capture) = &env.capture {
+        return captured(env, capture, stream, input).await;
+    }
     let appended = env
         .backend
         .append_one(&stream, input)
@@ -49,6 +68,43 @@ pub(crate) async fn append(
         sequence: event.sequence,
         duplicate: appended.duplicate,
     })
+}
+
+/// A dry run's append: refused as a real one would be (the stream must
+/// exist, the event be valid and route to one of its partitions), else
+/// kept in `capture`. The guest is answered with the event's id (a made-up
+/// one when it gave none), the partition, sequence 0 (nothing was
+/// written) and `duplicate: false`.
+async fn captured(
+    env: &HandlerEnv,
+    capture: &AppendCapture,
+    stream: StreamName,
+    input: ModelEventInput,
+) -> Result<EventRef, AppendError> {
+    let partition_count = env
+        .backend
+        .get_stream(&stream)
+        .await
+        .map_err(to_append_error)?
+        .partition_count;
+    let mut routed = route_batch(vec![input], partition_count).map_err(to_append_error)?;
+    let Some((input, partition)) = routed.pop() else {
+        return Err(AppendError::Unavailable("nothing to append".into()));
+    };
+    let id = input.id.clone().unwrap_or_else(EventId::generate);
+    let answer = EventRef {
+        id: id.to_string(),
+        stream: stream.to_string(),
+        partition,
+        sequence: 0,
+        duplicate: false,
+    };
+    capture.push(CapturedAppend {
+        stream,
+        partition,
+        input,
+    });
+    Ok(answer)
 }
 
 /// Converts the WIT input, parsing its JSON texts.

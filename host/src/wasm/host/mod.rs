@@ -26,7 +26,7 @@ use super::limits::GuestLimiter;
 use crate::backend::Backend;
 use crate::clock::SharedClock;
 use crate::handler_logs::HandlerLog;
-use crate::model::{HandlerName, StreamName};
+use crate::model::{EventInput as ModelEventInput, HandlerName, StreamName};
 
 /// What a handler's guest code may use on the host: its name (for logs),
 /// its configuration, the backend it appends to, the clock and which
@@ -43,6 +43,50 @@ pub struct HandlerEnv {
     log: Option<Arc<HandlerLog>>,
     /// This version's number, once it has one (0 before).
     version: Arc<AtomicU64>,
+    /// In a dry run, where appends go instead of the backend.
+    capture: Option<Arc<AppendCapture>>,
+}
+
+/// The appends of a dry run (`docs/handlers.md#dry-runs`): checked as a
+/// real append is (the stream exists and may be appended to, the event is
+/// valid and routes to a partition), then kept here instead of written.
+#[derive(Debug, Default)]
+pub struct AppendCapture {
+    appends: parking_lot::Mutex<Vec<CapturedAppend>>,
+    refused: AtomicU64,
+}
+
+/// One append a dry run kept instead of writing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedAppend {
+    /// The stream it was for.
+    pub stream: StreamName,
+    /// The partition it would have gone to.
+    pub partition: u32,
+    /// The event as the guest gave it (an id it did not give stays `None`:
+    /// the id the guest was answered with is made up for the dry run).
+    pub input: ModelEventInput,
+}
+
+impl AppendCapture {
+    /// Takes what was captured so far, oldest first.
+    pub fn take(&self) -> Vec<CapturedAppend> {
+        std::mem::take(&mut *self.appends.lock())
+    }
+
+    /// Appends refused so far (the guest got the error a real append
+    /// would have given).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn push(&self, append: CapturedAppend) {
+        self.appends.lock().push(append);
+    }
+
+    pub(crate) fn note_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl HandlerEnv {
@@ -58,7 +102,15 @@ impl HandlerEnv {
             append_streams: None,
             log: None,
             version: Arc::new(AtomicU64::new(0)),
+            capture: None,
         }
+    }
+
+    /// A dry run's environment: `append` checks each event as it would be
+    /// written, then keeps it in `capture` instead of writing it.
+    pub fn with_captured_appends(mut self, capture: Arc<AppendCapture>) -> Self {
+        self.capture = Some(capture);
+        self
     }
 
     /// Keeps the guest's log lines in `log` too (they always go to
