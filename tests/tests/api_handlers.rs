@@ -585,6 +585,21 @@ fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
     assert_eq!((status, rolled["version"].clone()), (200, json!(1)));
 }
 
+/// `POST /v1/handlers/{name}/try` with these multipart parts.
+fn try_module(
+    http: &Agent,
+    server: &Server,
+    name: &str,
+    parts: &[(&str, &str, &[u8])],
+) -> support::Answer {
+    let (content_type, body) = multipart(parts);
+    answer(
+        http.post(server.url(&format!("/v1/handlers/{name}/try")))
+            .header("Content-Type", &content_type)
+            .send(&body[..]),
+    )
+}
+
 /// What a dry run must leave alone, read over HTTP: the stream's
 /// watermarks, and each group's info (lag, cursors, in flight, dead-letter
 /// count; not the age of its oldest unacked event, which grows by itself)
@@ -672,20 +687,13 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     let poison = dir.path().join("poison.wasm");
     std::fs::write(&poison, guest("poison")).unwrap();
     let module = poison.to_str().unwrap();
-    let run = rheo_e2e::run_rheo_with(
-        &[
-            "handler",
-            "try",
-            "worker",
-            "--module",
-            module,
-            "--json",
-            "--server",
-            server.base(),
-        ],
-        &[],
-        None,
-    );
+    let try_poison = |extra: &[&str]| {
+        let mut args = vec!["handler", "try", "worker", "--module", module];
+        args.extend_from_slice(&["--server", server.base()]);
+        args.extend_from_slice(extra);
+        rheo_e2e::run_rheo_with(&args, &[], None)
+    };
+    let run = try_poison(&["--json"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
     assert_eq!(report["differing"], 3, "{report:#}");
@@ -712,19 +720,7 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     assert_eq!(report["current"]["totals"]["acked"], 24);
 
     // The table marks the differences.
-    let run = rheo_e2e::run_rheo_with(
-        &[
-            "handler",
-            "try",
-            "worker",
-            "--module",
-            module,
-            "--server",
-            server.base(),
-        ],
-        &[],
-        None,
-    );
+    let run = try_poison(&[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(
         run.stdout
@@ -743,14 +739,14 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     // The query part chooses the events: over HTTP, only the poisoned ones.
     let query = serde_json::to_vec(&json!({"where": {"payload.poison": true}})).unwrap();
     let poison_bytes = guest("poison");
-    let (content_type, body) = multipart(&[
-        ("module", "application/wasm", &poison_bytes),
-        ("query", "application/json", &query),
-    ]);
-    let (status, report) = answer(
-        http.post(server.url("/v1/handlers/worker/try"))
-            .header("Content-Type", &content_type)
-            .send(&body[..]),
+    let (status, report) = try_module(
+        &http,
+        &server,
+        "worker",
+        &[
+            ("module", "application/wasm", &poison_bytes),
+            ("query", "application/json", &query),
+        ],
     );
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["events"].as_array().unwrap().len(), 3);
@@ -765,18 +761,28 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     );
 
     // Bad input is refused with nothing changed.
-    let (content_type, body) = multipart(&[("module", "application/wasm", GARBAGE)]);
-    let refused = answer(
-        http.post(server.url("/v1/handlers/worker/try"))
-            .header("Content-Type", &content_type)
-            .send(&body[..]),
+    let refused = try_module(
+        &http,
+        &server,
+        "worker",
+        &[("module", "application/wasm", GARBAGE)],
     );
     assert_error(&refused, 400, "invalid_module");
-    let (content_type, body) = multipart(&[("module", "application/wasm", &poison_bytes)]);
-    let missing = answer(
-        http.post(server.url("/v1/handlers/nobody/try"))
-            .header("Content-Type", &content_type)
-            .send(&body[..]),
+    let extra = try_module(
+        &http,
+        &server,
+        "worker",
+        &[
+            ("module", "application/wasm", &poison_bytes),
+            ("manifest", "application/json", b"{}"),
+        ],
+    );
+    assert_error(&extra, 400, "invalid");
+    let missing = try_module(
+        &http,
+        &server,
+        "nobody",
+        &[("module", "application/wasm", &poison_bytes)],
     );
     assert_error(&missing, 404, "handler_not_found");
     assert_eq!(handler(&http, &server, "worker")["last_error"], Value::Null);

@@ -119,46 +119,26 @@ async fn handler_deploy(
     HandlerPath(name): HandlerPath,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<HandlerBody>), ApiError> {
-    let mut multipart = multipart.map_err(|e| {
-        ApiError::UnsupportedMediaType(format!(
-            "a deploy is multipart/form-data with parts `manifest` and `module`: {}",
-            e.body_text()
-        ))
-    })?;
+    let parts = form_parts(multipart, "a deploy", &["manifest", "module"]).await?;
     let registry = registry(&state)?;
     let mut manifest = None;
     let mut module = None;
-    while let Some(field) = multipart
-        .next_field()
-        .await
-        .map_err(|e| ApiError::invalid("body", e.body_text()))?
-    {
-        let part = field.name().unwrap_or_default().to_owned();
-        let toml = field.content_type().is_some_and(|c| c.contains("toml"));
-        let bytes = field
-            .bytes()
-            .await
-            .map_err(|e| ApiError::invalid(&part, e.body_text()))?;
-        match part.as_str() {
+    for part in parts {
+        match part.name.as_str() {
             "manifest" => {
+                let toml = part.content_type.is_some_and(|c| c.contains("toml"));
                 manifest = Some(
                     if toml {
-                        let text = std::str::from_utf8(&bytes)
+                        let text = std::str::from_utf8(&part.bytes)
                             .map_err(|_| ApiError::invalid("manifest", "not UTF-8"))?;
                         Manifest::from_toml(text)
                     } else {
-                        Manifest::from_json(&bytes)
+                        Manifest::from_json(&part.bytes)
                     }
                     .map_err(|e| ApiError::invalid("manifest", e.0))?,
                 );
             }
-            "module" => module = Some(bytes.to_vec()),
-            other => {
-                return Err(ApiError::invalid(
-                    "body",
-                    format!("unexpected part {other:?}; send `manifest` and `module`"),
-                ));
-            }
+            _ => module = Some(part.bytes.to_vec()),
         }
     }
     let manifest =
@@ -172,6 +152,58 @@ async fn handler_deploy(
         StatusCode::OK
     };
     Ok((status, Json(view.into())))
+}
+
+/// One part of a multipart form.
+struct FormPart {
+    name: String,
+    content_type: Option<String>,
+    bytes: Bytes,
+}
+
+/// The parts of `what`'s multipart form (415 when it is not one), each
+/// named one of `names` (400 for any other).
+async fn form_parts(
+    multipart: Result<Multipart, MultipartRejection>,
+    what: &str,
+    names: &[&str],
+) -> Result<Vec<FormPart>, ApiError> {
+    let listed = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::UnsupportedMediaType(format!(
+            "{what} is multipart/form-data with parts {listed}: {}",
+            e.body_text()
+        ))
+    })?;
+    let mut parts = Vec::new();
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::invalid("body", e.body_text()))?
+    {
+        let name = field.name().unwrap_or_default().to_owned();
+        if !names.contains(&name.as_str()) {
+            return Err(ApiError::invalid(
+                "body",
+                format!("unexpected part {name:?}; send {listed}"),
+            ));
+        }
+        let content_type = field.content_type().map(str::to_owned);
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| ApiError::invalid(&name, e.body_text()))?;
+        parts.push(FormPart {
+            name,
+            content_type,
+            bytes,
+        });
+    }
+    Ok(parts)
 }
 
 /// Hot-swap a handler's module, keeping its manifest. Deliveries in flight
@@ -240,39 +272,19 @@ async fn handler_try(
     HandlerPath(name): HandlerPath,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<TrialBody>, ApiError> {
-    let mut multipart = multipart.map_err(|e| {
-        ApiError::UnsupportedMediaType(format!(
-            "a dry run is multipart/form-data with a part `module` and an optional part `query`: {}",
-            e.body_text()
-        ))
-    })?;
+    let parts = form_parts(multipart, "a dry run", &["module", "query"]).await?;
     let registry = registry(&state)?;
     let mut module = None;
     let mut query = None;
-    while let Some(field) = multipart
-        .next_field()
-        .await
-        .map_err(|e| ApiError::invalid("body", e.body_text()))?
-    {
-        let part = field.name().unwrap_or_default().to_owned();
-        let bytes = field
-            .bytes()
-            .await
-            .map_err(|e| ApiError::invalid(&part, e.body_text()))?;
-        match part.as_str() {
-            "module" => module = Some(bytes.to_vec()),
+    for part in parts {
+        match part.name.as_str() {
+            "module" => module = Some(part.bytes.to_vec()),
             // `null`, as the document allows, is no query.
-            "query" if bytes.trim_ascii() == b"null" => query = None,
-            "query" => {
-                an_object(&bytes)?;
-                let Json(body) = Json::<QueryBody>::from_bytes(&bytes)?;
+            _ if part.bytes.trim_ascii() == b"null" => query = None,
+            _ => {
+                an_object(&part.bytes)?;
+                let Json(body) = Json::<QueryBody>::from_bytes(&part.bytes)?;
                 query = Some(body.into_query()?);
-            }
-            other => {
-                return Err(ApiError::invalid(
-                    "body",
-                    format!("unexpected part {other:?}; send `module` and, optionally, `query`"),
-                ));
             }
         }
     }

@@ -177,9 +177,7 @@ impl Client {
         content_type: &str,
         bytes: &[u8],
     ) -> Result<Value, ClientError> {
-        let url = self.url(path);
-        let request = self.with_token(self.agent.put(&url));
-        self.answer(&url, request.content_type(content_type).send(bytes))
+        self.send_bytes(|agent, url| agent.put(url), path, content_type, bytes)
     }
 
     /// `POST path` with `bytes` of type `content_type`.
@@ -189,8 +187,19 @@ impl Client {
         content_type: &str,
         bytes: &[u8],
     ) -> Result<Value, ClientError> {
+        self.send_bytes(|agent, url| agent.post(url), path, content_type, bytes)
+    }
+
+    /// `method path` with `bytes` of type `content_type`.
+    fn send_bytes(
+        &self,
+        method: fn(&ureq::Agent, &str) -> ureq::RequestBuilder<ureq::typestate::WithBody>,
+        path: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> Result<Value, ClientError> {
         let url = self.url(path);
-        let request = self.with_token(self.agent.post(&url));
+        let request = self.with_token(method(&self.agent, &url));
         self.answer(&url, request.content_type(content_type).send(bytes))
     }
 

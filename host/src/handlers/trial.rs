@@ -80,8 +80,8 @@ pub struct TrialRun {
     pub latency: Duration,
     /// What it appended (kept, not written), in order.
     pub appends: Vec<CapturedAppend>,
-    /// Appends it tried that a real append would have refused, with why
-    /// (the guest was answered with that error too).
+    /// How many appends it tried that a real append would have refused
+    /// (the guest was answered with that error).
     pub refused_appends: u64,
 }
 
