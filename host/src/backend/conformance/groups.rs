@@ -447,6 +447,34 @@ pub async fn fetch_is_fair_across_partitions(h: &Harness) {
     );
 }
 
+/// Each partition gives its lowest claimable deliveries even when another
+/// partition holds many lower sequences: a partition's expired leases
+/// come before its unclaimed events, whatever the other partitions hold.
+pub async fn fetch_reclaims_each_partitions_lowest_first(h: &Harness) {
+    let s = h.stream("two", 2).await;
+    h.append_to(&s, 0, 4).await;
+    h.append_to(&s, 1, 8).await;
+    let g = h.group(&s, "g").await;
+    let leases = h.fetch_as(&s, &g, 100, "c1", 1_000).await;
+    assert_eq!(leases.len(), 12);
+    // Partition 1 settles its first four; its unsettled leases are then
+    // all above partition 0's.
+    for lease in leases
+        .iter()
+        .filter(|l| l.event.partition == 1 && l.event.sequence <= 4)
+    {
+        h.ack(lease).await.expect("ack");
+    }
+    h.append_to(&s, 1, 2).await;
+    h.clock.advance(1_000);
+    // Partition 0 re-offers 1–4, partition 1 re-offers 5–8 before its new 9.
+    assert_eq!(pos(&h.fetch(&s, &g, 2).await), [(0, 1), (1, 5)]);
+    assert_eq!(
+        pos(&h.fetch(&s, &g, 4).await),
+        [(0, 2), (0, 3), (1, 6), (1, 7)]
+    );
+}
+
 pub async fn fetch_partition_scope(h: &Harness) {
     let s = h.stream("s", 3).await;
     let g = h.group(&s, "g").await;

@@ -308,6 +308,7 @@ macro_rules! __conformance_list {
             groups::fetch_returns_sorted_leases_with_distinct_ids,
             groups::fetch_validates_its_input,
             groups::fetch_is_fair_across_partitions,
+            groups::fetch_reclaims_each_partitions_lowest_first,
             groups::fetch_partition_scope,
             groups::leases_carry_a_receipt,
             groups::expired_lease_is_redelivered_with_the_next_attempt,

@@ -162,12 +162,32 @@ impl MongoBackend {
         }
 
         // Claimable deliveries, lowest sequences first in each partition.
+        // One read over every selected partition, lowest sequences first;
+        // when it fills its window it may have cut some partitions short
+        // (a partition with many low sequences takes it all), so then each
+        // partition is read on its own, up to the most it can be given.
         let window = (i64::from(req.limit) * selected.len() as i64).min(10_000);
         let mut per_partition: BTreeMap<u32, Vec<Document>> = BTreeMap::new();
         for filter in claimable(s, g, &in_selected, now, max_attempts) {
-            let found = self
-                .find_all(DELIVERIES, filter, Some(doc! {"q": 1, "p": 1}), window)
+            let mut found = self
+                .find_all(
+                    DELIVERIES,
+                    filter.clone(),
+                    Some(doc! {"q": 1, "p": 1}),
+                    window,
+                )
                 .await?;
+            if found.len() as i64 >= window && selected.len() > 1 {
+                found.clear();
+                for p in &in_selected {
+                    let mut one = filter.clone();
+                    one.insert("p", *p);
+                    let lowest = self
+                        .find_all(DELIVERIES, one, Some(doc! {"q": 1}), i64::from(req.limit))
+                        .await?;
+                    found.extend(lowest);
+                }
+            }
             for d in found {
                 let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
                 per_partition.entry(p).or_default().push(d);
