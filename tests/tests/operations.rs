@@ -104,14 +104,18 @@ fn metrics_during_and_after_a_handler_run_match_the_api() {
     let (status, info) = get(&http, &server, "/v1/streams/orders/groups/billing");
     assert_eq!(status, 200, "{info}");
 
-    // Once the sampler has seen the drained group, every series agrees.
+    // Once the sampler has seen the drained group, every series agrees. A
+    // sample from before the append shows lag 0 too (and no dead letters):
+    // the drained group is the one with its 20 dead letters.
     let after = eventually(
-        "the group series show lag 0",
+        "the group series show lag 0 and 20 dead letters",
         Duration::from_secs(20),
         || {
             let s = scrape(&http, &server);
             let group = [("stream", "orders"), ("group", "billing")];
-            (sample(&s, "rheo_group_lag", &group) == Some(0.0)).then_some(s)
+            let drained = sample(&s, "rheo_group_lag", &group) == Some(0.0)
+                && sample(&s, "rheo_group_dead_letters", &group) == Some(20.0);
+            drained.then_some(s)
         },
     );
     let group = [("stream", "orders"), ("group", "billing")];
