@@ -303,7 +303,7 @@ impl HandlerRegistry {
             let entry = found(&entries, name)?;
             (entry.manifest.clone(), entry.current.clone())
         };
-        let (events, next_cursor) = trial::events(&*self.backend, &manifest.stream, &query).await?;
+        let page = self.backend.query(&manifest.stream, &query).await?;
         let candidate = self.trial_runner(name, &manifest, module.into()).await?;
         let current = match current {
             Some(live) => Some((
@@ -312,7 +312,7 @@ impl HandlerRegistry {
             )),
             None => None,
         };
-        Ok(trial::run(name, &manifest, candidate, current, events, next_cursor).await)
+        Ok(trial::run(name, &manifest, candidate, current, page).await)
     }
 
     /// A runner of `bytes` for a dry run: its appends are kept, its log

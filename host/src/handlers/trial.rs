@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Manifest, RegistryError};
-use crate::model::{Event, HandlerName, Query, StreamName};
+use super::Manifest;
+use crate::model::{Event, HandlerName, Page, StreamName};
 use crate::settle::{HandlerFailure, HandlerOutcome};
 use crate::wasm::{AppendCapture, CapturedAppend, Digest, HandlerRunner};
 
@@ -194,7 +194,7 @@ async fn run_one(version: &TrialRunner, event: &Event, manifest: &Manifest) -> T
     }
 }
 
-/// Runs `candidate` and `current` (when there is one) over `events`, one
+/// Runs `candidate` and `current` (when there is one) over the page's events, one
 /// event at a time, and builds the report: events where the versions
 /// differ first, the rest in the order they came.
 pub(super) async fn run(
@@ -202,11 +202,10 @@ pub(super) async fn run(
     manifest: &Manifest,
     candidate: TrialRunner,
     current: Option<(u64, TrialRunner)>,
-    events: Vec<Event>,
-    next_cursor: Option<String>,
+    page: Page,
 ) -> TrialReport {
-    let mut ran = Vec::with_capacity(events.len());
-    for event in events {
+    let mut ran = Vec::with_capacity(page.events.len());
+    for event in page.events {
         let candidate_run = run_one(&candidate, &event, manifest).await;
         let current_run = match &current {
             Some((_, version)) => Some(run_one(version, &event, manifest).await),
@@ -232,19 +231,8 @@ pub(super) async fn run(
             .as_ref()
             .map(|_| TrialTotals::of(ran.iter().filter_map(|e| e.current.as_ref()))),
         events: ran,
-        next_cursor,
+        next_cursor: page.next_cursor,
     }
-}
-
-/// The events a dry run runs over: the query's page of the handler's
-/// stream.
-pub(super) async fn events(
-    backend: &dyn crate::backend::Backend,
-    stream: &StreamName,
-    query: &Query,
-) -> Result<(Vec<Event>, Option<String>), RegistryError> {
-    let page = backend.query(stream, query).await?;
-    Ok((page.events, page.next_cursor))
 }
 
 /// An appended event as JSON, for reports.
