@@ -281,10 +281,7 @@ pub async fn through_handler(
     settings.max_demand = workload.max_demand;
     let name = HandlerName::parse("bench")?;
     let runtime = Runtime::new(Arc::clone(&backend));
-    let version = Version {
-        number: 1,
-        handler: timed.clone(),
-    };
+    let version = Version::new(1, timed.clone());
     let start = Instant::now();
     let deployed = runtime.run(&name, settings, version, false).await;
     let mut counters = CountersSnapshot::default();

@@ -8,7 +8,8 @@
 //! backend = "postgres://rheo@db/rheo"
 //! listen = "0.0.0.0:7070"
 //! auth_token = "…"
-//! read_token = "…"          # may only read (GET); needs auth_token
+//! read_token = "…"          # may only read (GET); needs a token that may change things
+//! tokens = ["ci=…", "dash:read=…"]  # named tokens: changes are recorded under the name
 //! tls_cert = "server.pem"   # serve HTTPS: a PEM certificate chain…
 //! tls_key = "server.key"    # …and its PEM private key
 //! test_clock = false
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::api::ApiSettings;
+use crate::api::{ApiSettings, NamedToken};
 use crate::handler_logs::{DEFAULT_LOG_LINES, MAX_LOG_LINES};
 use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
 use crate::telemetry::LogFormat;
@@ -73,6 +74,8 @@ pub struct ServeOptions {
     pub auth_token: Option<String>,
     /// A bearer token that may only read (`GET`, `HEAD`).
     pub read_token: Option<String>,
+    /// Named bearer tokens, `NAME=SECRET` or `NAME:read=SECRET`.
+    pub tokens: Option<Vec<String>>,
     /// PEM certificate chain: serve HTTPS (with `tls_key`).
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert`.
@@ -127,6 +130,7 @@ impl ServeOptions {
             listen: self.listen.or(fallback.listen),
             auth_token: self.auth_token.or(fallback.auth_token),
             read_token: self.read_token.or(fallback.read_token),
+            tokens: self.tokens.or(fallback.tokens),
             tls_cert: self.tls_cert.or(fallback.tls_cert),
             tls_key: self.tls_key.or(fallback.tls_key),
             test_clock: self.test_clock.or(fallback.test_clock),
@@ -208,6 +212,12 @@ impl ServeConfig {
                 "must not be empty (leave it unset to run without auth)",
             ));
         }
+        let tokens = named_tokens(
+            options.tokens.as_deref().unwrap_or_default(),
+            options.auth_token.as_deref(),
+            options.read_token.as_deref(),
+        )?;
+        let may_change = options.auth_token.is_some() || tokens.iter().any(|t| !t.read_only);
         match (&options.read_token, &options.auth_token) {
             (Some(read), _) if read.is_empty() => {
                 return Err(invalid(
@@ -215,7 +225,7 @@ impl ServeConfig {
                     "must not be empty (leave it unset to have no read token)",
                 ));
             }
-            (Some(_), None) => {
+            (Some(_), None) if !may_change => {
                 return Err(invalid(
                     "read_token",
                     "needs auth_token too: without it every route is open and a read token would limit nothing",
@@ -327,6 +337,7 @@ impl ServeConfig {
             api: ApiSettings {
                 auth_token: options.auth_token,
                 read_token: options.read_token,
+                tokens,
                 body_limit,
                 default_lease_ms,
                 default_max_attempts,
@@ -352,6 +363,46 @@ fn normalize_listen(listen: &str) -> Result<String, ConfigError> {
     } else {
         listen.to_owned()
     })
+}
+
+/// Parses the named tokens and checks them against each other and the
+/// unnamed ones: names and secrets are unique, and some token may change
+/// things.
+fn named_tokens(
+    texts: &[String],
+    auth_token: Option<&str>,
+    read_token: Option<&str>,
+) -> Result<Vec<NamedToken>, ConfigError> {
+    let mut tokens: Vec<NamedToken> = Vec::new();
+    for text in texts {
+        let token = NamedToken::parse(text).map_err(|e| invalid("tokens", e))?;
+        if tokens.iter().any(|t| t.name == token.name) {
+            return Err(invalid(
+                "tokens",
+                format!("the name {:?} is given twice", token.name),
+            ));
+        }
+        let unnamed = [auth_token, read_token];
+        if tokens.iter().any(|t| t.secret == token.secret)
+            || unnamed.contains(&Some(token.secret.as_str()))
+        {
+            return Err(invalid(
+                "tokens",
+                format!(
+                    "token {:?} has the secret of another token: each token needs its own",
+                    token.name
+                ),
+            ));
+        }
+        tokens.push(token);
+    }
+    if !tokens.is_empty() && auth_token.is_none() && tokens.iter().all(|t| t.read_only) {
+        return Err(invalid(
+            "tokens",
+            "every token may only read: give one that may change things (NAME=SECRET, or auth_token)",
+        ));
+    }
+    Ok(tokens)
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -501,6 +552,45 @@ mod tests {
         assert_eq!(key(tokens(Some("a"), "a")), "read_token");
         let c = ServeConfig::resolve(tokens(Some("a"), "r")).expect("two tokens");
         assert_eq!(c.api.read_token.as_deref(), Some("r"));
+    }
+
+    #[test]
+    fn named_tokens_have_unique_names_and_secrets_and_one_may_change_things() {
+        let resolve = |auth: Option<&str>, list: &[&str]| {
+            ServeConfig::resolve(given(|o| {
+                o.auth_token = auth.map(str::to_owned);
+                o.tokens = Some(list.iter().map(|t| (*t).to_owned()).collect());
+            }))
+        };
+        let c = resolve(None, &["ci=ci-s3cret", "dash:read=two"]).expect("two named tokens");
+        assert!(c.api.auth_required());
+        let names: Vec<_> = c
+            .api
+            .tokens
+            .iter()
+            .map(|t| (t.name.as_str(), t.read_only))
+            .collect();
+        assert_eq!(names, [("ci", false), ("dash", true)]);
+        assert!(
+            !format!("{:?}", c.api).contains("s3cret"),
+            "secrets stay out of Debug"
+        );
+        let refused = [
+            resolve(None, &["dash:read=two"]),
+            resolve(None, &["ci=one", "ci=three"]),
+            resolve(None, &["ci=one", "cd=one"]),
+            resolve(Some("one"), &["ci=one"]),
+            resolve(None, &["no secret"]),
+            resolve(None, &["ci="]),
+            resolve(None, &["ci:write=x"]),
+            resolve(None, &["a b=x"]),
+        ];
+        for r in refused {
+            assert!(
+                matches!(&r, Err(ConfigError::Invalid { key: "tokens", .. })),
+                "{r:?}"
+            );
+        }
     }
 
     #[test]

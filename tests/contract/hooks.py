@@ -36,7 +36,15 @@ STATE_DEPENDENT = {
         ("invalid_manifest", ""),
         ("invalid_module", ""),
     ],
-    "handler_swap_module": [("invalid_module", "")],
+    "handler_swap_module": [
+        ("invalid_module", ""),
+        # A canary's window, margin and evidence only go with `canary`, and
+        # its group or module may rule it out (docs/handlers.md#canaries).
+        ("invalid", "invalid window_ms"),
+        ("invalid", "invalid margin"),
+        ("invalid", "invalid min_deliveries"),
+        ("invalid_canary", ""),
+    ],
     "handler_try": [("invalid_module", ""), ("invalid", "invalid cursor")],
 }
 

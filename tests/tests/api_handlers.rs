@@ -2,7 +2,8 @@
 //! over multipart, hot swaps under load (a refused module leaves the old
 //! version running), rollback, pause, resume and delete; and a restart on
 //! the same SQLite file and handlers directory that keeps streams, groups,
-//! dead letters and handlers. Handler progress is asynchronous, so it is
+//! dead letters and handlers; canaries rolled back and promoted, and the
+//! deploy history. Handler progress is asynchronous, so it is
 //! polled with a deadline.
 
 mod support;
@@ -786,4 +787,226 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     );
     assert_error(&missing, 404, "handler_not_found");
     assert_eq!(handler(&http, &server, "worker")["last_error"], Value::Null);
+}
+
+/// `GET path` with `Authorization: Bearer token`.
+fn get_as(http: &Agent, server: &Server, token: &str, path: &str) -> support::Answer {
+    answer(
+        http.get(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call(),
+    )
+}
+
+/// `POST path` with a JSON body and `Authorization: Bearer token`.
+fn post_as(
+    http: &Agent,
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: &Value,
+) -> support::Answer {
+    answer(
+        http.post(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send_json(body),
+    )
+}
+
+#[test]
+fn a_trapping_canary_is_rolled_back_a_healthy_one_promoted_and_the_history_names_each_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = [
+        "--token",
+        "alice=alice-secret",
+        "--token",
+        "dash:read=dash-secret",
+    ];
+    let options = ServerOptions {
+        test_clock: true,
+        args: tokens.iter().map(|t| (*t).to_owned()).collect(),
+        ..ServerOptions::default()
+    };
+    let server = Server::start(dir.path(), &options);
+    let http = agent();
+    let alice = "alice-secret";
+    let (status, body) = post_as(
+        &http,
+        &server,
+        alice,
+        "/v1/streams",
+        &json!({"name": "in", "partition_count": 2}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let manifest = file(
+        "worker.toml",
+        b"stream = \"in\"\ngroup = \"g\"\nconcurrency = 4\n",
+    );
+    let (echo, crash) = (
+        file("echo.wasm", &guest("echo")),
+        file("crash.wasm", &guest("crash")),
+    );
+    let rheo = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--server", server.base(), "--token", alice]);
+        let run = rheo_e2e::run_rheo_with(&all, &[], None);
+        assert_eq!(run.code, Some(0), "rheo {args:?}: {}", run.stderr);
+        run.stdout
+    };
+    let append = |from: usize, to: usize, trap_every: Option<usize>| {
+        let events: Vec<Value> = (from..to)
+            .map(|i| {
+                let panic = trap_every.is_some_and(|n| i % n == 0);
+                json!({"id": format!("e{i}"), "payload": {"n": i, "panic": panic}})
+            })
+            .collect();
+        let (status, body) = post_as(
+            &http,
+            &server,
+            alice,
+            "/v1/streams/in/events/batch",
+            &json!({ "events": events }),
+        );
+        assert_eq!(status, 201, "{body}");
+    };
+    let view = || get_as(&http, &server, alice, "/v1/handlers/worker").1;
+    let caught_up = |acked: u64| {
+        eventually(&format!("{acked} acked, lag 0"), CATCH_UP, || {
+            let lag = get_as(&http, &server, alice, "/v1/streams/in/groups/g/lag").1;
+            let v = view();
+            (v["counters"]["acked"] == acked && v["counters"]["inflight"] == 0 && lag["lag"] == 0)
+                .then_some(v)
+        })
+    };
+    let judged = |what: &str| {
+        eventually(what, CATCH_UP, || {
+            let v = view();
+            v["canary"].is_null().then_some(v)
+        })
+    };
+    rheo(&[
+        "handler",
+        "deploy",
+        "worker",
+        "--manifest",
+        &manifest,
+        "--module",
+        &echo,
+    ]);
+
+    // A canary that traps on one event in five, on half the first attempts.
+    let canary = [
+        "handler",
+        "swap",
+        "worker",
+        &crash,
+        "--canary",
+        "50%",
+        "--window",
+        "1m",
+        "--min-deliveries",
+        "20",
+    ];
+    let said = rheo(&canary);
+    assert!(said.contains("canary version 2"), "{said}");
+    assert!(said.contains("version 1 stays current"), "{said}");
+    append(0, 400, Some(5));
+    let v = judged("the trapping canary rolled back");
+    assert_eq!(v["version"], 1, "{v:#}");
+    let v = caught_up(400);
+    assert!(by_version(&v, 2, "trapped") > 0, "{v:#}");
+    let (_, dead) = get_as(
+        &http,
+        &server,
+        alice,
+        "/v1/streams/in/groups/g/dead-letters",
+    );
+    assert_eq!(
+        dead["dead_letters"],
+        json!([]),
+        "nothing lost to the canary"
+    );
+
+    // A healthy canary is promoted when its window ends, not before.
+    rheo(&canary);
+    append(400, 600, None);
+    let v = eventually("the canary's evidence", CATCH_UP, || {
+        let v = caught_up(600);
+        (v["canary"]["counts"]["canary_handled"].as_u64() >= Some(20)).then_some(v)
+    });
+    assert_eq!(v["canary"]["version"], 3, "{v:#}");
+    let (status, body) = post_as(
+        &http,
+        &server,
+        alice,
+        "/v1/test/clock",
+        &json!({"advance_ms": 60_000}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v = judged("the healthy canary promoted");
+    assert_eq!(
+        (&v["version"], &v["previous_version"]),
+        (&json!(3), &json!(1))
+    );
+
+    // The history: each step with its digest, who and why.
+    let history: Value = serde_json::from_str(&rheo(&["handler", "history", "worker", "--json"]))
+        .expect("--json prints JSON");
+    let digest = |name: &str| rheo::wasm::Digest::of(&guest(name)).to_hex();
+    let steps: Vec<(String, u64, String, String)> = history["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["action"].as_str().unwrap().to_owned(),
+                s["version"].as_u64().unwrap(),
+                s["digest"].as_str().unwrap().to_owned(),
+                s["by"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect();
+    let step = |a: &str, v: u64, g: &str, by: &str| (a.to_owned(), v, digest(g), by.to_owned());
+    assert_eq!(
+        steps,
+        [
+            step("deploy", 1, "echo", "alice"),
+            step("canary", 2, "crash", "alice"),
+            step("rollback", 2, "crash", "rheo"),
+            step("canary", 3, "crash", "alice"),
+            step("promote", 3, "crash", "rheo"),
+        ]
+    );
+    let rollback = history["steps"][2]["reason"].as_str().unwrap();
+    assert!(rollback.ends_with("more than 5 points worse"), "{rollback}");
+    let table = rheo(&["handler", "history", "worker"]);
+    assert!(
+        table.contains(&digest("crash")[..12]) && table.contains("promote"),
+        "{table}"
+    );
+
+    // The read token reads the history and may not promote.
+    let (status, _) = get_as(&http, &server, "dash-secret", "/v1/handlers/worker/history");
+    assert_eq!(status, 200);
+    let refused = post_as(
+        &http,
+        &server,
+        "dash-secret",
+        "/v1/handlers/worker/promote",
+        &json!({}),
+    );
+    assert_error(&refused, 403, "forbidden");
+    let refused = post_as(
+        &http,
+        &server,
+        alice,
+        "/v1/handlers/worker/promote",
+        &json!({}),
+    );
+    assert_error(&refused, 409, "no_canary");
 }

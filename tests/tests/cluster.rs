@@ -1,4 +1,4 @@
-//! Three `rheo serve` processes on one PostgreSQL schema (`TEST_POSTGRES_URL`,
+//! Three (or two) `rheo serve` processes on one PostgreSQL schema (`TEST_POSTGRES_URL`,
 //! a fresh schema per test): a cluster (`docs/cluster.md`).
 //!
 //! * A handler deployed through node 1 runs on all three within 5 s; a
@@ -14,6 +14,10 @@
 //!   them before it exits (on frozen clocks nothing would ever expire, so
 //!   the group draining to zero proves it left nothing behind) and leaves
 //!   the nodes list at once.
+//! * A canary started through node 2 runs on both nodes of a pair; it
+//!   traps on one event in five, and one verdict — from both nodes'
+//!   counts, reported in their heartbeats — rolls it back on both, with
+//!   every event acked once and one history shown by both.
 //!
 //! Every server runs on its own frozen test clock: leases and node
 //! timeouts pass only when the test moves the clocks, never by waiting.
@@ -23,7 +27,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use rheo_e2e::{Server, ServerOptions, agent, run_rheo, service_url};
+use rheo_e2e::{Server, ServerOptions, agent, answer, run_rheo, service_url};
 use serde_json::{Value, json};
 use support::{append_batch, deploy, eventually, get, guest, post, post_empty, swap_module};
 use ureq::Agent;
@@ -231,10 +235,16 @@ impl Cluster {
             .collect()
     }
 
+    /// No server panicked. A guest's own output (its stderr, which a
+    /// trapping guest uses to say why) does not count.
     fn panics(&self) {
         for (i, node) in self.nodes.iter().enumerate() {
             let log = node.log_text();
-            assert!(!log.contains("panicked"), "n{} panicked:\n{log}", i + 1);
+            let server = log
+                .lines()
+                .filter(|l| !l.contains("source=\"stderr\""))
+                .any(|l| l.contains("panicked"));
+            assert!(!server, "n{} panicked:\n{log}", i + 1);
         }
     }
 }
@@ -506,5 +516,101 @@ fn a_killed_node_loses_nothing_and_a_terminated_node_drains_before_it_leaves() {
     });
     assert_eq!(c.events_in(1, "out"), (FIRST + SECOND) as u64);
     assert_eq!(c.get(1, "/v1/streams/orders/groups/t")["dead_letters"], 0);
+    c.panics();
+}
+
+#[test]
+fn a_canary_runs_on_every_node_and_one_verdict_rolls_it_back_everywhere() {
+    let Some(c) = Cluster::start(2) else { return };
+    let (status, body) = post(
+        &c.http,
+        c.node(1),
+        "/v1/streams",
+        &json!({"name": "orders", "partition_count": 4}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let manifest = json!({"stream": "orders", "group": "t", "concurrency": 4});
+    let (status, body) = deploy(&c.http, c.node(1), "t", &manifest, &guest("echo"));
+    assert_eq!(status, 201, "{body}");
+
+    // Through node 2: a canary on half the first attempts that traps on
+    // one event in five.
+    let (status, body) = answer(
+        c.http
+            .put(
+                c.node(2)
+                    .url("/v1/handlers/t/module?canary=50&window_ms=600000&min_deliveries=20"),
+            )
+            .header("Content-Type", "application/wasm")
+            .send(&guest("crash")[..]),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["canary"]["version"], 2, "{body}");
+    eventually("both nodes run the canary", Duration::from_secs(30), || {
+        let nodes = c.get(1, "/v1/nodes")["nodes"].clone();
+        let running = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["handlers"][0]["canary"]["version"] == 2);
+        (running.count() == 2).then_some(())
+    });
+    let events: Vec<Value> = (0..600)
+        .map(|i| json!({"id": format!("e{i}"), "payload": {"n": i, "panic": i % 5 == 0}}))
+        .collect();
+    let (status, body) = post(
+        &c.http,
+        c.node(1),
+        "/v1/streams/orders/events/batch",
+        &json!({ "events": events }),
+    );
+    assert_eq!(status, 201, "{body}");
+
+    // One verdict, from the counts of both nodes, reaches both.
+    for i in 1..=2 {
+        eventually(
+            &format!("n{i} without the canary"),
+            Duration::from_secs(60),
+            || c.get(i, "/v1/handlers/t")["canary"].is_null().then_some(()),
+        );
+    }
+    eventually("every event acked", Duration::from_secs(120), || {
+        (c.lag(1) == (0, 0)).then_some(())
+    });
+    assert_eq!(c.get(1, "/v1/streams/orders/groups/t")["dead_letters"], 0);
+    let history = c.get(1, "/v1/handlers/t/history")["steps"].clone();
+    assert_eq!(c.get(2, "/v1/handlers/t/history")["steps"], history);
+    let steps: Vec<(&str, u64, &str, &str)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["action"].as_str().unwrap(),
+                s["version"].as_u64().unwrap(),
+                s["node"].as_str().unwrap(),
+                s["by"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps[..2],
+        [("deploy", 1, "n1", "-"), ("canary", 2, "n2", "-")]
+    );
+    assert_eq!(
+        (steps.len(), steps[2].0, steps[2].1, steps[2].3),
+        (3, "rollback", 2, "rheo")
+    );
+    let acked: u64 = (1..=2)
+        .map(|i| {
+            let h = c.get(i, "/v1/handlers/t");
+            assert_eq!(h["version"], 1, "n{i}: {h}");
+            u(&h["counters"], "acked")
+        })
+        .sum();
+    assert_eq!(
+        acked, 600,
+        "each event acked once, by one node or the other"
+    );
     c.panics();
 }

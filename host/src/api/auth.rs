@@ -9,42 +9,75 @@
 //! everything; the read token, when the server has one, may only read —
 //! `GET` and `HEAD` — and any other method answers 403 `forbidden`. A
 //! fetch is a `POST`: it takes leases, so a consumer needs the auth token.
+//! Named tokens (`--token NAME=SECRET`, `NAME:read=SECRET`) have one of
+//! the two scopes and a name: a change made with one is recorded as made
+//! by that name (a handler's deploy history), through the request's
+//! [`Caller`].
 
-use axum::extract::{Request, State};
+use std::convert::Infallible;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use super::state::AppState;
+use super::state::{ApiSettings, AppState, NamedToken};
 
 /// Middleware: with a token configured, refuses `/v1` requests that do not
-/// carry `Authorization: Bearer <token>` with a token allowed to make them.
+/// carry `Authorization: Bearer <token>` with a token allowed to make them,
+/// and names the [`Caller`] of those it lets through.
 pub(crate) async fn require_token(
     State(state): State<AppState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let settings = &state.settings;
-    let Some(full) = settings.auth_token.as_deref() else {
-        return next.run(request).await;
-    };
-    if !is_protected(request.uri().path()) {
+    if !settings.auth_required() || !is_protected(request.uri().path()) {
         return next.run(request).await;
     }
     let Some(given) = bearer_token(request.headers()) else {
         return ApiError::Unauthorized("this route needs an Authorization: Bearer <token> header")
             .into_response();
     };
-    match scope_of(given, full, settings.read_token.as_deref()) {
-        Some(Scope::All) => next.run(request).await,
-        Some(Scope::Read) if reads_only(request.method()) => next.run(request).await,
-        Some(Scope::Read) => ApiError::Forbidden(
-            "the read token may only read (GET); this request needs the auth token",
+    let Some((scope, name)) = scope_of(given, settings) else {
+        return ApiError::Unauthorized("invalid bearer token").into_response();
+    };
+    if scope == Scope::Read && !reads_only(request.method()) {
+        return ApiError::Forbidden(
+            "this token may only read (GET); this request needs a token that may change things",
         )
-        .into_response(),
-        None => ApiError::Unauthorized("invalid bearer token").into_response(),
+        .into_response();
+    }
+    request.extensions_mut().insert(Caller(name));
+    next.run(request).await
+}
+
+/// Who made a request: the name of the token it carried, when that token
+/// has one. Any handler can take it; without auth, or with an unnamed
+/// token, it names nobody.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Caller(Option<String>);
+
+impl Caller {
+    /// The name of the token the request carried, if it has one.
+    #[cfg_attr(not(feature = "wasm"), allow(dead_code))]
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default())
     }
 }
 
@@ -55,21 +88,34 @@ enum Scope {
     Read,
 }
 
-/// The scope of the `given` token, or `None` when it is neither the auth
-/// token nor the read token. Both are compared in full, in constant time,
-/// so the comparison does not leak how much of a guessed token was right
-/// (the length may leak; tokens are random).
-fn scope_of(given: &str, full: &str, read: Option<&str>) -> Option<Scope> {
+/// The scope and name of the `given` token, or `None` when the server has
+/// no such token. Every token is compared in full, in constant time, so
+/// the comparison does not leak which token a guess was near or how much
+/// of it was right (the length may leak; tokens are random).
+fn scope_of(given: &str, settings: &ApiSettings) -> Option<(Scope, Option<String>)> {
     let is = |expected: &str| bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
-    let all = is(full);
-    let read = read.is_some_and(is);
-    if all {
-        Some(Scope::All)
-    } else if read {
-        Some(Scope::Read)
-    } else {
-        None
+    let mut found = None;
+    let unnamed = [
+        (settings.auth_token.as_deref(), Scope::All),
+        (settings.read_token.as_deref(), Scope::Read),
+    ];
+    for (secret, scope) in unnamed {
+        if secret.is_some_and(is) && found.is_none() {
+            found = Some((scope, None));
+        }
     }
+    for NamedToken {
+        name,
+        secret,
+        read_only,
+    } in &settings.tokens
+    {
+        if is(secret) && found.is_none() {
+            let scope = if *read_only { Scope::Read } else { Scope::All };
+            found = Some((scope, Some(name.clone())));
+        }
+    }
+    found
 }
 
 /// Methods that change nothing on the server.
@@ -115,12 +161,39 @@ mod tests {
     }
 
     #[test]
-    fn each_token_has_its_scope() {
-        assert_eq!(scope_of("all", "all", Some("read")), Some(Scope::All));
-        assert_eq!(scope_of("read", "all", Some("read")), Some(Scope::Read));
-        assert_eq!(scope_of("read", "all", None), None);
-        assert_eq!(scope_of("other", "all", Some("read")), None);
-        assert_eq!(scope_of("", "all", Some("read")), None);
+    fn each_token_has_its_scope_and_named_ones_their_name() {
+        let mut settings = ApiSettings {
+            auth_token: Some("all".into()),
+            read_token: Some("read".into()),
+            ..ApiSettings::default()
+        };
+        assert_eq!(scope_of("all", &settings), Some((Scope::All, None)));
+        assert_eq!(scope_of("read", &settings), Some((Scope::Read, None)));
+        assert_eq!(scope_of("other", &settings), None);
+        assert_eq!(scope_of("", &settings), None);
+        settings.read_token = None;
+        assert_eq!(scope_of("read", &settings), None);
+        settings.tokens = vec![
+            NamedToken {
+                name: "ci".into(),
+                secret: "ci-secret".into(),
+                read_only: false,
+            },
+            NamedToken {
+                name: "dash".into(),
+                secret: "dash-secret".into(),
+                read_only: true,
+            },
+        ];
+        assert_eq!(
+            scope_of("ci-secret", &settings),
+            Some((Scope::All, Some("ci".into())))
+        );
+        assert_eq!(
+            scope_of("dash-secret", &settings),
+            Some((Scope::Read, Some("dash".into())))
+        );
+        assert_eq!(scope_of("ci-secre", &settings), None);
         assert!(reads_only(&Method::GET) && reads_only(&Method::HEAD));
         for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
             assert!(!reads_only(&method), "{method}");

@@ -71,8 +71,10 @@ impl ApiError {
                 use crate::handlers::RegistryError as R;
                 match e {
                     R::NotFound(_) => StatusCode::NOT_FOUND,
-                    R::Manifest(_) | R::Module(_) => StatusCode::BAD_REQUEST,
-                    R::NoPrevious(_) => StatusCode::CONFLICT,
+                    R::Manifest(_) | R::Module(_) | R::InvalidCanary(_) => StatusCode::BAD_REQUEST,
+                    R::NoPrevious(_) | R::CanaryRunning { .. } | R::NoCanary(_) => {
+                        StatusCode::CONFLICT
+                    }
                     R::Backend(b) => backend_status(b),
                     R::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
                 }
@@ -99,6 +101,9 @@ impl ApiError {
                     R::Manifest(_) => "invalid_manifest",
                     R::Module(_) => "invalid_module",
                     R::NoPrevious(_) => "no_previous_version",
+                    R::InvalidCanary(_) => "invalid_canary",
+                    R::CanaryRunning { .. } => "canary_running",
+                    R::NoCanary(_) => "no_canary",
                     R::Backend(b) => b.code(),
                     R::Storage(_) => "internal",
                 }

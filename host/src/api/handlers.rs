@@ -18,15 +18,16 @@ use tokio::sync::watch;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::auth::Caller;
 use super::dto::{
-    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
-    QueryBody, TrialBody, TrialForm, WasmModule,
+    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, HistoryBody, LogGapBody,
+    LogLineBody, LogsParams, QueryBody, SwapParams, TrialBody, TrialForm, WasmModule,
 };
 use super::error::{ApiError, ErrorBody};
 use super::extract::{AppQuery, an_object};
 use super::state::AppState;
 use crate::handler_logs::{Followed, Follower, LogLine};
-use crate::handlers::{HandlerRegistry, Manifest};
+use crate::handlers::{By, HandlerRegistry, Manifest};
 use crate::model::HandlerName;
 use crate::wasm::MAX_COMPONENT_BYTES;
 
@@ -39,6 +40,8 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(handler_swap_module))
         .routes(routes!(handler_try))
         .routes(routes!(handler_rollback))
+        .routes(routes!(handler_promote))
+        .routes(routes!(handler_history))
         .routes(routes!(handler_pause))
         .routes(routes!(handler_resume))
         .routes(routes!(handler_logs))
@@ -63,6 +66,11 @@ impl<S: Send + Sync> FromRequestParts<S> for HandlerPath {
             .ok_or_else(|| ApiError::invalid("handler", "missing"))?;
         Ok(Self(HandlerName::parse(raw)?))
     }
+}
+
+/// Who a change is recorded as made by: the request's token name.
+fn by(caller: &Caller) -> By {
+    caller.name().map_or_else(By::unknown, By::token)
 }
 
 fn registry(state: &AppState) -> Result<&Arc<HandlerRegistry>, ApiError> {
@@ -117,6 +125,7 @@ async fn handler_get(
 async fn handler_deploy(
     State(state): State<AppState>,
     HandlerPath(name): HandlerPath,
+    caller: Caller,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<HandlerBody>), ApiError> {
     let parts = form_parts(multipart, "a deploy", &["manifest", "module"]).await?;
@@ -145,7 +154,9 @@ async fn handler_deploy(
         manifest.ok_or_else(|| ApiError::invalid("manifest", "the `manifest` part is missing"))?;
     let module =
         module.ok_or_else(|| ApiError::invalid("module", "the `module` part is missing"))?;
-    let (view, created) = registry.deploy(name, manifest, module).await?;
+    let (view, created) = registry
+        .deploy_by(name, manifest, module, by(&caller))
+        .await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -209,25 +220,36 @@ async fn form_parts(
 /// Hot-swap a handler's module, keeping its manifest. Deliveries in flight
 /// finish on the old version.
 ///
+/// With `canary`, the module runs instead as a canary on that share of
+/// first attempts, beside the current version, until it is promoted or
+/// rolled back, automatically by its failure rate or by hand
+/// (docs/handlers.md#canaries).
+///
 /// The body is the component, sent as `application/wasm` or as
 /// `application/octet-stream`. The document names only the second: it is
 /// the binary type OpenAPI client generators can send (docs/http.md).
 #[utoipa::path(put, path = "/v1/handlers/{handler}/module", tag = "handlers",
-    params(("handler" = String, Path, description = "Handler name")),
+    params(("handler" = String, Path, description = "Handler name"), SwapParams),
     request_body(content = inline(WasmModule), content_type = "application/octet-stream",
         description = "The component (`Content-Type: application/wasm` is accepted too)"),
     responses(
         (status = 200, body = HandlerBody),
-        (status = 400, description = "The module was refused; the old version keeps running", body = ErrorBody),
+        (status = 400, description = "The module or the canary's plan was refused; the old version keeps running", body = ErrorBody),
         (status = 404, description = "No such handler", body = ErrorBody),
+        (status = 409, description = "A canary runs already", body = ErrorBody),
         (status = 415, description = "Neither application/wasm nor application/octet-stream", body = ErrorBody),
     ))]
 async fn handler_swap_module(
     State(state): State<AppState>,
     HandlerPath(name): HandlerPath,
+    caller: Caller,
+    AppQuery(params): AppQuery<SwapParams>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<HandlerBody>, ApiError> {
+    let plan = params
+        .plan()
+        .map_err(|(field, why)| ApiError::invalid(field, why))?;
     let binary = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -240,12 +262,20 @@ async fn handler_swap_module(
                 .into(),
         ));
     }
-    Ok(Json(
-        registry(&state)?
-            .swap_module(&name, body.to_vec())
-            .await?
-            .into(),
-    ))
+    let registry = registry(&state)?;
+    let view = match plan {
+        Some(plan) => {
+            registry
+                .canary(&name, body.to_vec(), plan, by(&caller))
+                .await?
+        }
+        None => {
+            registry
+                .swap_module_by(&name, body.to_vec(), by(&caller))
+                .await?
+        }
+    };
+    Ok(Json(view.into()))
 }
 
 /// Dry-run a candidate module (`docs/handlers.md#dry-runs`): it and the
@@ -296,7 +326,8 @@ async fn handler_try(
     Ok(Json(TrialBody::from(&report)))
 }
 
-/// Bring back the previous version.
+/// Bring back the previous version; while a canary runs, stop the canary
+/// instead (the current version stays).
 #[utoipa::path(post, path = "/v1/handlers/{handler}/rollback", tag = "handlers",
     params(("handler" = String, Path, description = "Handler name")),
     responses(
@@ -307,8 +338,44 @@ async fn handler_try(
 async fn handler_rollback(
     State(state): State<AppState>,
     HandlerPath(name): HandlerPath,
+    caller: Caller,
 ) -> Result<Json<HandlerBody>, ApiError> {
-    Ok(Json(registry(&state)?.rollback(&name).await?.into()))
+    let view = registry(&state)?.rollback_by(&name, by(&caller)).await?;
+    Ok(Json(view.into()))
+}
+
+/// Make the canary the current version now, whatever its counts say.
+#[utoipa::path(post, path = "/v1/handlers/{handler}/promote", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses(
+        (status = 200, body = HandlerBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+        (status = 409, description = "No canary runs", body = ErrorBody),
+    ))]
+async fn handler_promote(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+    caller: Caller,
+) -> Result<Json<HandlerBody>, ApiError> {
+    let view = registry(&state)?.promote(&name, by(&caller)).await?;
+    Ok(Json(view.into()))
+}
+
+/// Every deploy, swap, canary, promotion and rollback of the handler,
+/// oldest first: when, who, which version and digest, and why
+/// (docs/handlers.md#deploy-history).
+#[utoipa::path(get, path = "/v1/handlers/{handler}/history", tag = "handlers",
+    params(("handler" = String, Path, description = "Handler name")),
+    responses(
+        (status = 200, body = HistoryBody),
+        (status = 404, description = "No such handler", body = ErrorBody),
+    ))]
+async fn handler_history(
+    State(state): State<AppState>,
+    HandlerPath(name): HandlerPath,
+) -> Result<Json<HistoryBody>, ApiError> {
+    let steps = registry(&state)?.history(&name).await?;
+    Ok(Json(HistoryBody::new(name.to_string(), steps)))
 }
 
 /// Stop fetching (deliveries in flight finish).

@@ -48,7 +48,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 pub use error::ApiError;
-pub use state::{ApiSettings, AppState, DEFAULT_BODY_LIMIT};
+pub use state::{ApiSettings, AppState, DEFAULT_BODY_LIMIT, NamedToken};
 
 /// The whole application: every route, the fallbacks, and the middleware.
 pub fn router(state: AppState) -> Router {
@@ -63,7 +63,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, mut doc) = app.split_for_parts();
     openapi::add_common_responses(&mut doc);
     openapi::name_parameters(&mut doc);
-    if state.settings.auth_token.is_none() {
+    if !state.settings.auth_required() {
         openapi::no_token_needed(&mut doc);
     }
     #[cfg(feature = "wasm")]

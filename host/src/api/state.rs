@@ -25,6 +25,10 @@ pub struct ApiSettings {
     /// `/v1` routes are allowed and everything else answers 403
     /// `forbidden`. Only together with `auth_token`.
     pub read_token: Option<String>,
+    /// Named tokens (`docs/http.md#authentication`): each may do
+    /// everything or only read, and changes made with one are recorded
+    /// under its name.
+    pub tokens: Vec<NamedToken>,
     /// Largest request body in bytes; larger ones are refused with 413.
     pub body_limit: usize,
     /// Lease duration for fetch and renew requests that give none.
@@ -38,10 +42,75 @@ impl Default for ApiSettings {
         Self {
             auth_token: None,
             read_token: None,
+            tokens: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             default_lease_ms: DEFAULT_LEASE_MS,
             default_max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
+    }
+}
+
+impl ApiSettings {
+    /// Whether `/v1` routes need a bearer token: the server has one.
+    pub fn auth_required(&self) -> bool {
+        self.auth_token.is_some() || !self.tokens.is_empty()
+    }
+}
+
+/// A token with a name (`--token NAME=SECRET`, or `NAME:read=SECRET` for
+/// one that may only read).
+#[derive(Clone, PartialEq, Eq)]
+pub struct NamedToken {
+    /// Its name, recorded with the changes made with it.
+    pub name: String,
+    /// The bearer token itself.
+    pub secret: String,
+    /// It may only read (`GET`, `HEAD`).
+    pub read_only: bool,
+}
+
+impl NamedToken {
+    /// Parses `NAME=SECRET` or `NAME:read=SECRET`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (label, secret) = text
+            .split_once('=')
+            .ok_or("expected NAME=SECRET or NAME:read=SECRET")?;
+        let (name, read_only) = match label.split_once(':') {
+            Some((name, "read")) => (name, true),
+            Some((_, scope)) => {
+                return Err(format!(
+                    "unknown scope {scope:?}: a named token may do everything (NAME=SECRET) or only read (NAME:read=SECRET)"
+                ));
+            }
+            None => (label, false),
+        };
+        let good_name = (1..=64).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+        if !good_name {
+            return Err(format!(
+                "token name {name:?}: 1 to 64 letters, digits, '.', '_', '-' or '@'"
+            ));
+        }
+        if secret.is_empty() {
+            return Err(format!("token {name:?} has an empty secret"));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            secret: secret.to_owned(),
+            read_only,
+        })
+    }
+}
+
+// The secret never reaches a log line.
+impl std::fmt::Debug for NamedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedToken")
+            .field("name", &self.name)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,6 +120,7 @@ impl std::fmt::Debug for ApiSettings {
         f.debug_struct("ApiSettings")
             .field("auth_token", &self.auth_token.as_ref().map(|_| "***"))
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
+            .field("tokens", &self.tokens)
             .field("body_limit", &self.body_limit)
             .field("default_lease_ms", &self.default_lease_ms)
             .field("default_max_attempts", &self.default_max_attempts)

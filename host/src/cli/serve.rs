@@ -57,7 +57,8 @@ pub(crate) struct ServeArgs {
     auth_token: Option<String>,
 
     /// A second token that may only read: GET and HEAD on /v1 routes (a
-    /// fetch is a POST and needs --auth-token). Needs --auth-token.
+    /// fetch is a POST and needs --auth-token). Needs --auth-token, or a
+    /// --token that may change things.
     #[arg(
         long,
         env = "RHEO_READ_TOKEN",
@@ -65,6 +66,19 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     read_token: Option<String>,
+
+    /// A named token, NAME=SECRET (may do everything) or NAME:read=SECRET
+    /// (may only read); repeat for more. A change made with one is recorded
+    /// under its name (`rheo handler history`). In RHEO_TOKENS, separate
+    /// them with commas.
+    #[arg(
+        long = "token",
+        env = "RHEO_TOKENS",
+        value_name = "NAME=SECRET",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    tokens: Vec<String>,
 
     /// Serve HTTPS with this PEM certificate chain (with --tls-key)
     #[arg(long, env = "RHEO_TLS_CERT", value_name = "FILE")]
@@ -155,6 +169,7 @@ impl ServeArgs {
             listen: self.listen.clone(),
             auth_token: self.auth_token.clone(),
             read_token: self.read_token.clone(),
+            tokens: (!self.tokens.is_empty()).then(|| self.tokens.clone()),
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             test_clock: self.test_clock,
@@ -251,7 +266,7 @@ async fn serve(
         );
         state = state.with_test_clock(Arc::clone(&frozen));
     }
-    if config.api.auth_token.is_some() {
+    if config.api.auth_required() {
         tracing::info!("auth: /v1 routes need a bearer token");
     } else if !addr.ip().is_loopback() {
         tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
@@ -375,7 +390,7 @@ struct Handlers {
 
 #[cfg(feature = "wasm")]
 impl Handlers {
-    /// Stops watching (the directory and the cluster), then drains every
+    /// Stops watching (the directory, the cluster and the canaries), then drains every
     /// handler: no more fetches, in-flight deliveries finish and are
     /// settled (bounded per handler).
     async fn stop(self) {
@@ -399,7 +414,7 @@ async fn start_handlers(
     store: Arc<dyn backend::Backend>,
     node_id: &str,
 ) -> anyhow::Result<Handlers> {
-    use crate::handlers::{HandlerRegistry, watch_cluster, watch_directory};
+    use crate::handlers::{HandlerRegistry, watch_canaries, watch_cluster, watch_directory};
     use crate::wasm::{EngineOptions, WasmEngine};
 
     let engine = WasmEngine::new(EngineOptions {
@@ -440,6 +455,7 @@ async fn start_handlers(
     }
     let stop_watching = tokio_util::sync::CancellationToken::new();
     watch_directory(Arc::clone(&registry), stop_watching.clone());
+    watch_canaries(Arc::clone(&registry), stop_watching.clone());
     let following = watch_cluster(Arc::clone(&registry), stop_watching.clone());
     Ok(Handlers {
         registry,

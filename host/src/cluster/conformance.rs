@@ -62,12 +62,32 @@ fn ids(nodes: &[NodeRecord]) -> Vec<&str> {
 }
 
 pub async fn nodes_are_listed_while_they_heartbeat_and_go_when_they_leave(p: &Pair) {
-    let running = vec![NodeHandler {
-        name: "worker".into(),
-        version: Some(2),
-        digest: Some("ab".repeat(32)),
-        status: "running".into(),
-    }];
+    let running = vec![
+        NodeHandler {
+            name: "worker".into(),
+            version: Some(2),
+            digest: Some("ab".repeat(32)),
+            status: "running".into(),
+            canary: None,
+        },
+        // A canary's counts travel with the heartbeat (its judge sums them).
+        NodeHandler {
+            name: "tried".into(),
+            version: Some(1),
+            digest: Some("cd".repeat(32)),
+            status: "paused".into(),
+            canary: Some(crate::cluster::NodeCanary {
+                id: "0123456789abcdef".into(),
+                version: 3,
+                counts: crate::runtime::CanaryCounts {
+                    current_handled: 180,
+                    current_failed: 2,
+                    canary_handled: 20,
+                    canary_failed: 4,
+                },
+            }),
+        },
+    ];
     p.a.heartbeat(&node("n1", at(0), running.clone()), START)
         .await
         .unwrap();

@@ -72,6 +72,22 @@ pub struct NodeHandler {
     pub digest: Option<String>,
     /// `running`, `paused` or `failed`.
     pub status: String,
+    /// The canary it runs beside that version, with its counts here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<NodeCanary>,
+}
+
+/// A canary as one node runs it: what its judge sums across nodes
+/// (`docs/handlers.md#canaries`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeCanary {
+    /// The canary's id (a canary of the same module started again is
+    /// another one).
+    pub id: String,
+    /// Its version.
+    pub version: u64,
+    /// What both versions did with their first attempts on this node.
+    pub counts: crate::runtime::CanaryCounts,
 }
 
 /// A handler record: its document and the revision that wrote it.

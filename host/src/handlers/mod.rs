@@ -16,6 +16,7 @@
 //! tells the [`Runtime`](crate::runtime::Runtime) what to run. The runtime
 //! only runs it, and counts what each version did.
 
+mod deploys;
 mod manifest;
 mod registry;
 mod store;
@@ -23,10 +24,15 @@ mod trial;
 mod versions;
 mod watch;
 
+pub use deploys::{
+    By, CanaryPlan, DEFAULT_MARGIN_PERCENT, DEFAULT_MIN_DELIVERIES, DEFAULT_SHARE_PERCENT,
+    DEFAULT_WINDOW_MS, DeployStep, HISTORY_STEPS, MAX_MIN_DELIVERIES, MAX_WINDOW_MS,
+    MIN_SHARE_PERCENT, StepAction, Verdict, judge,
+};
 pub use manifest::{
     InstanceSetting, MAX_CONCURRENCY, MAX_CONFIG_BYTES, MAX_CONFIG_ENTRIES, Manifest, ManifestError,
 };
-pub use registry::{HandlerRegistry, watch_cluster};
+pub use registry::{HandlerRegistry, watch_canaries, watch_cluster};
 pub use trial::{TrialEvent, TrialReport, TrialRun, TrialTotals, append_json};
 pub use versions::HandlerStatus;
 pub use watch::watch_directory;
@@ -38,7 +44,7 @@ use serde::Serialize;
 
 use crate::backend::Error as BackendError;
 use crate::model::{HandlerName, Lease, Timestamp};
-use crate::runtime::{CountersSnapshot, Handler, RuntimeError};
+use crate::runtime::{CanaryCounts, CountersSnapshot, Handler, RuntimeError};
 use crate::settle::HandlerOutcome;
 use crate::wasm::HandlerRunner;
 
@@ -60,6 +66,20 @@ pub enum RegistryError {
     /// The backend refused (the handler's stream does not exist, …).
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A canary was asked for that cannot run (its plan, the group).
+    #[error("{0}")]
+    InvalidCanary(String),
+    /// A canary of the handler runs already.
+    #[error("a canary (version {version}) of handler {:?} runs already: promote it or roll it back first", .name.as_str())]
+    CanaryRunning {
+        /// The handler.
+        name: HandlerName,
+        /// The canary's version.
+        version: u64,
+    },
+    /// No canary of the handler runs.
+    #[error("handler {:?} has no canary to promote", .0.as_str())]
+    NoCanary(HandlerName),
     /// The handlers directory could not be written.
     #[error("handlers directory: {0}")]
     Storage(String),
@@ -100,6 +120,26 @@ pub struct HandlerView {
     /// Times another version took over while one ran (hot swaps and
     /// rollbacks), on this server.
     pub swaps: u64,
+    /// The canary beside the current version, if one runs.
+    pub canary: Option<CanaryView>,
+}
+
+/// A canary as the API shows it (`docs/handlers.md#canaries`).
+#[derive(Debug, Clone, Serialize)]
+pub struct CanaryView {
+    /// Its version number.
+    pub version: u64,
+    /// Its content digest (sha256 hex).
+    pub digest: String,
+    /// What it must show.
+    pub plan: CanaryPlan,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When its window ends (it is promoted then, if it has the evidence
+    /// and is within the margin).
+    pub ends_at: Timestamp,
+    /// What both versions did with their first attempts on this server.
+    pub counts: CanaryCounts,
 }
 
 /// A version of a handler: the WebAssembly runner.

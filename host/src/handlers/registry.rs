@@ -20,8 +20,10 @@
 //! cache by digest instead ([`ModuleCache`]). Files are read and written on
 //! blocking threads too.
 
+mod canary;
 mod cluster;
 
+pub use canary::watch_canaries;
 pub use cluster::watch_cluster;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,14 +34,15 @@ use parking_lot::Mutex;
 use tokio::sync::OwnedMutexGuard;
 
 use self::cluster::Install;
+use super::deploys::{self, By, DeployStep, StepAction};
 use super::store::{PreviousRecord, Recorded, Store};
 use super::trial::{self, TrialReport, TrialRunner};
 use super::versions::{Entry, Loaded};
-use super::{HandlerView, Manifest, RegistryError};
+use super::{CanaryView, HandlerView, Manifest, RegistryError};
 use crate::backend::Backend;
 use crate::cluster::{ClusterStore, MembershipSettings};
 use crate::handler_logs::HandlerLogs;
-use crate::model::{ConsumerId, HandlerName, Query};
+use crate::model::{ConsumerId, HandlerName, Query, Timestamp};
 use crate::runtime::{Runtime, Version};
 use crate::wasm::{
     AppendCapture, Digest, HandlerEnv, HandlerModule, HandlerRunner, ModuleCache, WasmEngine,
@@ -99,6 +102,7 @@ struct Files {
     manifest: Manifest,
     current: Loaded,
     previous: Option<Loaded>,
+    history: Vec<DeployStep>,
 }
 
 impl Files {
@@ -107,7 +111,67 @@ impl Files {
             manifest: entry.manifest.clone(),
             current: entry.current.clone()?,
             previous: entry.previous.clone(),
+            history: entry.history.clone(),
         })
+    }
+}
+
+/// The reason recorded for a canary stopped by a rollback request.
+pub(super) const BY_HAND: &str = "rolled back by hand";
+
+/// A step of the deploy history, to record as it is taken.
+#[derive(Debug, Clone)]
+pub(super) struct Step {
+    action: StepAction,
+    by: By,
+    reason: Option<String>,
+}
+
+impl Step {
+    pub(super) fn new(action: StepAction, by: By) -> Self {
+        Self {
+            action,
+            by,
+            reason: None,
+        }
+    }
+
+    pub(super) fn because(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Adds the step, taken at `at` through `node` on `version`, to
+    /// `history`.
+    pub(super) fn record(
+        self,
+        history: &mut Vec<DeployStep>,
+        at: Timestamp,
+        node: &str,
+        version: &Loaded,
+    ) {
+        let step = self.taken(at, node, version.number, version.digest.to_hex());
+        deploys::push(history, step);
+    }
+
+    /// The step, taken at `at` through `node`, on version `version` of
+    /// module `digest`.
+    pub(super) fn taken(
+        self,
+        at: Timestamp,
+        node: &str,
+        version: u64,
+        digest: String,
+    ) -> DeployStep {
+        DeployStep {
+            at,
+            action: self.action,
+            version,
+            digest,
+            by: self.by.name(),
+            node: node.to_owned(),
+            reason: self.reason,
+        }
     }
 }
 
@@ -236,9 +300,10 @@ impl HandlerRegistry {
         manifest: Manifest,
         bytes: Arc<[u8]>,
         number: Option<u64>,
+        step: Option<Step>,
     ) -> Result<(), RegistryError> {
         let prepared = self.prepare(name, manifest, bytes).await?;
-        self.activate(name, prepared, number, None).await
+        self.activate(name, prepared, number, None, step).await
     }
 
     /// Compiles (or maps from the cache) and validates `bytes`, and starts
@@ -332,14 +397,15 @@ impl HandlerRegistry {
 
     /// Runs a prepared version as number `number` (the next one when
     /// `None`), paused or not as `paused` says (as the handler was when
-    /// `None`), and records it. The caller holds the handler's operation
-    /// lock.
+    /// `None`), and records it (with `step` in its history). A canary, if
+    /// one ran, is over. The caller holds the handler's operation lock.
     pub(super) async fn activate(
         &self,
         name: &HandlerName,
         prepared: Prepared,
         number: Option<u64>,
         paused: Option<bool>,
+        step: Option<Step>,
     ) -> Result<(), RegistryError> {
         let Prepared {
             manifest,
@@ -358,10 +424,7 @@ impl HandlerRegistry {
             )
         };
         runner.env().set_version(number);
-        let version = Version {
-            number,
-            handler: Arc::new(runner),
-        };
+        let version = Version::new(number, Arc::new(runner));
         let settings = manifest.settings(self.consumer_id(name));
         self.runtime.run(name, settings, version, paused).await?;
         let loaded = Loaded {
@@ -376,6 +439,13 @@ impl HandlerRegistry {
             .get(name)
             .cloned()
             .unwrap_or_else(|| Entry::new(manifest.clone()));
+        if let Some(step) = step {
+            let step = match &next.canary {
+                Some(c) => step.because(format!("ends the canary of version {}", c.version.number)),
+                None => step,
+            };
+            step.record(&mut next.history, now, &self.server_id, &loaded);
+        }
         next.installed(manifest, loaded, now);
         next.paused = paused;
         // The files first: once the registry shows the new version, the
@@ -417,7 +487,19 @@ impl HandlerRegistry {
         manifest: Manifest,
         module: Vec<u8>,
     ) -> Result<(HandlerView, bool), RegistryError> {
+        self.deploy_by(name, manifest, module, By::unknown()).await
+    }
+
+    /// [`deploy`](Self::deploy), recorded in the history as done `by`.
+    pub async fn deploy_by(
+        &self,
+        name: HandlerName,
+        manifest: Manifest,
+        module: Vec<u8>,
+        by: By,
+    ) -> Result<(HandlerView, bool), RegistryError> {
         let _op = self.ops.lock(&name).await;
+        let step = Step::new(StepAction::Deploy, by);
         let result = match &self.cluster {
             Some(cluster) => {
                 self.cluster_install(
@@ -426,12 +508,13 @@ impl HandlerRegistry {
                     Some(manifest),
                     module.into(),
                     Install::Deploy,
+                    step,
                 )
                 .await
             }
             None => {
                 let created = !self.entries.lock().contains_key(&name);
-                self.install(&name, manifest, module.into(), None)
+                self.install(&name, manifest, module.into(), None, Some(step))
                     .await
                     .map(|()| created)
             }
@@ -452,15 +535,27 @@ impl HandlerRegistry {
         name: &HandlerName,
         module: Vec<u8>,
     ) -> Result<HandlerView, RegistryError> {
+        self.swap_module_by(name, module, By::unknown()).await
+    }
+
+    /// [`swap_module`](Self::swap_module), recorded as done `by`.
+    pub async fn swap_module_by(
+        &self,
+        name: &HandlerName,
+        module: Vec<u8>,
+        by: By,
+    ) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
+        let step = Step::new(StepAction::Swap, by);
         let result = match &self.cluster {
             Some(cluster) => self
-                .cluster_install(cluster, name, None, module.into(), Install::Swap)
+                .cluster_install(cluster, name, None, module.into(), Install::Swap, step)
                 .await
                 .map(|_| ()),
             None => {
                 let manifest = found(&self.entries.lock(), name)?.manifest.clone();
-                self.install(name, manifest, module.into(), None).await
+                self.install(name, manifest, module.into(), None, Some(step))
+                    .await
             }
         };
         if let Err(e) = &result
@@ -474,11 +569,27 @@ impl HandlerRegistry {
 
     /// Brings the previous version back (the current one becomes the
     /// previous, so a second rollback undoes the first). Its compiled code
-    /// comes from the cache.
+    /// comes from the cache. While a canary runs, a rollback stops the
+    /// canary instead, and the current version stays.
     pub async fn rollback(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
+        self.rollback_by(name, By::unknown()).await
+    }
+
+    /// [`rollback`](Self::rollback), recorded as done `by`.
+    pub async fn rollback_by(
+        &self,
+        name: &HandlerName,
+        by: By,
+    ) -> Result<HandlerView, RegistryError> {
         let _op = self.ops.lock(name).await;
+        let step = Step::new(StepAction::Rollback, by);
         if let Some(cluster) = &self.cluster {
-            self.cluster_rollback(cluster, name).await?;
+            self.cluster_rollback(cluster, name, step).await?;
+            return self.view_of(name);
+        }
+        if self.canary_id(name).is_some() {
+            let verdict = deploys::Verdict::Rollback(BY_HAND.to_owned());
+            self.decide(name, None, verdict, step.by).await?;
             return self.view_of(name);
         }
         let (manifest, previous) = {
@@ -490,8 +601,14 @@ impl HandlerRegistry {
                 .ok_or_else(|| RegistryError::NoPrevious(name.clone()))?;
             (entry.manifest.clone(), previous)
         };
-        self.install(name, manifest, previous.bytes, Some(previous.number))
-            .await?;
+        self.install(
+            name,
+            manifest,
+            previous.bytes,
+            Some(previous.number),
+            Some(step),
+        )
+        .await?;
         self.view_of(name)
     }
 
@@ -558,6 +675,16 @@ impl HandlerRegistry {
         Ok(view)
     }
 
+    /// Every deploy, swap, canary, promotion and rollback of `name`,
+    /// oldest first (`docs/handlers.md#deploy-history`). In cluster mode,
+    /// as the cluster's record has it now.
+    pub async fn history(&self, name: &HandlerName) -> Result<Vec<DeployStep>, RegistryError> {
+        if let Some(cluster) = &self.cluster {
+            return self.cluster_history(cluster, name).await;
+        }
+        Ok(found(&self.entries.lock(), name)?.history.clone())
+    }
+
     /// One handler.
     pub async fn get(&self, name: &HandlerName) -> Result<HandlerView, RegistryError> {
         self.view_of(name)
@@ -596,6 +723,14 @@ impl HandlerRegistry {
             counters_by_version: counters.map(|c| c.by_version()).unwrap_or_default(),
             last_error: entry.last_error.clone(),
             swaps: entry.swaps,
+            canary: entry.canary.as_ref().map(|c| CanaryView {
+                version: c.version.number,
+                digest: c.version.digest.to_hex(),
+                plan: c.plan,
+                started_at: c.started_at,
+                ends_at: c.started_at.add_ms(c.plan.window_ms),
+                counts: c.tally.counts(),
+            }),
         }
     }
 
@@ -689,14 +824,22 @@ impl HandlerRegistry {
         } else {
             store.records().remove(name)
         };
+        let (node, now) = (self.server_id.clone(), self.backend.clock().now());
+        let mut step = Some(Step::new(StepAction::Deploy, By::server("directory")));
         let number = match record {
             Some(record) => {
                 let (store, m) = (store.clone(), manifest.clone());
-                let restored =
-                    tokio::task::spawn_blocking(move || restore(&store, &record, m, digest)).await;
+                let restored = tokio::task::spawn_blocking(move || {
+                    restore(&store, &record, m, digest, &node, now)
+                })
+                .await;
                 match restored {
-                    Ok((entry, number)) => {
+                    Ok((entry, number, same)) => {
                         self.entries.lock().insert(name.clone(), entry);
+                        if same {
+                            // The module it ran before the restart: no new step.
+                            step = None;
+                        }
                         Some(number)
                     }
                     Err(e) => {
@@ -709,7 +852,7 @@ impl HandlerRegistry {
             None => None,
         };
         match self
-            .install(name, manifest.clone(), bytes.into(), number)
+            .install(name, manifest.clone(), bytes.into(), number, step)
             .await
         {
             Ok(()) => {
@@ -787,6 +930,7 @@ fn write_files(store: &Store, name: &HandlerName, files: &Files) -> Result<(), S
             version: p.number,
             digest: p.digest.to_hex(),
         }),
+        history: files.history.clone(),
     };
     store.record(name, record)
 }
@@ -802,11 +946,34 @@ fn found<'a>(
 }
 
 /// After a restart: the handler as its record left it, with the previous
-/// version back when its module was kept, and the number the module in the
-/// directory (of `digest`) runs as — the recorded one if it is the recorded
-/// module, else the next.
-fn restore(store: &Store, record: &Recorded, manifest: Manifest, digest: Digest) -> (Entry, u64) {
+/// version back when its module was kept and its history, the number the
+/// module in the directory (of `digest`) runs as — the recorded one if it
+/// is the recorded module, else the next — and whether it is the recorded
+/// module. A canary is not kept across a restart: one that ran is recorded
+/// as rolled back, at `now` through `node`.
+fn restore(
+    store: &Store,
+    record: &Recorded,
+    manifest: Manifest,
+    digest: Digest,
+    node: &str,
+    now: Timestamp,
+) -> (Entry, u64, bool) {
     let mut entry = Entry::new(manifest);
+    entry.history = record.history.clone();
+    if let Some(last) = entry.history.last()
+        && last.action == StepAction::Canary
+    {
+        let step = DeployStep {
+            at: now,
+            action: StepAction::Rollback,
+            by: By::server("rheo").name(),
+            node: node.to_owned(),
+            reason: Some("the server restarted before the canary was judged".to_owned()),
+            ..last.clone()
+        };
+        deploys::push(&mut entry.history, step);
+    }
     entry.previous = record.previous.as_ref().and_then(|p| {
         let bytes = store.kept_module(&p.digest)?;
         Some(Loaded {
@@ -815,13 +982,14 @@ fn restore(store: &Store, record: &Recorded, manifest: Manifest, digest: Digest)
             bytes: bytes.into(),
         })
     });
-    let number = if record.digest == digest.to_hex() {
+    let same = record.digest == digest.to_hex();
+    let number = if same {
         record.version
     } else {
         let highest = record.previous.as_ref().map_or(0, |p| p.version);
-        record.version.max(highest) + 1
+        entry.next_number().max(record.version.max(highest) + 1)
     };
-    (entry, number)
+    (entry, number, same)
 }
 
 /// Records why `name` was not (re)loaded; a handler seen for the first

@@ -22,16 +22,20 @@ use parking_lot::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use super::deploys::DeployStep;
 use super::manifest::Manifest;
 use crate::model::HandlerName;
 
 /// What the store remembers of a handler besides its files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Recorded {
     pub(crate) version: u64,
     pub(crate) digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) previous: Option<PreviousRecord>,
+    /// The deploy history (`docs/handlers.md#deploy-history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) history: Vec<DeployStep>,
 }
 
 /// The version a rollback would restore.

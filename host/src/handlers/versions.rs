@@ -13,8 +13,10 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::Manifest;
+use super::deploys::{CanaryPlan, DeployStep};
 use crate::model::Timestamp;
-use crate::wasm::Digest;
+use crate::runtime::CanaryTally;
+use crate::wasm::{Digest, HandlerRunner};
 
 /// What a handler is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -56,6 +58,22 @@ pub(super) struct Loaded {
     pub(super) bytes: Arc<[u8]>,
 }
 
+/// A canary running beside the current version
+/// (`docs/handlers.md#canaries`).
+#[derive(Debug, Clone)]
+pub(super) struct Canary {
+    pub(super) version: Loaded,
+    pub(super) plan: CanaryPlan,
+    pub(super) started_at: Timestamp,
+    /// Names this canary (a canary of the same module started again is
+    /// another one): the counts nodes report are matched by it.
+    pub(super) id: String,
+    /// Its code, as the runtime runs it (a promotion keeps running it).
+    pub(super) runner: Arc<HandlerRunner>,
+    /// What both versions did with their first attempts here.
+    pub(super) tally: Arc<CanaryTally>,
+}
+
 /// Everything known about one handler.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
@@ -75,6 +93,11 @@ pub(super) struct Entry {
     /// Times another version took over while one ran (hot swaps and
     /// rollbacks), on this server.
     pub(super) swaps: u64,
+    /// The canary beside the current version, if one runs.
+    pub(super) canary: Option<Canary>,
+    /// Every deploy, swap, canary, promotion and rollback, oldest first
+    /// (the last [`HISTORY_STEPS`](super::deploys::HISTORY_STEPS)).
+    pub(super) history: Vec<DeployStep>,
 }
 
 impl Entry {
@@ -89,6 +112,8 @@ impl Entry {
             last_error: None,
             swaps: 0,
             followed: None,
+            canary: None,
+            history: Vec::new(),
         }
     }
 
@@ -101,14 +126,17 @@ impl Entry {
         }
     }
 
-    /// The number of the next new version: above every number in use, so
-    /// a deploy after a rollback does not reuse the number (and the
-    /// per-version counters) of the version rolled away from.
+    /// The number of the next new version: above every number in use or
+    /// ever recorded, so a deploy after a rollback does not reuse the
+    /// number (and the per-version counters) of the version rolled away
+    /// from, nor a canary's.
     pub(super) fn next_number(&self) -> u64 {
-        [&self.current, &self.previous]
+        let canary = self.canary.as_ref().map(|c| &c.version);
+        [self.current.as_ref(), self.previous.as_ref(), canary]
             .into_iter()
             .flatten()
             .map(|v| v.number)
+            .chain(self.history.iter().map(|s| s.version))
             .max()
             .map_or(1, |n| n + 1)
     }
@@ -116,8 +144,9 @@ impl Entry {
     /// `version` runs since `at`, under `manifest`. The version it replaced
     /// becomes the previous one (so after a rollback the two have swapped
     /// places, and a second rollback undoes the first); the last error is
-    /// cleared.
+    /// cleared, and a canary, if one ran, is over.
     pub(super) fn installed(&mut self, manifest: Manifest, version: Loaded, at: Timestamp) {
+        self.canary = None;
         let number = version.number;
         if let Some(old) = self.current.replace(version)
             && old.number != number

@@ -37,7 +37,7 @@ pub use query::{
     json_eq, parse_where,
 };
 pub use stream::{MAX_PARTITIONS, Stream};
-pub use time::Timestamp;
+pub use time::{Timestamp, human_ms};
 
 /// 128 random bits as URL-safe base64 without padding (22 characters).
 pub(crate) fn random_token() -> std::sync::Arc<str> {

@@ -12,6 +12,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::ValidationError;
 
+/// A duration in milliseconds for people: `850ms`, `3.2s`, `4m 05s`, `2h 07m`.
+pub fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h {:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
 /// A UTC instant with millisecond precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Timestamp(i64);
@@ -177,5 +187,13 @@ mod tests {
         let err = Timestamp::from_millis(-1).validate("start_at").unwrap_err();
         assert_eq!(err.field, "start_at");
         assert!(Timestamp::from_millis(i64::MAX).validate("to").is_err());
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(3_249), "3.2s");
+        assert_eq!(human_ms(245_000), "4m 05s");
+        assert_eq!(human_ms(7_620_000), "2h 07m");
     }
 }

@@ -39,11 +39,14 @@
 //!   read from an atomic cell at the start of each delivery; running a new
 //!   version swaps the cell, so deliveries already running finish on the
 //!   version they started with and new ones get the new one. Nothing is
-//!   paused for a swap.
+//!   paused for a swap. A version may carry a canary that takes a share
+//!   of the first attempts ([`CanaryVersion`], `docs/handlers.md#canaries`);
+//!   judging it is the caller's, from the counts it keeps.
 //! * **Draining.** Stop fetching, let held leases run and settle (a fetch
 //!   in flight included), bounded by a timeout; what is still running then is abandoned
 //!   and its leases expire (at-least-once: another consumer gets them).
 
+mod canary;
 mod counters;
 mod supervisor;
 mod worker;
@@ -56,6 +59,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use canary::{CanaryCounts, CanaryTally, CanaryVersion, SHARE_SCALE};
 pub use counters::{Counters, CountersSnapshot};
 pub use supervisor::{Runtime, RuntimeError};
 pub use worker::{Worker, WorkerControl};
@@ -79,6 +83,35 @@ pub struct Version {
     pub number: u64,
     /// The code.
     pub handler: Arc<dyn Handler>,
+    /// A canary taking a share of the first attempts, if one runs.
+    pub canary: Option<CanaryVersion>,
+}
+
+impl Version {
+    /// `handler` as version `number`, alone.
+    pub fn new(number: u64, handler: Arc<dyn Handler>) -> Self {
+        Self {
+            number,
+            handler,
+            canary: None,
+        }
+    }
+
+    /// The code that runs `lease`, its number, and whether it is the
+    /// canary; `None` for the last when the delivery is not counted for a
+    /// canary (no canary runs, or it is a retry).
+    fn pick(&self, lease: &Lease) -> (&Arc<dyn Handler>, u64, Option<bool>) {
+        match &self.canary {
+            Some(canary) if lease.attempt <= 1 => {
+                if canary.takes(&lease.event_id) {
+                    (&canary.handler, canary.number, Some(true))
+                } else {
+                    (&self.handler, self.number, Some(false))
+                }
+            }
+            _ => (&self.handler, self.number, None),
+        }
+    }
 }
 
 /// Longest retry delay a handler may ask for (1 hour); longer requests are clamped.

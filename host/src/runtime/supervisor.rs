@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::counters::Counters;
 use super::worker::{Worker, WorkerControl};
-use super::{HandlerSettings, Version};
+use super::{CanaryVersion, HandlerSettings, Version};
 use crate::backend::{Backend, Error as BackendError};
 use crate::model::{GroupSpec, HandlerName};
 
@@ -129,6 +129,26 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::NotFound(name.clone()))?
             .control
             .set_paused(paused);
+        Ok(())
+    }
+
+    /// Starts (`Some`) or ends (`None`) a canary beside `name`'s current
+    /// version, which keeps running: deliveries already running finish on
+    /// the version they started with.
+    pub fn set_canary(
+        &self,
+        name: &HandlerName,
+        canary: Option<CanaryVersion>,
+    ) -> Result<(), RuntimeError> {
+        let handlers = self.handlers.lock();
+        let running = handlers
+            .get(name)
+            .ok_or_else(|| RuntimeError::NotFound(name.clone()))?;
+        let current = running.version.load_full();
+        running.version.store(Arc::new(Version {
+            canary,
+            ..Version::clone(&current)
+        }));
         Ok(())
     }
 

@@ -118,10 +118,7 @@ impl Env {
 }
 
 fn version(number: u64, handler: impl Handler) -> Version {
-    Version {
-        number,
-        handler: Arc::new(handler),
-    }
+    Version::new(number, Arc::new(handler))
 }
 
 fn name(s: &str) -> HandlerName {
@@ -522,5 +519,71 @@ async fn held_leases_are_renewed_while_they_wait_to_run() {
     eventually("all acked", async || e.counters(&h).acked == 3).await;
     assert_eq!(e.counters(&h).lost, 0, "no held lease expired");
     assert_eq!(e.lag().await, 0);
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_takes_its_share_of_first_attempts_and_its_rejects_are_retried_on_the_current_version()
+ {
+    use super::{CanaryTally, CanaryVersion};
+
+    let e = env().await;
+    let h = name("canaried");
+    e.runtime
+        .run(
+            &h,
+            e.settings(),
+            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+            false,
+        )
+        .await
+        .unwrap();
+    let tally = Arc::new(CanaryTally::default());
+    let canary = CanaryVersion {
+        number: 2,
+        handler: Arc::new(FnHandler(|l: &Lease| {
+            assert_eq!(l.attempt, 1, "a retry never goes to the canary");
+            HandlerOutcome::Reject {
+                reason: "the canary dislikes it".into(),
+            }
+        })),
+        share: 2_500,
+        tally: Arc::clone(&tally),
+    };
+    e.runtime.set_canary(&h, Some(canary)).unwrap();
+    e.append(400).await;
+    eventually("all acked", async || e.lag().await == 0).await;
+    eventually("counted", async || e.counters(&h).acked == 400).await;
+
+    let counts = tally.counts();
+    assert_eq!(counts.canary_handled + counts.current_handled, 400);
+    assert_eq!(counts.canary_failed, counts.canary_handled);
+    assert_eq!(counts.current_failed, 0, "retries are not counted");
+    // About a quarter, by the hash of the event id (5 standard deviations).
+    assert!(
+        (100_i64 - counts.canary_handled as i64).abs() < 45,
+        "{counts:?}"
+    );
+    let by_version = e.by_version(&h);
+    assert_eq!(by_version[&2].retried, counts.canary_handled);
+    assert_eq!(by_version[&2].rejected, 0, "held back as a retry");
+    assert_eq!(by_version[&1].acked, 400);
+    let dead = e
+        .backend
+        .dead_letters(DeadLettersRequest {
+            stream: e.stream.clone(),
+            group: e.group.clone(),
+            limit: 10,
+            after: None,
+        })
+        .await
+        .unwrap();
+    assert!(dead.dead_letters.is_empty());
+
+    // Without the canary, the current version takes every first attempt.
+    e.runtime.set_canary(&h, None).unwrap();
+    e.append(50).await;
+    eventually("all acked", async || e.counters(&h).acked == 450).await;
+    assert_eq!(tally.counts().canary_handled, counts.canary_handled);
     e.runtime.shutdown().await;
 }

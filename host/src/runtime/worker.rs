@@ -409,15 +409,24 @@ async fn idle(shared: Arc<Shared>) {
 /// handler returned.
 async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     let version = shared.version.load_full();
-    let span = crate::telemetry::delivery_span(&shared.handler, &lease, version.number);
+    let (handler, number, by_canary) = version.pick(&lease);
+    let span = crate::telemetry::delivery_span(&shared.handler, &lease, number);
     let started = std::time::Instant::now();
-    let outcome = version
-        .handler
-        .handle(&lease)
-        .instrument(span.clone())
-        .await;
+    let outcome = handler.handle(&lease).instrument(span.clone()).await;
     shared.counters.called(started.elapsed());
-    let decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
+    let mut decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
+    if let (Some(canary), Some(by_canary)) = (&version.canary, by_canary) {
+        let failed = !matches!(decision.action, Action::Ack);
+        canary.tally.record(by_canary, failed);
+        // A canary never dead-letters: the current version gets the retry
+        // and the last word (`canary.rs`).
+        if by_canary && let Action::Reject { reason } = decision.action {
+            decision.action = Action::Nack {
+                reason: format!("the canary (version {number}) rejected it: {reason}"),
+                delay_ms: None,
+            };
+        }
+    }
     let target = lease.target();
     let lost = shared
         .inflight
@@ -427,7 +436,7 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
         .is_none_or(|t| t.lost);
     if lost {
         span.record("outcome", "lost");
-        shared.release(&target, version.number, &outcome, Fate::Lost);
+        shared.release(&target, number, &outcome, Fate::Lost);
         return;
     }
     let (op, fate) = match decision.action {
@@ -459,7 +468,7 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
         target,
         op,
         fate,
-        version: version.number,
+        version: number,
         outcome,
     };
     if let Err(mpsc::error::SendError(r)) = shared.settles.send(request) {

@@ -7,10 +7,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::handler_logs::{LogLevel, LogLine, LogSource};
 use crate::handlers::{
-    HandlerStatus, HandlerView, TrialReport, TrialRun, TrialTotals, append_json,
+    CanaryPlan, CanaryView, DEFAULT_MARGIN_PERCENT, DEFAULT_MIN_DELIVERIES, DEFAULT_WINDOW_MS,
+    DeployStep, HandlerStatus, HandlerView, TrialReport, TrialRun, TrialTotals, append_json,
 };
 use crate::model::Timestamp;
-use crate::runtime::CountersSnapshot;
+use crate::runtime::{CanaryCounts, CountersSnapshot};
 
 /// What a handler has done.
 #[derive(Debug, Serialize, ToSchema)]
@@ -67,6 +68,167 @@ pub(crate) struct HandlerBody {
     /// The manifest in force.
     #[schema(value_type = super::JsonObjectSchema)]
     manifest: serde_json::Value,
+    /// The canary running beside the current version, if one does
+    /// (docs/handlers.md#canaries).
+    canary: Option<CanaryBody>,
+}
+
+/// A canary: a version taking a share of first attempts until it is
+/// promoted or rolled back.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CanaryBody {
+    version: u64,
+    /// sha256 of its module, hex.
+    digest: String,
+    /// Its share of first attempts, in percent.
+    share_percent: f64,
+    /// How long it runs before it is promoted.
+    window_ms: u64,
+    /// How many percentage points more often than the current version it
+    /// may fail.
+    margin_percent: f64,
+    /// First attempts it must handle before it is judged either way.
+    min_deliveries: u64,
+    #[schema(value_type = String, format = DateTime)]
+    started_at: Timestamp,
+    /// When its window ends: it is promoted then if it has handled
+    /// `min_deliveries` and is within the margin.
+    #[schema(value_type = String, format = DateTime)]
+    ends_at: Timestamp,
+    /// What both versions did with their first attempts on this server.
+    counts: CanaryCountsBody,
+}
+
+/// First attempts handled and failed (not acked) by each version.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CanaryCountsBody {
+    current_handled: u64,
+    current_failed: u64,
+    canary_handled: u64,
+    canary_failed: u64,
+}
+
+impl From<CanaryCounts> for CanaryCountsBody {
+    fn from(c: CanaryCounts) -> Self {
+        Self {
+            current_handled: c.current_handled,
+            current_failed: c.current_failed,
+            canary_handled: c.canary_handled,
+            canary_failed: c.canary_failed,
+        }
+    }
+}
+
+impl From<CanaryView> for CanaryBody {
+    fn from(c: CanaryView) -> Self {
+        Self {
+            version: c.version,
+            digest: c.digest,
+            share_percent: c.plan.share_percent,
+            window_ms: c.plan.window_ms,
+            margin_percent: c.plan.margin_percent,
+            min_deliveries: c.plan.min_deliveries,
+            started_at: c.started_at,
+            ends_at: c.ends_at,
+            counts: c.counts.into(),
+        }
+    }
+}
+
+/// How a swap goes live: at once, or as a canary
+/// (docs/handlers.md#canaries).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SwapParams {
+    /// Run the module as a canary on this percentage of first attempts
+    /// (0.01 to 100) instead of swapping it in.
+    canary: Option<f64>,
+    /// How long the canary runs before it is promoted (default 600000:
+    /// 10 minutes; at most 30 days). Only with `canary`.
+    window_ms: Option<u64>,
+    /// How many percentage points more often than the current version the
+    /// canary may fail before it is rolled back (default 5). Only with
+    /// `canary`.
+    margin: Option<f64>,
+    /// First attempts the canary must handle before it is judged (default
+    /// 50). Only with `canary`.
+    min_deliveries: Option<u64>,
+}
+
+impl SwapParams {
+    /// The canary's plan, if one was asked for.
+    pub(crate) fn plan(&self) -> Result<Option<CanaryPlan>, (&'static str, &'static str)> {
+        let Some(share_percent) = self.canary else {
+            let stray = [
+                ("window_ms", self.window_ms.is_some()),
+                ("margin", self.margin.is_some()),
+                ("min_deliveries", self.min_deliveries.is_some()),
+            ];
+            return match stray.into_iter().find(|(_, given)| *given) {
+                Some((field, _)) => Err((field, "only with `canary`")),
+                None => Ok(None),
+            };
+        };
+        Ok(Some(CanaryPlan {
+            share_percent,
+            window_ms: self.window_ms.unwrap_or(DEFAULT_WINDOW_MS),
+            margin_percent: self.margin.unwrap_or(DEFAULT_MARGIN_PERCENT),
+            min_deliveries: self.min_deliveries.unwrap_or(DEFAULT_MIN_DELIVERIES),
+        }))
+    }
+}
+
+/// A handler's deploy history, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HistoryBody {
+    handler: String,
+    steps: Vec<StepBody>,
+}
+
+impl HistoryBody {
+    pub(crate) fn new(handler: String, steps: Vec<DeployStep>) -> Self {
+        Self {
+            handler,
+            steps: steps.into_iter().map(StepBody::from).collect(),
+        }
+    }
+}
+
+/// One step of a deploy history.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StepBody {
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    /// `deploy`, `swap`, `rollback`, `canary` or `promote`.
+    action: String,
+    /// The version the step put in (or, for a canary rolled back, took
+    /// out).
+    version: u64,
+    /// sha256 of that version's module, hex.
+    digest: String,
+    /// The name of the token that made the change; `rheo` for a canary's
+    /// automatic verdict, `directory` for a file of the handlers
+    /// directory; null when the request carried no named token.
+    by: Option<String>,
+    /// The node the change went through.
+    node: String,
+    /// Why: a canary's plan or verdict, with its numbers.
+    reason: Option<String>,
+}
+
+impl From<DeployStep> for StepBody {
+    fn from(s: DeployStep) -> Self {
+        Self {
+            at: s.at,
+            action: s.action.as_str().to_owned(),
+            version: s.version,
+            digest: s.digest,
+            by: s.by,
+            node: s.node,
+            reason: s.reason,
+        }
+    }
 }
 
 impl From<HandlerView> for HandlerBody {
@@ -89,6 +251,7 @@ impl From<HandlerView> for HandlerBody {
                 .collect(),
             last_error: v.last_error,
             manifest: serde_json::to_value(&v.manifest).unwrap_or_default(),
+            canary: v.canary.map(CanaryBody::from),
         }
     }
 }

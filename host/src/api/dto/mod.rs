@@ -32,8 +32,8 @@ pub(crate) use groups::{
 };
 #[cfg(feature = "wasm")]
 pub(crate) use handlers::{
-    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, LogGapBody, LogLineBody, LogsParams,
-    TrialBody, TrialForm, WasmModule,
+    DeployForm, HandlerBody, HandlerListBody, HandlerLogsBody, HistoryBody, LogGapBody,
+    LogLineBody, LogsParams, SwapParams, TrialBody, TrialForm, WasmModule,
 };
 pub(crate) use leases::{
     AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,

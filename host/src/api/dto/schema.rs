@@ -343,6 +343,43 @@ pub(crate) enum Target {
 /// naming a stream, group or handler are `openapi::name_parameters`'
 /// business; the rules that tie fields together are
 /// `openapi::add_body_rules`'.)
+/// A canary's share and margin (percent), window and evidence, as
+/// `CanaryPlan::validate` bounds them.
+#[cfg(feature = "wasm")]
+fn canary_rules() -> [(Target, Value); 4] {
+    use crate::handlers::{MAX_MIN_DELIVERIES, MAX_WINDOW_MS, MIN_SHARE_PERCENT};
+    let swap = "handler_swap_module";
+    [
+        (
+            Target::Parameter(swap, "canary"),
+            v(number(MIN_SHARE_PERCENT, 100.0, true)),
+        ),
+        (
+            Target::Parameter(swap, "window_ms"),
+            v(integer(KnownFormat::Int64, 1, MAX_WINDOW_MS, true)),
+        ),
+        (
+            Target::Parameter(swap, "margin"),
+            v(number(0.0, 100.0, true)),
+        ),
+        (
+            Target::Parameter(swap, "min_deliveries"),
+            v(integer(KnownFormat::Int64, 1, MAX_MIN_DELIVERIES, true)),
+        ),
+    ]
+}
+
+/// A number from `min` to `max`.
+#[cfg(feature = "wasm")]
+fn number(min: f64, max: f64, nullable: bool) -> Object {
+    ObjectBuilder::new()
+        .schema_type(types(Type::Number, nullable))
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+        .minimum(Some(min))
+        .maximum(Some(max))
+        .build()
+}
+
 pub(crate) fn rules() -> Vec<(Target, Value)> {
     use Target::{Parameter as Param, Property as Prop};
     let ids = |schema: &'static str| {
@@ -409,6 +446,8 @@ pub(crate) fn rules() -> Vec<(Target, Value)> {
         (Param("dead_letter_list", "after"), v(id_or_null())),
         (Prop("ClockMoveBody", "set"), v(timestamp_or_null())),
     ];
+    #[cfg(feature = "wasm")]
+    rules.extend(canary_rules());
     for body in [
         "AckBody",
         "NackBody",

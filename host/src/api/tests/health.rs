@@ -88,6 +88,8 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
         ("/v1/handlers/{handler}/module", &["put"]),
         ("/v1/handlers/{handler}/try", &["post"]),
         ("/v1/handlers/{handler}/rollback", &["post"]),
+        ("/v1/handlers/{handler}/promote", &["post"]),
+        ("/v1/handlers/{handler}/history", &["get"]),
         ("/v1/handlers/{handler}/pause", &["post"]),
         ("/v1/handlers/{handler}/resume", &["post"]),
         ("/v1/handlers/{handler}/logs", &["get"]),

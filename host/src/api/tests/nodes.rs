@@ -55,6 +55,7 @@ async fn a_cluster_lists_the_live_nodes_with_their_handlers() {
                 version: Some(3),
                 digest: Some("ab".repeat(32)),
                 status: "paused".into(),
+                canary: None,
             }]
         }),
     ));

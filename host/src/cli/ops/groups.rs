@@ -3,9 +3,10 @@
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::{GroupRef, ServerArgs, cell, human_ms, join, start_after};
+use super::{GroupRef, ServerArgs, cell, join, start_after};
 use crate::cli::client::segment;
 use crate::cli::table::{Align, Table, key_values};
+use crate::model::human_ms;
 
 /// Arguments of `rheo groups`.
 #[derive(Debug, Args)]

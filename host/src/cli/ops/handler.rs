@@ -1,6 +1,7 @@
-//! `rheo handler …`: deploy WebAssembly handlers, hot-swap their modules,
-//! list, inspect, roll back, pause, resume or delete them, and read or
-//! follow their log lines.
+//! `rheo handler …`: deploy WebAssembly handlers, hot-swap their modules
+//! (at once or as a canary), list, inspect, roll back, promote, pause,
+//! resume or delete them, show their deploy history, and read or follow
+//! their log lines.
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::{Path, PathBuf};
@@ -46,7 +47,11 @@ enum HandlerAction {
         #[arg(long, value_name = "FILE")]
         module: Option<PathBuf>,
     },
-    /// Hot-swap a handler's module; deliveries in flight finish on the old one.
+    /// Hot-swap a handler's module; deliveries in flight finish on the old
+    /// one. With --canary, the new module takes only that share of first
+    /// attempts beside the current version, and is rolled back as soon as
+    /// it fails more often than the current one by more than --margin, or
+    /// promoted at the end of --window (docs/handlers.md#canaries).
     Swap {
         #[command(flatten)]
         server: ServerArgs,
@@ -54,6 +59,38 @@ enum HandlerAction {
         name: String,
         /// The new component (.wasm).
         module: PathBuf,
+        /// Run it as a canary on this share of first attempts, e.g. 10%.
+        #[arg(long, value_name = "PERCENT", value_parser = percent)]
+        canary: Option<f64>,
+        /// How long the canary runs before it is promoted, e.g. 90s, 10m,
+        /// 1h [default: 10m].
+        #[arg(long, value_name = "DURATION", value_parser = duration_ms, requires = "canary")]
+        window: Option<u64>,
+        /// How many percentage points more often than the current version
+        /// the canary may fail before it is rolled back [default: 5].
+        #[arg(long, value_name = "POINTS", requires = "canary")]
+        margin: Option<f64>,
+        /// First attempts the canary must handle before it is judged
+        /// either way [default: 50].
+        #[arg(long, value_name = "N", requires = "canary")]
+        min_deliveries: Option<u64>,
+    },
+    /// Make a handler's canary the current version now, whatever its counts
+    /// say (`rheo handler rollback` stops it instead).
+    Promote {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The handler's name.
+        name: String,
+    },
+    /// Every deploy, swap, canary, promotion and rollback of a handler,
+    /// oldest first: when, what, the version and its digest, who (the
+    /// token's name), through which node, and why.
+    History {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The handler's name.
+        name: String,
     },
     /// Dry-run a candidate module over the handler's history: it and the
     /// live version each handle the chosen events (as first deliveries, in
@@ -95,7 +132,8 @@ enum HandlerAction {
         /// The handler's name.
         name: String,
     },
-    /// Bring back the previous version (a second rollback undoes the first).
+    /// Bring back the previous version (a second rollback undoes the
+    /// first); while a canary runs, stop the canary instead.
     Rollback {
         #[command(flatten)]
         server: ServerArgs,
@@ -155,6 +193,8 @@ impl HandlerArgs {
             | HandlerAction::List { ref server }
             | HandlerAction::Get { ref server, .. }
             | HandlerAction::Rollback { ref server, .. }
+            | HandlerAction::Promote { ref server, .. }
+            | HandlerAction::History { ref server, .. }
             | HandlerAction::Pause { ref server, .. }
             | HandlerAction::Resume { ref server, .. }
             | HandlerAction::Delete { ref server, .. }
@@ -170,6 +210,10 @@ impl HandlerArgs {
             HandlerAction::Get { name, .. } => {
                 let answer = client.get(&path(name, ""), &[])?;
                 return server.print(&answer, render_one);
+            }
+            HandlerAction::History { name, .. } => {
+                let answer = client.get(&path(name, "/history"), &[])?;
+                return server.print(&answer, render_history);
             }
             HandlerAction::Try {
                 name,
@@ -241,10 +285,35 @@ impl HandlerArgs {
                 deploy(&client, &path(name, ""), manifest, module.as_deref())?,
                 "deployed",
             ),
-            HandlerAction::Swap { name, module, .. } => {
+            HandlerAction::Swap {
+                name,
+                module,
+                canary,
+                window,
+                margin,
+                min_deliveries,
+                ..
+            } => {
                 let wasm = read(module)?;
-                let answer = client.put(&path(name, "/module"), "application/wasm", &wasm)?;
-                (answer, "swapped")
+                let Some(share) = canary else {
+                    let answer = client.put(&path(name, "/module"), "application/wasm", &wasm)?;
+                    return server.print(&answer, |h| summary("swapped", h));
+                };
+                let mut query = format!("?canary={share}");
+                let mut add = |key: &str, value: Option<String>| {
+                    if let Some(value) = value {
+                        query.push_str(&format!("&{key}={value}"));
+                    }
+                };
+                add("window_ms", window.map(|w| w.to_string()));
+                add("margin", margin.map(|m| m.to_string()));
+                add("min_deliveries", min_deliveries.map(|n| n.to_string()));
+                let target = path(name, &format!("/module{query}"));
+                let answer = client.put(&target, "application/wasm", &wasm)?;
+                return server.print(&answer, canary_started);
+            }
+            HandlerAction::Promote { name, .. } => {
+                (client.post_empty(&path(name, "/promote"))?, "promoted")
             }
             HandlerAction::Rollback { name, .. } => {
                 (client.post_empty(&path(name, "/rollback"))?, "rolled back")
@@ -564,10 +633,117 @@ fn render_one(h: &Value) -> String {
         ("timed out", cell(&c["timed_out"])),
         ("inflight", cell(&c["inflight"])),
     ];
+    let canary = &h["canary"];
+    if canary.is_object() {
+        let k = &canary["counts"];
+        pairs.extend([
+            (
+                "canary",
+                format!(
+                    "version {} (digest {}) on {}% of first attempts",
+                    cell(&canary["version"]),
+                    short(&canary["digest"]),
+                    cell(&canary["share_percent"])
+                ),
+            ),
+            ("canary ends at", cell(&canary["ends_at"])),
+            (
+                "canary failed",
+                format!(
+                    "{} of {} (current version: {} of {}) here",
+                    cell(&k["canary_failed"]),
+                    cell(&k["canary_handled"]),
+                    cell(&k["current_failed"]),
+                    cell(&k["current_handled"])
+                ),
+            ),
+        ]);
+    }
     if let Some(error) = h["last_error"].as_str() {
         pairs.push(("last error", error.to_owned()));
     }
     key_values(&pairs)
+}
+
+/// `handler echo: canary version 3 (digest …) on 10% of first attempts until …; version 2 stays current`.
+fn canary_started(h: &Value) -> String {
+    let c = &h["canary"];
+    format!(
+        "handler {}: canary version {} (digest {}) on {}% of first attempts until {}; version {} stays current\n\
+         it is rolled back if it fails more than {} points more often than version {} (after {} deliveries), else promoted then;\n\
+         `rheo handler promote {}` or `rheo handler rollback {}` decide now\n",
+        cell(&h["name"]),
+        cell(&c["version"]),
+        short(&c["digest"]),
+        cell(&c["share_percent"]),
+        cell(&c["ends_at"]),
+        cell(&h["version"]),
+        cell(&c["margin_percent"]),
+        cell(&h["version"]),
+        cell(&c["min_deliveries"]),
+        cell(&h["name"]),
+        cell(&h["name"]),
+    )
+}
+
+/// A deploy history: one row per step, oldest first.
+fn render_history(answer: &Value) -> String {
+    let steps = answer["steps"].as_array().map_or(&[][..], Vec::as_slice);
+    if steps.is_empty() {
+        return format!("handler {}: no steps recorded\n", cell(&answer["handler"]));
+    }
+    let mut table = Table::new(&[
+        ("AT", Align::Left),
+        ("ACTION", Align::Left),
+        ("VERSION", Align::Right),
+        ("DIGEST", Align::Left),
+        ("BY", Align::Left),
+        ("NODE", Align::Left),
+        ("REASON", Align::Left),
+    ]);
+    for s in steps {
+        table.row([
+            cell(&s["at"]),
+            cell(&s["action"]),
+            cell(&s["version"]),
+            short(&s["digest"]),
+            cell(&s["by"]),
+            cell(&s["node"]),
+            cell(&s["reason"]),
+        ]);
+    }
+    table.render()
+}
+
+/// `10%` or `10` as 10.0.
+fn percent(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_end_matches('%').trim();
+    match number.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
+        _ => Err("expected a share above 0% and at most 100%, e.g. 10%".to_owned()),
+    }
+}
+
+/// `500ms`, `90s`, `10m` or `1h` in milliseconds.
+fn duration_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => 0,
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 && scale > 0 => n
+            .checked_mul(scale)
+            .ok_or_else(|| format!("{text} is too long")),
+        _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m or 1h".to_owned()),
+    }
 }
 
 /// One log line as printed: compact JSON with `--json`, else
@@ -694,6 +870,50 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn canary_shares_and_windows_read_as_people_write_them() {
+        assert_eq!(percent("10%"), Ok(10.0));
+        assert_eq!(percent(" 2.5 "), Ok(2.5));
+        assert_eq!(percent("100%"), Ok(100.0));
+        for bad in ["0%", "101", "ten", ""] {
+            assert!(percent(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(duration_ms("500ms"), Ok(500));
+        assert_eq!(duration_ms("90s"), Ok(90_000));
+        assert_eq!(duration_ms("10m"), Ok(600_000));
+        assert_eq!(duration_ms("1h"), Ok(3_600_000));
+        for bad in ["10", "0s", "1d", "m", "-5s"] {
+            assert!(duration_ms(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_history_lists_each_step_with_its_short_digest() {
+        let answer = json!({"handler": "h", "steps": [
+            {"at": "2026-12-02T10:00:00.000Z", "action": "deploy", "version": 1,
+             "digest": "aaaaaaaaaaaaaaaa", "by": "ci", "node": "n1", "reason": null},
+            {"at": "2026-12-02T10:05:00.000Z", "action": "rollback", "version": 2,
+             "digest": "bbbbbbbbbbbbbbbb", "by": "rheo", "node": "n1",
+             "reason": "the canary failed 20.0% …"},
+        ]});
+        let text = render_history(&answer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("AT"), "{text}");
+        assert!(
+            lines[1].contains("deploy") && lines[1].contains("aaaaaaaaaaaa "),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("rollback") && lines[2].contains("the canary failed 20.0%"),
+            "{text}"
+        );
+        assert_eq!(
+            render_history(&json!({"handler": "h", "steps": []})),
+            "handler h: no steps recorded\n"
+        );
+    }
 
     #[test]
     fn sse_events_are_parsed_line_by_line() {

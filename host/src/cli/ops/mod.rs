@@ -198,16 +198,6 @@ fn count(n: u64, noun: &str) -> String {
     }
 }
 
-/// A duration in milliseconds for people: `850ms`, `3.2s`, `4m 05s`, `2h 07m`.
-fn human_ms(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
-        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms / 1000 % 60),
-        _ => format!("{}h {:02}m", ms / 3_600_000, ms / 60_000 % 60),
-    }
-}
-
 /// Parses a flag that must hold a JSON object (`--payload '{"a": 1}'`).
 fn json_object(text: &str) -> Result<Value, String> {
     match serde_json::from_str::<Value>(text) {
@@ -234,14 +224,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(human_ms(850), "850ms");
-        assert_eq!(human_ms(3_249), "3.2s");
-        assert_eq!(human_ms(245_000), "4m 05s");
-        assert_eq!(human_ms(7_620_000), "2h 07m");
-    }
 
     #[test]
     fn flag_values_are_checked_before_sending() {

@@ -21,6 +21,7 @@ fn running(name: &'static str) -> RunningHandlers {
             version: Some(1),
             digest: None,
             status: "running".to_owned(),
+            canary: None,
         }]
     })
 }
@@ -137,6 +138,7 @@ async fn a_change_in_what_a_node_runs_is_reported_before_the_next_heartbeat() {
         version: Some(1),
         digest: None,
         status: "running".to_owned(),
+        canary: None,
     });
     // Virtual time, a tenth of the 2.5 s heartbeat interval.
     tokio::time::sleep(Duration::from_millis(250)).await;

@@ -28,9 +28,11 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{HandlerRegistry, Prepared, note_failure};
+use super::canary::refuse_same;
+use super::{HandlerRegistry, Prepared, Step, note_failure};
 use crate::backend::Error as BackendError;
-use crate::cluster::{ClusterStore, NodeHandler};
+use crate::cluster::{ClusterStore, NodeCanary, NodeHandler};
+use crate::handlers::deploys::{self, By, CanaryPlan, DeployStep, StepAction, Verdict};
 use crate::handlers::store::Store;
 use crate::handlers::versions::Loaded;
 use crate::handlers::{Manifest, RegistryError};
@@ -59,10 +61,26 @@ struct Desired {
     /// Random, new with every write: with the revision, it names one
     /// write even across a removal (revisions start again at 1).
     write: String,
+    /// A canary every node runs beside `current`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    canary: Option<CanaryRecord>,
+    /// The deploy history, oldest first (`docs/handlers.md#deploy-history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    history: Vec<DeployStep>,
+}
+
+/// A canary in a handler record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CanaryRecord {
+    version: VersionRef,
+    plan: CanaryPlan,
+    started_at: Timestamp,
+    /// Names this canary: nodes report their counts under it.
+    id: String,
 }
 
 /// A fresh write id.
-fn write_id() -> String {
+pub(super) fn write_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
@@ -74,15 +92,29 @@ struct VersionRef {
 }
 
 impl Desired {
-    /// Above every number in use (as [`Entry::next_number`](crate::handlers::versions::Entry::next_number)).
+    /// Above every number in use or recorded (as [`Entry::next_number`](crate::handlers::versions::Entry::next_number)).
     fn next_number(&self) -> u64 {
-        let previous = self.previous.as_ref().map_or(0, |p| p.number);
-        self.current.number.max(previous) + 1
+        let canary = self.canary.as_ref().map(|c| &c.version);
+        [Some(&self.current), self.previous.as_ref(), canary]
+            .into_iter()
+            .flatten()
+            .map(|v| v.number)
+            .chain(self.history.iter().map(|s| s.version))
+            .max()
+            .unwrap_or(0)
+            + 1
     }
 
     fn digests(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.current.digest.as_str())
             .chain(self.previous.as_ref().map(|p| p.digest.as_str()))
+            .chain(self.canary.as_ref().map(|c| c.version.digest.as_str()))
+    }
+
+    /// Records `step`, taken now through `node` on `version`.
+    fn record(&mut self, step: Step, at: Timestamp, node: &str, version: &VersionRef) {
+        let step = step.taken(at, node, version.number, version.digest.clone());
+        deploys::push(&mut self.history, step);
     }
 }
 
@@ -143,6 +175,7 @@ impl HandlerRegistry {
         manifest: Option<Manifest>,
         bytes: Arc<[u8]>,
         how: Install,
+        step: Step,
     ) -> Result<bool, RegistryError> {
         let mut prepared: Option<Prepared> = None;
         let mut stored = false;
@@ -169,7 +202,7 @@ impl HandlerRegistry {
                 cluster.put_module(&digest, &bytes, self.now()).await?;
                 stored = true;
             }
-            let desired = Desired {
+            let mut desired = Desired {
                 manifest,
                 current: VersionRef {
                     number: old.as_ref().map_or(1, Desired::next_number),
@@ -180,12 +213,23 @@ impl HandlerRegistry {
                 deployed_at: self.now(),
                 changed_by: self.node(),
                 write: write_id(),
+                // A new version ends a canary.
+                canary: None,
+                history: old.as_ref().map(|o| o.history.clone()).unwrap_or_default(),
             };
+            let step = match old.as_ref().and_then(|o| o.canary.as_ref()) {
+                Some(c) => step
+                    .clone()
+                    .because(format!("ends the canary of version {}", c.version.number)),
+                None => step.clone(),
+            };
+            let current = desired.current.clone();
+            desired.record(step, self.now(), &self.node(), &current);
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
                 .await?
             {
-                self.apply(cluster, name, revision + 1, &desired, Some(ready))
+                self.apply(cluster, name, revision + 1, &desired, Some(ready), None)
                     .await?;
                 self.forget_unused_modules(cluster).await;
                 return Ok(old.is_none());
@@ -195,38 +239,179 @@ impl HandlerRegistry {
         Err(contended(name))
     }
 
-    /// Makes the previous version current again, on every node. The caller
-    /// holds the handler's operation lock.
+    /// Makes the previous version current again, on every node (or, while
+    /// a canary runs, stops the canary). The caller holds the handler's
+    /// operation lock.
     pub(super) async fn cluster_rollback(
         &self,
         cluster: &Arc<dyn ClusterStore>,
         name: &HandlerName,
+        step: Step,
     ) -> Result<(), RegistryError> {
         for _ in 0..MAX_RACES {
             let (revision, old) = read(cluster, name).await?;
             let old = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
+            if old.canary.is_some() {
+                // While a canary runs, a rollback stops it.
+                let verdict = Verdict::Rollback(super::BY_HAND.to_owned());
+                return self
+                    .cluster_decide(cluster, name, None, verdict, step.by)
+                    .await
+                    .map(drop);
+            }
             let back = old
                 .previous
                 .clone()
                 .ok_or_else(|| RegistryError::NoPrevious(name.clone()))?;
             let bytes = self.version_bytes(cluster, name, &back).await?;
             let ready = self.prepare(name, old.manifest.clone(), bytes).await?;
-            let desired = Desired {
+            let mut desired = Desired {
                 manifest: old.manifest.clone(),
-                current: back,
+                current: back.clone(),
                 previous: Some(old.current.clone()),
                 paused: old.paused,
                 deployed_at: self.now(),
                 changed_by: self.node(),
                 write: write_id(),
+                canary: None,
+                history: old.history.clone(),
             };
+            desired.record(step.clone(), self.now(), &self.node(), &back);
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
                 .await?
             {
                 return self
-                    .apply(cluster, name, revision + 1, &desired, Some(ready))
+                    .apply(cluster, name, revision + 1, &desired, Some(ready), None)
                     .await;
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// The deploy history in the handler's record.
+    pub(super) async fn cluster_history(
+        &self,
+        cluster: &Arc<dyn ClusterStore>,
+        name: &HandlerName,
+    ) -> Result<Vec<DeployStep>, RegistryError> {
+        let (_, desired) = read(cluster, name).await?;
+        let desired = desired.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
+        Ok(desired.history)
+    }
+
+    /// Starts a canary of `bytes` on every node. The caller holds the
+    /// handler's operation lock.
+    pub(super) async fn cluster_canary(
+        &self,
+        cluster: &Arc<dyn ClusterStore>,
+        name: &HandlerName,
+        bytes: Arc<[u8]>,
+        plan: CanaryPlan,
+        by: By,
+    ) -> Result<(), RegistryError> {
+        let mut prepared: Option<Prepared> = None;
+        let mut stored = false;
+        for _ in 0..MAX_RACES {
+            let (revision, old) = read(cluster, name).await?;
+            let mut desired = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
+            if let Some(c) = &desired.canary {
+                return Err(RegistryError::CanaryRunning {
+                    name: name.clone(),
+                    version: c.version.number,
+                });
+            }
+            self.check_retries(&desired.manifest).await?;
+            let ready = match prepared.take() {
+                Some(p) if p.manifest == desired.manifest => p,
+                _ => {
+                    self.prepare(name, desired.manifest.clone(), Arc::clone(&bytes))
+                        .await?
+                }
+            };
+            refuse_same(&ready, Some(&desired.current.digest))?;
+            let digest = ready.digest.to_hex();
+            if !stored {
+                cluster.put_module(&digest, &bytes, self.now()).await?;
+                stored = true;
+            }
+            let canary = CanaryRecord {
+                version: VersionRef {
+                    number: desired.next_number(),
+                    digest,
+                },
+                plan,
+                started_at: self.now(),
+                id: write_id(),
+            };
+            let step = Step::new(StepAction::Canary, by.clone()).because(plan.describe());
+            desired.record(step, self.now(), &self.node(), &canary.version);
+            desired.canary = Some(canary);
+            desired.changed_by = self.node();
+            desired.write = write_id();
+            if cluster
+                .put_handler(name.as_str(), revision, &doc(&desired))
+                .await?
+            {
+                return self
+                    .apply(cluster, name, revision + 1, &desired, None, Some(ready))
+                    .await;
+            }
+            prepared = Some(ready);
+        }
+        Err(contended(name))
+    }
+
+    /// Carries out `verdict` on the handler's canary (the one named `id`,
+    /// or whichever runs when `None`) for every node; whether it did: a
+    /// canary another node decided, or that a deploy replaced, is left
+    /// alone. The caller holds the handler's operation lock.
+    pub(super) async fn cluster_decide(
+        &self,
+        cluster: &Arc<dyn ClusterStore>,
+        name: &HandlerName,
+        id: Option<&str>,
+        verdict: Verdict,
+        by: By,
+    ) -> Result<bool, RegistryError> {
+        for _ in 0..MAX_RACES {
+            let (revision, old) = read(cluster, name).await?;
+            let mut desired = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
+            let Some(canary) = desired.canary.take() else {
+                return match id {
+                    Some(_) => Ok(false),
+                    None => Err(RegistryError::NoCanary(name.clone())),
+                };
+            };
+            if id.is_some_and(|id| id != canary.id) {
+                return Ok(false);
+            }
+            let now = self.now();
+            match &verdict {
+                Verdict::Rollback(reason) => {
+                    let step = Step::new(StepAction::Rollback, by.clone()).because(reason);
+                    desired.record(step, now, &self.node(), &canary.version);
+                }
+                Verdict::Promote(reason) => {
+                    let step = Step::new(StepAction::Promote, by.clone()).because(reason);
+                    desired.record(step, now, &self.node(), &canary.version);
+                    desired.previous = Some(std::mem::replace(
+                        &mut desired.current,
+                        canary.version.clone(),
+                    ));
+                    desired.deployed_at = now;
+                }
+            }
+            desired.changed_by = self.node();
+            desired.write = write_id();
+            if cluster
+                .put_handler(name.as_str(), revision, &doc(&desired))
+                .await?
+            {
+                self.apply(cluster, name, revision + 1, &desired, None, None)
+                    .await?;
+                self.forget_unused_modules(cluster).await;
+                return Ok(true);
             }
         }
         Err(contended(name))
@@ -244,7 +429,9 @@ impl HandlerRegistry {
             let (revision, old) = read(cluster, name).await?;
             let mut desired = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
             if desired.paused == paused {
-                return self.apply(cluster, name, revision, &desired, None).await;
+                return self
+                    .apply(cluster, name, revision, &desired, None, None)
+                    .await;
             }
             desired.paused = paused;
             desired.changed_by = self.node();
@@ -254,7 +441,7 @@ impl HandlerRegistry {
                 .await?
             {
                 return self
-                    .apply(cluster, name, revision + 1, &desired, None)
+                    .apply(cluster, name, revision + 1, &desired, None, None)
                     .await;
             }
         }
@@ -304,7 +491,10 @@ impl HandlerRegistry {
         {
             return false;
         }
-        match self.apply(cluster, name, revision, &desired, None).await {
+        match self
+            .apply(cluster, name, revision, &desired, None, None)
+            .await
+        {
             Ok(()) => {
                 tracing::info!(
                     handler = %name,
@@ -383,16 +573,20 @@ impl HandlerRegistry {
     }
 
     /// Makes this node run what `desired` (the record at `revision`) says:
-    /// a new version or manifest is prepared (unless the caller did) and
-    /// swapped in; otherwise only the pause flag is set. The caller holds
-    /// the handler's operation lock.
+    /// a new version or manifest is prepared (unless the caller did, as
+    /// `current`) and swapped in; otherwise only the pause flag is set.
+    /// Then the canary: started (prepared unless the caller did, as
+    /// `canary`) when the record has one this node does not run, stopped
+    /// when the record has none. The caller holds the handler's operation
+    /// lock.
     async fn apply(
         &self,
         cluster: &Arc<dyn ClusterStore>,
         name: &HandlerName,
         revision: u64,
         desired: &Desired,
-        prepared: Option<Prepared>,
+        current: Option<Prepared>,
+        canary: Option<Prepared>,
     ) -> Result<(), RegistryError> {
         let runs_it = self.entries.lock().get(name).is_some_and(|e| {
             e.manifest.same_settings(&desired.manifest)
@@ -404,7 +598,7 @@ impl HandlerRegistry {
         if runs_it {
             self.runtime.set_paused(name, desired.paused)?;
         } else {
-            let ready = match prepared {
+            let ready = match current {
                 Some(ready) => ready,
                 None => {
                     let bytes = self.version_bytes(cluster, name, &desired.current).await?;
@@ -416,9 +610,11 @@ impl HandlerRegistry {
                 ready,
                 Some(desired.current.number),
                 Some(desired.paused),
+                None,
             )
             .await?;
         }
+        self.apply_canary(cluster, name, desired, canary).await?;
         // What a rollback restores: usually what ran until now.
         let previous = match &desired.previous {
             Some(v) => match self.version_bytes(cluster, name, v).await {
@@ -441,8 +637,43 @@ impl HandlerRegistry {
             entry.deployed_at = Some(desired.deployed_at);
             entry.followed = Some((revision, desired.write.clone()));
             entry.last_error = None;
+            entry.history = desired.history.clone();
         }
         Ok(())
+    }
+
+    /// Runs the record's canary here, or none if it has none.
+    async fn apply_canary(
+        &self,
+        cluster: &Arc<dyn ClusterStore>,
+        name: &HandlerName,
+        desired: &Desired,
+        prepared: Option<Prepared>,
+    ) -> Result<(), RegistryError> {
+        let running = self.canary_id(name);
+        let Some(wanted) = &desired.canary else {
+            return self.stop_canary(name, None);
+        };
+        if running.as_deref() == Some(wanted.id.as_str()) {
+            return Ok(());
+        }
+        self.stop_canary(name, None)?;
+        let ready = match prepared {
+            Some(ready) => ready,
+            None => {
+                let bytes = self.version_bytes(cluster, name, &wanted.version).await?;
+                self.prepare(name, desired.manifest.clone(), bytes).await?
+            }
+        };
+        self.run_canary(
+            name,
+            ready,
+            wanted.version.number,
+            wanted.plan,
+            wanted.started_at,
+            wanted.id.clone(),
+            None,
+        )
     }
 
     /// The module of version `v`: from what this node holds, else from
@@ -454,7 +685,8 @@ impl HandlerRegistry {
         v: &VersionRef,
     ) -> Result<Arc<[u8]>, RegistryError> {
         let held = self.entries.lock().get(name).and_then(|e| {
-            [&e.current, &e.previous]
+            let canary = e.canary.as_ref().map(|c| &c.version);
+            [e.current.as_ref(), e.previous.as_ref(), canary]
                 .into_iter()
                 .flatten()
                 .find(|l| l.digest.to_hex() == v.digest)
@@ -567,6 +799,7 @@ impl HandlerRegistry {
                         Some(manifest.clone()),
                         bytes.into(),
                         Install::Import,
+                        Step::new(StepAction::Deploy, By::server("directory")),
                     )
                     .await
                     .map_err(|e| (Some(manifest), e.to_string())),
@@ -594,6 +827,11 @@ impl HandlerRegistry {
                 version: e.current.as_ref().map(|c| c.number),
                 digest: e.current.as_ref().map(|c| c.digest.to_hex()),
                 status: e.status().as_str().to_owned(),
+                canary: e.canary.as_ref().map(|c| NodeCanary {
+                    id: c.id.clone(),
+                    version: c.version.number,
+                    counts: c.tally.counts(),
+                }),
             })
             .collect()
     }

@@ -178,6 +178,7 @@ async fn a_deploy_through_one_node_runs_on_another_once_it_reconciles() {
         version: Some(1),
         digest: Some(digest("echo")),
         status: "running".into(),
+        canary: None,
     }];
     assert_eq!(a.running(), expected);
     assert_eq!(b.running(), expected);
@@ -659,5 +660,120 @@ async fn a_watching_node_follows_without_being_asked() {
     eventually("B forgot it", async || b.get(&hn("seen")).await.is_err()).await;
     stop_watching.cancel();
     watcher.await.unwrap();
+    stop(&[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_canary_runs_on_every_node_and_one_verdict_from_all_their_counts_ends_it_everywhere() {
+    use crate::cluster::NodeRecord;
+    use crate::handlers::{By, CanaryPlan, StepAction};
+
+    let (c, a, b) = Cluster::pair().await;
+    let name = hn("can");
+    a.deploy(name.clone(), manifest("can"), guest("echo"))
+        .await
+        .unwrap();
+    b.reconcile().await;
+    let plan = CanaryPlan {
+        share_percent: 50.0,
+        window_ms: 60_000,
+        margin_percent: 5.0,
+        min_deliveries: 20,
+    };
+    a.canary(&name, guest("crash"), plan, By::token("ci"))
+        .await
+        .unwrap();
+    // The record has it: no second canary through another node.
+    assert!(matches!(
+        b.canary(&name, guest("transform"), plan, By::unknown())
+            .await,
+        Err(RegistryError::CanaryRunning { version: 2, .. })
+    ));
+    b.reconcile().await;
+    let on_b = b
+        .get(&name)
+        .await
+        .unwrap()
+        .canary
+        .expect("b runs the canary");
+    assert_eq!((on_b.version, on_b.digest), (2, digest("crash")));
+
+    // One event in five makes the canary trap; both nodes deliver.
+    let inputs = (0..1_000)
+        .map(|i| EventInput::with_payload(obj(json!({ "n": i, "panic": i % 5 == 0 }))))
+        .collect();
+    c.backend.append(&sn("in"), inputs).await.unwrap();
+    eventually("all handled", async || c.lag("can").await == 0).await;
+    let counts =
+        async |node: &HandlerRegistry| node.get(&name).await.unwrap().canary.unwrap().counts;
+    let (here, there) = (counts(&a).await, counts(&b).await);
+    assert!(
+        here.canary_handled > 0 && there.canary_handled > 0,
+        "both nodes ran the canary: {here:?} {there:?}"
+    );
+
+    // Node b's counts reach node a through its heartbeat; a judges both.
+    let now = c.backend.clock().now();
+    let beat = NodeRecord {
+        id: "node-b".into(),
+        address: "http://b".into(),
+        version: "test".into(),
+        started_at: now,
+        heartbeat_at: now,
+        handlers: b.running(),
+    };
+    c.store.heartbeat(&beat, Timestamp::EPOCH).await.unwrap();
+    assert_eq!(a.judge_canaries().await, 1);
+    let history = a.history(&name).await.unwrap();
+    let last = history.last().unwrap();
+    assert_eq!((last.action, last.version), (StepAction::Rollback, 2));
+    let both = here.plus(there);
+    let reason = last.reason.as_deref().unwrap();
+    assert!(
+        reason.contains(&format!("of {} first deliveries", both.canary_handled))
+            && reason.ends_with(&format!(
+                "of {}: more than 5 points worse",
+                both.current_handled
+            )),
+        "{reason} (counts {both:?})"
+    );
+
+    // Decided once: b's judge finds nothing left to decide, and follows.
+    assert_eq!(b.judge_canaries().await, 0);
+    b.reconcile().await;
+    let view = b.get(&name).await.unwrap();
+    assert!(view.canary.is_none());
+    assert_eq!(view.version, Some(1));
+    assert_eq!(b.history(&name).await.unwrap(), history);
+
+    // A canary through b, promoted by hand through a, runs on both.
+    b.canary(&name, guest("transform"), plan, By::unknown())
+        .await
+        .unwrap();
+    a.reconcile().await;
+    let view = a.promote(&name, By::token("ops")).await.unwrap();
+    assert_eq!((view.version, view.previous_version), (Some(3), Some(1)));
+    b.reconcile().await;
+    assert_eq!(
+        state(&b, "can").await,
+        with_previous(3, 1, "transform", HandlerStatus::Running)
+    );
+    let actions: Vec<_> = b
+        .history(&name)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| (s.action, s.version, s.node.clone()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (StepAction::Deploy, 1, "node-a".to_owned()),
+            (StepAction::Canary, 2, "node-a".to_owned()),
+            (StepAction::Rollback, 2, "node-a".to_owned()),
+            (StepAction::Canary, 3, "node-b".to_owned()),
+            (StepAction::Promote, 3, "node-a".to_owned()),
+        ]
+    );
     stop(&[&a, &b]).await;
 }

@@ -50,7 +50,7 @@ async fn handlers_survive_a_restart_with_their_versions_and_rollback() {
     f.registry.shutdown().await;
 
     // A new registry over the same directory (a restarted server).
-    let again = HandlerRegistry::new(engine(), f.backend.clone(), Some(f.dir.path())).unwrap();
+    let again = f.restarted();
     assert_eq!(again.sync_directory().await, 1);
     let view = again.get(&hn("keep")).await.unwrap();
     assert_eq!((view.version, view.previous_version), (Some(2), Some(1)));

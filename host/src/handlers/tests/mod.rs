@@ -2,6 +2,7 @@
 //! compiled and run by the real engine, consuming through the runtime from
 //! the memory backend. Nothing is mocked.
 
+mod canary;
 mod cluster;
 mod deploy;
 mod guests;
@@ -27,6 +28,7 @@ use crate::wasm::tests::{engine, guest};
 /// and the handlers directory (kept alive with the fixture).
 struct Fixture {
     backend: Arc<MemoryBackend>,
+    clock: Arc<FrozenClock>,
     registry: HandlerRegistry,
     dir: tempfile::TempDir,
 }
@@ -46,9 +48,16 @@ impl Fixture {
         let registry = HandlerRegistry::new(engine(), backend.clone(), Some(dir.path())).unwrap();
         Fixture {
             backend,
+            clock,
             registry,
             dir,
         }
+    }
+
+    /// Another registry over the same backend and handlers directory: the
+    /// server started again.
+    fn restarted(&self) -> HandlerRegistry {
+        HandlerRegistry::new(engine(), self.backend.clone(), Some(self.dir.path())).unwrap()
     }
 
     /// A manifest consuming `in` as `group`.
