@@ -95,7 +95,8 @@ pub(crate) struct ServerArgs {
     )]
     url: Option<String>,
 
-    /// Bearer token, for a server started with --auth-token.
+    /// Bearer token, for a server started with --auth-token (or the SECRET
+    /// of one of its --token NAME=SECRET).
     #[arg(
         long,
         env = "RHEO_AUTH_TOKEN",
