@@ -35,6 +35,6 @@ fn two_servers_on_one_redis_ack_every_event_exactly_once() {
     let prefix = format!("rheo_e2e_{}_{:08x}", std::process::id(), rand_suffix());
     let sep = if url.contains('?') { '&' } else { '?' };
     let backend = format!("{url}{sep}prefix={prefix}");
-    support::two_servers_ack_each_event_once(backend, EVENTS, Duration::from_secs(120));
+    support::two_servers_ack_each_event_once(backend, EVENTS, Duration::from_secs(60));
     delete_keys(&url, &prefix);
 }

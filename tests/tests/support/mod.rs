@@ -152,6 +152,47 @@ pub(crate) fn eventually<T>(
     }
 }
 
+/// How long [`eventually_progressing`] waits in all, however steadily the
+/// run moves: a bound for CI, far above what a loaded machine needs.
+const PROGRESSING_CAP: Duration = Duration::from_secs(20 * 60);
+
+/// Polls `check` (every 20 ms) until it returns `Ok`; `Err(progress)` says
+/// how far the run has got. Fails when `progress` has not changed for
+/// `stall` (the run stopped moving), or after [`PROGRESSING_CAP`] in all.
+/// For waits whose length is the machine's speed times the work (a slow
+/// stand-in store, a loaded CI run): a slow run only waits longer, a stuck
+/// one still fails.
+#[track_caller]
+pub(crate) fn eventually_progressing<T, P: PartialEq + std::fmt::Debug>(
+    what: &str,
+    stall: Duration,
+    mut check: impl FnMut() -> Result<T, P>,
+) -> T {
+    let started = Instant::now();
+    let mut last: Option<(P, Instant)> = None;
+    loop {
+        let progress = match check() {
+            Ok(found) => return found,
+            Err(progress) => progress,
+        };
+        let now = Instant::now();
+        match &last {
+            Some((seen, since)) if *seen == progress => assert!(
+                now.duration_since(*since) < stall,
+                "no progress for {} s waiting for: {what} (stuck at {progress:?})",
+                stall.as_secs()
+            ),
+            _ => last = Some((progress, now)),
+        }
+        assert!(
+            now.duration_since(started) < PROGRESSING_CAP,
+            "still not done after {} s, though moving: {what}",
+            PROGRESSING_CAP.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits until `n` HTTP requests are in flight on `server` (the metrics
 /// request itself counts as one).
 pub(crate) fn wait_for_in_flight(http: &Agent, server: &Server, n: u32) {
@@ -246,9 +287,9 @@ pub(crate) fn append_batch(
 /// handler deployed to both, consume one group of `events` events
 /// together: every event is acked exactly once, by one server or the
 /// other (nothing retried, rejected, lost or dead: no delivery was leased
-/// to both), both take part, and neither panics. Waits up to `wait` for
-/// them to catch up.
-pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, wait: Duration) {
+/// to both), both take part, and neither panics. Waits for them to catch
+/// up as long as the acks keep coming, failing when none came for `stall`.
+pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, stall: Duration) {
     use serde_json::json;
     let options = rheo_e2e::ServerOptions {
         backend: Some(backend),
@@ -286,12 +327,16 @@ pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, wa
         assert_eq!(status, 200, "{body}");
         body["counters"].clone()
     };
-    let (ca, cb) = eventually("both servers caught up", wait, || {
+    let (ca, cb) = eventually_progressing("both servers caught up", stall, || {
         let (ca, cb) = (counters(&a), counters(&b));
-        let acked = ca["acked"].as_u64()? + cb["acked"].as_u64()?;
+        let acked = ca["acked"].as_u64().unwrap_or(0) + cb["acked"].as_u64().unwrap_or(0);
         let (status, lag) = get(&http, &b, "/v1/streams/orders/groups/g/lag");
         assert_eq!(status, 200, "{lag}");
-        (acked >= events as u64 && lag["lag"] == 0).then_some((ca, cb))
+        if acked >= events as u64 && lag["lag"] == 0 {
+            Ok((ca, cb))
+        } else {
+            Err((acked, lag["lag"].clone()))
+        }
     });
     let acked = |c: &Value| c["acked"].as_u64().unwrap();
     assert_eq!(

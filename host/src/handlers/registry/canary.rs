@@ -227,8 +227,7 @@ impl HandlerRegistry {
                 }
             }
         }
-        let files = self.entries.lock().get(name).and_then(super::Files::of);
-        self.persist(name, files).await?;
+        self.persist_record(name).await?;
         Ok(true)
     }
 

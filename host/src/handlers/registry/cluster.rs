@@ -43,6 +43,17 @@ use crate::wasm::Digest;
 /// another node before it gives up (and the client retries).
 const MAX_RACES: usize = 16;
 
+/// What [`HandlerRegistry::edit_record`]'s edit made of the record it read.
+enum Edit<T> {
+    /// Nothing to write or apply: answer this.
+    Answer(T),
+    /// The record is already as wanted: bring this node in line with it,
+    /// then answer this.
+    Unchanged(T),
+    /// Write the changed record, then answer this.
+    Write(T),
+}
+
 /// A module no record names is kept this long (a deploy stores its module
 /// before it writes the record that names it).
 const UNUSED_MODULE_GRACE_MS: u64 = 60 * 60 * 1000;
@@ -374,47 +385,36 @@ impl HandlerRegistry {
         verdict: Verdict,
         by: By,
     ) -> Result<bool, RegistryError> {
-        for _ in 0..MAX_RACES {
-            let (revision, old) = read(cluster, name).await?;
-            let mut desired = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
-            let Some(canary) = desired.canary.take() else {
-                return match id {
-                    Some(_) => Ok(false),
-                    None => Err(RegistryError::NoCanary(name.clone())),
+        let decided = self
+            .edit_record(cluster, name, |desired| {
+                let Some(canary) = desired.canary.take() else {
+                    return match id {
+                        Some(_) => Ok(Edit::Answer(false)),
+                        None => Err(RegistryError::NoCanary(name.clone())),
+                    };
                 };
-            };
-            if id.is_some_and(|id| id != canary.id) {
-                return Ok(false);
-            }
-            let now = self.now();
-            match &verdict {
-                Verdict::Rollback(reason) => {
-                    let step = Step::new(StepAction::Rollback, by.clone()).because(reason);
-                    desired.record(step, now, &self.node(), &canary.version);
+                if id.is_some_and(|id| id != canary.id) {
+                    return Ok(Edit::Answer(false));
                 }
-                Verdict::Promote(reason) => {
-                    let step = Step::new(StepAction::Promote, by.clone()).because(reason);
-                    desired.record(step, now, &self.node(), &canary.version);
-                    desired.previous = Some(std::mem::replace(
-                        &mut desired.current,
-                        canary.version.clone(),
-                    ));
+                let now = self.now();
+                let (action, reason) = match &verdict {
+                    Verdict::Rollback(reason) => (StepAction::Rollback, reason),
+                    Verdict::Promote(reason) => (StepAction::Promote, reason),
+                };
+                let step = Step::new(action, by.clone()).because(reason);
+                desired.record(step, now, &self.node(), &canary.version);
+                if let Verdict::Promote(_) = verdict {
+                    desired.previous =
+                        Some(std::mem::replace(&mut desired.current, canary.version));
                     desired.deployed_at = now;
                 }
-            }
-            desired.changed_by = self.node();
-            desired.write = write_id();
-            if cluster
-                .put_handler(name.as_str(), revision, &doc(&desired))
-                .await?
-            {
-                self.apply(cluster, name, revision + 1, &desired, None, None)
-                    .await?;
-                self.forget_unused_modules(cluster).await;
-                return Ok(true);
-            }
+                Ok(Edit::Write(true))
+            })
+            .await?;
+        if decided {
+            self.forget_unused_modules(cluster).await;
         }
-        Err(contended(name))
+        Ok(decided)
     }
 
     /// Pauses or resumes the handler on every node. The caller holds the
@@ -425,24 +425,48 @@ impl HandlerRegistry {
         name: &HandlerName,
         paused: bool,
     ) -> Result<(), RegistryError> {
+        self.edit_record(cluster, name, |desired| {
+            if desired.paused == paused {
+                return Ok(Edit::Unchanged(()));
+            }
+            desired.paused = paused;
+            Ok(Edit::Write(()))
+        })
+        .await
+    }
+
+    /// Reads `name`'s record and lets `edit` change it; a changed record is
+    /// written back by compare-and-set on the revision read (as changed by
+    /// this node), and this node brought in line with the record. When
+    /// another node wrote first, all of it again from the read, at most
+    /// [`MAX_RACES`] times. A missing record is `NotFound`.
+    async fn edit_record<T>(
+        &self,
+        cluster: &Arc<dyn ClusterStore>,
+        name: &HandlerName,
+        mut edit: impl FnMut(&mut Desired) -> Result<Edit<T>, RegistryError>,
+    ) -> Result<T, RegistryError> {
         for _ in 0..MAX_RACES {
             let (revision, old) = read(cluster, name).await?;
             let mut desired = old.ok_or_else(|| RegistryError::NotFound(name.clone()))?;
-            if desired.paused == paused {
-                return self
-                    .apply(cluster, name, revision, &desired, None, None)
-                    .await;
-            }
-            desired.paused = paused;
+            let answer = match edit(&mut desired)? {
+                Edit::Answer(answer) => return Ok(answer),
+                Edit::Unchanged(answer) => {
+                    self.apply(cluster, name, revision, &desired, None, None)
+                        .await?;
+                    return Ok(answer);
+                }
+                Edit::Write(answer) => answer,
+            };
             desired.changed_by = self.node();
             desired.write = write_id();
             if cluster
                 .put_handler(name.as_str(), revision, &doc(&desired))
                 .await?
             {
-                return self
-                    .apply(cluster, name, revision + 1, &desired, None, None)
-                    .await;
+                self.apply(cluster, name, revision + 1, &desired, None, None)
+                    .await?;
+                return Ok(answer);
             }
         }
         Err(contended(name))
