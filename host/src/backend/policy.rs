@@ -254,6 +254,22 @@ pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
     attempt >= max_attempts
 }
 
+/// Refuses a group `ordering` that `backend` does not keep yet
+/// (`docs/groups.md#ordering`): its claims would hand out what the
+/// ordering holds back.
+pub(crate) fn refuse_ordering(ordering: crate::model::GroupOrdering, backend: &str) -> Result<()> {
+    if ordering == crate::model::GroupOrdering::None {
+        return Ok(());
+    }
+    Err(Error::Invalid(crate::model::ValidationError::new(
+        "ordering",
+        format!(
+            "the {backend} backend does not keep ordering {:?} yet; create the group with ordering \"none\" or on the memory backend (docs/groups.md#ordering)",
+            ordering.as_str()
+        ),
+    )))
+}
+
 /// Shares `limit` claims among partitions one at a time in rotation,
 /// starting at `first` (an index into `capacity`): `capacity[i]` is how
 /// many partition `i` can give. Returns how many to take from each

@@ -28,8 +28,67 @@ pub struct Group {
     /// Delay before a nacked delivery (without its own delay) is due again,
     /// indexed by attempt − 1, the last value repeating; empty = immediate.
     pub retry_backoff_ms: Vec<u64>,
+    /// Which deliveries may be out at once (`docs/groups.md#ordering`).
+    #[serde(default)]
+    pub ordering: GroupOrdering,
     /// When it was created.
     pub created_at: Timestamp,
+}
+
+/// How a group orders its deliveries (`docs/groups.md#ordering`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupOrdering {
+    /// Any claimable delivery may go out: several of one key or partition
+    /// at once.
+    #[default]
+    None,
+    /// At most one unsettled delivery per key per partition is out, and a
+    /// key's events go out in sequence order; events without a key are
+    /// not ordered.
+    Key,
+    /// At most one unsettled delivery per partition is out, always the
+    /// partition's lowest unsettled one.
+    Partition,
+}
+
+impl GroupOrdering {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupOrdering::None => "none",
+            GroupOrdering::Key => "key",
+            GroupOrdering::Partition => "partition",
+        }
+    }
+
+    /// The gate an event with `key` passes under this ordering: deliveries
+    /// of one gate go out one at a time, lowest sequence first; `None`
+    /// when the event is not ordered. Under `Partition` every event of a
+    /// partition shares one gate.
+    pub fn gate(self, key: Option<&str>) -> Option<&str> {
+        match self {
+            GroupOrdering::None => None,
+            GroupOrdering::Key => key,
+            GroupOrdering::Partition => Some(""),
+        }
+    }
+}
+
+impl std::str::FromStr for GroupOrdering {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(GroupOrdering::None),
+            "key" => Ok(GroupOrdering::Key),
+            "partition" => Ok(GroupOrdering::Partition),
+            other => Err(ValidationError::new(
+                "ordering",
+                format!("must be none, key or partition (got {other:?})"),
+            )),
+        }
+    }
 }
 
 impl Group {
@@ -108,6 +167,8 @@ pub struct GroupSpec {
     pub start: StartPosition,
     /// See [`Group::retry_backoff_ms`].
     pub retry_backoff_ms: Vec<u64>,
+    /// See [`Group::ordering`].
+    pub ordering: GroupOrdering,
 }
 
 impl GroupSpec {
@@ -118,6 +179,7 @@ impl GroupSpec {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             start: StartPosition::Beginning,
             retry_backoff_ms: Vec::new(),
+            ordering: GroupOrdering::None,
         }
     }
 
@@ -207,6 +269,27 @@ mod tests {
         let mut spec = GroupSpec::new(GroupName::parse("g").unwrap());
         spec.start = StartPosition::After(StartAfter::All(u64::MAX));
         assert_eq!(spec.validate().unwrap_err().field, "start_after");
+    }
+
+    #[test]
+    fn orderings_read_their_wire_names_and_gate_by_key_or_partition() {
+        for o in [
+            GroupOrdering::None,
+            GroupOrdering::Key,
+            GroupOrdering::Partition,
+        ] {
+            assert_eq!(o.as_str().parse::<GroupOrdering>().unwrap(), o);
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        assert_eq!(
+            "Key".parse::<GroupOrdering>().unwrap_err().field,
+            "ordering"
+        );
+        assert_eq!(GroupOrdering::None.gate(Some("k")), None);
+        assert_eq!(GroupOrdering::Key.gate(Some("k")), Some("k"));
+        assert_eq!(GroupOrdering::Key.gate(None), None);
+        assert_eq!(GroupOrdering::Partition.gate(None), Some(""));
+        assert_eq!(GroupOrdering::Partition.gate(Some("k")), Some(""));
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct GroupInfo {
     pub max_attempts: u32,
     /// Retry schedule for nacks without a delay.
     pub retry_backoff_ms: Vec<u64>,
+    /// Which deliveries may be out at once.
+    pub ordering: super::GroupOrdering,
     /// Lag over all partitions.
     pub lag: Lag,
     /// Deliveries currently leased.

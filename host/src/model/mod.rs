@@ -18,8 +18,8 @@ pub use event::{
     PartitionOutOfRange, kafka_partition, murmur2, route, validate_sequence,
 };
 pub use group::{
-    DEFAULT_MAX_ATTEMPTS, Group, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS, MAX_MAX_ATTEMPTS,
-    StartAfter, StartPosition, backoff_ms, validate_backoff,
+    DEFAULT_MAX_ATTEMPTS, Group, GroupOrdering, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS,
+    MAX_MAX_ATTEMPTS, StartAfter, StartPosition, backoff_ms, validate_backoff,
 };
 pub use inspect::{DeadLetter, DeadLetterPage, GroupInfo, Lag, PartitionLag};
 pub use lease::{

@@ -10,8 +10,8 @@ use super::events::{EventBody, QueryBody};
 use crate::api::error::ApiError;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
-    DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, Lag, PartitionLag,
-    StreamName, Timestamp,
+    DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, GroupOrdering, Lag,
+    PartitionLag, StreamName, Timestamp,
 };
 
 /// Create a consumer group.
@@ -33,6 +33,10 @@ pub(crate) struct CreateGroupBody {
     /// Retry delays for nacks without one, by attempt; the last repeats (default none).
     #[serde(default, deserialize_with = "super::whole::opt_vec")]
     pub(crate) retry_backoff_ms: Option<Vec<u64>>,
+    /// `none` (default), `key`: one delivery per key out at a time, in
+    /// sequence order, or `partition`: one per partition
+    /// (`docs/groups.md#ordering`).
+    pub(crate) ordering: Option<GroupOrdering>,
 }
 
 /// A consumer group.
@@ -48,6 +52,8 @@ pub(crate) struct GroupBody {
     max_attempts: u32,
     /// Retry schedule.
     retry_backoff_ms: Vec<u64>,
+    /// Which deliveries may be out at once.
+    ordering: GroupOrdering,
     /// When it was created.
     #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
@@ -60,6 +66,7 @@ impl From<Group> for GroupBody {
             name: g.name,
             max_attempts: g.max_attempts,
             retry_backoff_ms: g.retry_backoff_ms,
+            ordering: g.ordering,
             created_at: g.created_at,
         }
     }
@@ -198,6 +205,8 @@ pub(crate) struct GroupInfoBody {
     max_attempts: u32,
     /// Retry schedule.
     retry_backoff_ms: Vec<u64>,
+    /// Which deliveries may be out at once.
+    ordering: GroupOrdering,
     /// Lag over all partitions.
     lag: LagBody,
     /// Deliveries leased now.
@@ -216,6 +225,7 @@ impl From<GroupInfo> for GroupInfoBody {
             group: i.group,
             max_attempts: i.max_attempts,
             retry_backoff_ms: i.retry_backoff_ms,
+            ordering: i.ordering,
             lag: i.lag.into(),
             inflight: i.inflight,
             dead_letters: i.dead_letters,

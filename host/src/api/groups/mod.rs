@@ -57,6 +57,7 @@ async fn group_create(
             .max_attempts
             .unwrap_or(state.settings.default_max_attempts),
         retry_backoff_ms: body.retry_backoff_ms.unwrap_or_default(),
+        ordering: body.ordering.unwrap_or_default(),
         name: body.name,
     };
     let group = state.backend.create_group(&stream, spec).await?;

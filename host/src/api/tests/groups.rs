@@ -21,10 +21,48 @@ async fn create_answers_201_with_the_group() {
         a.body,
         json!({
             "stream": "s", "name": "g", "max_attempts": 3,
-            "retry_backoff_ms": [100, 1000],
+            "retry_backoff_ms": [100, 1000], "ordering": "none",
             "created_at": "2026-01-01T00:00:00.000Z",
         })
     );
+}
+
+#[tokio::test]
+async fn an_ordering_is_taken_at_creation_and_shown() {
+    let app = TestApp::new();
+    app.stream("s", 1).await;
+    let a = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "g", "ordering": "key"}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    assert_eq!(a.body["ordering"], "key");
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(info.body["ordering"], "key");
+    let list = app.get("/v1/streams/s/groups").await;
+    assert_eq!(list.body["groups"][0]["ordering"], "key");
+    for bad in [json!("Key"), json!("keys"), json!(1), json!(null)] {
+        let a = app
+            .post(
+                "/v1/streams/s/groups",
+                json!({"name": "h", "ordering": bad}),
+            )
+            .await;
+        if bad.is_null() {
+            // null is "not given": the default.
+            assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+            assert_eq!(a.body["ordering"], "none");
+            continue;
+        }
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{bad}: {}",
+            a.body
+        );
+    }
 }
 
 #[tokio::test]

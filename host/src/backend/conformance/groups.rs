@@ -9,8 +9,8 @@ use crate::backend::{
     DeadLettersRequest, FetchRequest, Partitions, Redrive, RenewRequest, Replay, Result,
 };
 use crate::model::{
-    DeadLetter, DeadLetterPage, Event, EventInput, Group, GroupName, GroupSpec, Lease, LeaseId,
-    SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
+    DeadLetter, DeadLetterPage, Event, EventInput, Group, GroupName, GroupOrdering, GroupSpec,
+    Lease, LeaseId, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
 };
 
 // ---------------------------------------------------------------------------
@@ -166,6 +166,7 @@ pub async fn create_group_twice_is_already_exists(h: &Harness) {
         name: gn("g"),
         max_attempts: 3,
         retry_backoff_ms: vec![100],
+        ordering: GroupOrdering::None,
         created_at: START,
     };
     assert_eq!(created, expected);

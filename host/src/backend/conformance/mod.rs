@@ -23,6 +23,7 @@ pub mod inputs;
 pub mod log;
 pub mod model;
 pub mod nodes;
+pub mod ordering;
 pub mod outage;
 
 use std::future::Future;
@@ -379,6 +380,18 @@ macro_rules! __conformance_list {
             concurrency::append_wakes_subscribers,
             concurrency::immediate_nack_wakes_subscribers,
             concurrency::next_due_reports_expiry_and_retry_times,
+            // ordering per key and per partition
+            ordering::groups_show_their_ordering,
+            ordering::key_ordering_holds_a_keys_next_event_until_it_settles,
+            ordering::key_ordering_expiry_hands_out_the_same_head_again,
+            ordering::key_ordering_nack_with_delay_holds_back_only_its_key,
+            ordering::key_ordering_dead_letters_a_stuck_head_and_moves_on,
+            ordering::key_ordering_replay_reopens_each_key_in_order,
+            ordering::key_ordering_replay_waits_for_the_delivery_out,
+            ordering::key_ordering_redrive_goes_back_in_key_order,
+            ordering::key_ordering_is_fair_across_keys,
+            ordering::partition_ordering_hands_out_each_partitions_lowest_alone,
+            ordering::competing_consumers_never_hold_two_of_one_key,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

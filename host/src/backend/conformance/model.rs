@@ -540,6 +540,7 @@ impl Model {
             group: group.name.clone(),
             max_attempts: group.max_attempts,
             retry_backoff_ms: group.backoff.clone(),
+            ordering: crate::model::GroupOrdering::None,
             inflight: lag.inflight,
             dead_letters: self.dead_letters(g).len() as u64,
             cursors: all

@@ -16,15 +16,34 @@
 //! `expired` (or to the dead letters: the poison guard) and from `delayed`
 //! to `ready`, then claims the lowest sequence among `ready`, `expired` and
 //! the cursor, round-robin across partitions.
+//!
+//! Under a group `ordering` (`docs/groups.md#ordering`) every ordered
+//! delivery belongs to a *gate* — its key, or its whole partition — and a
+//! gate hands out one delivery at a time, its lowest open sequence. The
+//! gate's other open deliveries are *parked*: available, but in none of
+//! the indexes above until the gate releases them, so a claim never walks
+//! past them and costs what it costs unordered.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::backend::policy::{
     GroupConfig, OpenCounts, POISON_REASON, Write, claim_capacity, poisoned, round_robin,
     settle_write,
 };
 use crate::backend::{Error, Result};
-use crate::model::{ConsumerId, Group, LeaseId, SettleOp, SettleTarget, Timestamp, clip_reason};
+use crate::model::{
+    ConsumerId, Group, GroupOrdering, LeaseId, SettleOp, SettleTarget, Timestamp, clip_reason,
+};
+
+/// The most unseen events one claim looks at in a partition before it
+/// gives up for this fetch: under an ordering, events whose gate is busy
+/// are parked as the cursor passes them, and a long run of one busy key
+/// is parked over several fetches rather than in one.
+const WALK_PER_CLAIM: usize = 4096;
+
+/// The key of the event at a sequence of the partition being claimed.
+type KeyOf<'a> = &'a dyn Fn(u64) -> Option<String>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -51,8 +70,13 @@ struct Slot {
     attempt: u32,
     /// Set while `Leased`.
     lease: Option<Box<Held>>,
-    /// Set while `Available` and waiting in `delayed`.
+    /// Set while `Available` and waiting in `delayed` (or parked with a
+    /// retry delay).
     due: Option<Timestamp>,
+    /// Its gate under the group's ordering; `None`: not ordered.
+    gate: Option<Arc<str>>,
+    /// Available but held back by its gate: in no claim index.
+    parked: bool,
 }
 
 impl Slot {
@@ -62,6 +86,8 @@ impl Slot {
             attempt: 0,
             lease: None,
             due: None,
+            gate: None,
+            parked: false,
         }
     }
 
@@ -99,8 +125,21 @@ struct PartState {
     expired: BTreeSet<u64>,
     leases: BTreeSet<(Timestamp, u64)>,
     delayed: BTreeSet<(Timestamp, u64)>,
-    /// Slots in `ready` with attempt 0: part of `pending`.
+    /// Slots in `ready` or parked with attempt 0: part of `pending`.
     fresh: u64,
+    /// Under an ordering: the gates with open deliveries.
+    gates: HashMap<Arc<str>, Gate>,
+}
+
+/// One key's (or partition's) open deliveries under an ordering.
+#[derive(Debug, Default)]
+struct Gate {
+    /// Its open sequences: available (parked or not) or leased.
+    open: BTreeSet<u64>,
+    /// How many of them are leased (expired or not).
+    leased: u32,
+    /// The one it released to the claim indexes, not yet claimed.
+    released: Option<u64>,
 }
 
 impl PartState {
@@ -115,6 +154,7 @@ impl PartState {
             leases: BTreeSet::new(),
             delayed: BTreeSet::new(),
             fresh: 0,
+            gates: HashMap::new(),
         }
     }
 
@@ -170,6 +210,99 @@ impl PartState {
         }
     }
 
+    /// Holds `seq` back (available, in no claim index) until its gate
+    /// releases it. The caller has taken it out of every index.
+    fn park(&mut self, seq: u64) {
+        let slot = self.slot_mut(seq).expect("slot exists");
+        slot.status = Status::Available;
+        slot.parked = true;
+        if slot.attempt == 0 {
+            self.fresh += 1;
+        }
+    }
+
+    /// Takes `seq` out of its gate's leased or released count (it is being
+    /// settled, re-opened or parked again), and with `close` out of the
+    /// gate's open deliveries; its gate, if it has one.
+    fn ungate(&mut self, seq: u64, close: bool) -> Option<Arc<str>> {
+        let slot = self.slot_mut(seq).expect("slot exists");
+        let gate_name = slot.gate.clone()?;
+        let (leased, parked, fresh) = (
+            slot.status == Status::Leased,
+            slot.parked,
+            slot.attempt == 0,
+        );
+        slot.parked = false;
+        if parked && fresh {
+            self.fresh -= 1;
+        }
+        let gate = self.gates.entry(Arc::clone(&gate_name)).or_default();
+        if leased {
+            gate.leased = gate.leased.saturating_sub(1);
+        }
+        if gate.released == Some(seq) {
+            gate.released = None;
+        }
+        if close {
+            gate.open.remove(&seq);
+        }
+        Some(gate_name)
+    }
+
+    /// When none of `gate`'s deliveries is out, hands its lowest open one
+    /// to the claim indexes (parking again one released before it that is
+    /// no longer the lowest: a replay re-opened a lower one); whether a
+    /// delivery became claimable.
+    fn release(&mut self, gate_name: &Arc<str>) -> bool {
+        let Some(gate) = self.gates.get_mut(gate_name) else {
+            return false;
+        };
+        if gate.leased > 0 {
+            return false;
+        }
+        let Some(&head) = gate.open.first() else {
+            self.gates.remove(gate_name);
+            return false;
+        };
+        if gate.released == Some(head) {
+            return false;
+        }
+        let before = gate.released.replace(head);
+        if let Some(before) = before {
+            let due = self.slot(before).and_then(|s| s.due);
+            self.unindex(before);
+            self.park(before);
+            self.slot_mut(before).expect("slot exists").due = due;
+        }
+        let slot = self.slot_mut(head).expect("slot exists");
+        debug_assert!(slot.parked, "a gate's unreleased open delivery is parked");
+        slot.parked = false;
+        let (due, fresh) = (slot.due, slot.attempt == 0);
+        if fresh {
+            self.fresh -= 1;
+        }
+        match due {
+            Some(due) => {
+                self.delayed.insert((due, head));
+            }
+            None => self.make_ready(head),
+        }
+        true
+    }
+
+    /// Opens `seq` in its gate (named by the event's key under
+    /// `ordering`), parked, and lets the gate release what is next.
+    fn gate_open(&mut self, seq: u64, gate_name: Arc<str>) -> bool {
+        self.slot_mut(seq).expect("slot exists").gate = Some(Arc::clone(&gate_name));
+        self.gates
+            .entry(Arc::clone(&gate_name))
+            .or_default()
+            .open
+            .insert(seq);
+        self.park(seq);
+        self.release(&gate_name)
+    }
+
     /// Advances the frontier over settled sequences.
     fn walk(&mut self) {
         let cursor = self.cursor();
@@ -207,29 +340,61 @@ impl PartState {
         poison
     }
 
-    /// Claims the lowest claimable sequence, if any.
+    /// Claims the lowest claimable sequence, if any. Under an ordering an
+    /// unseen event whose gate has a delivery open is parked as the cursor
+    /// passes it (at most [`WALK_PER_CLAIM`] of them per call).
     fn claim_next(
         &mut self,
         high_watermark: u64,
         consumer_id: &ConsumerId,
         lease_ms: u64,
         now: Timestamp,
+        ordering: GroupOrdering,
+        key_of: KeyOf<'_>,
     ) -> Option<(u64, u32, LeaseId, Timestamp)> {
-        let ready = self.ready.first().copied();
-        let expired = self.expired.first().copied();
-        let cursor = self.cursor();
-        let unseen = (cursor <= high_watermark).then_some(cursor);
-        let seq = [ready, expired, unseen].into_iter().flatten().min()?;
-        if Some(seq) == ready {
-            self.ready.remove(&seq);
-            if self.slot(seq).is_some_and(|s| s.attempt == 0) {
-                self.fresh -= 1;
+        let mut walked = 0;
+        let seq = loop {
+            let ready = self.ready.first().copied();
+            let expired = self.expired.first().copied();
+            let cursor = self.cursor();
+            let unseen = (cursor <= high_watermark).then_some(cursor);
+            let seq = [ready, expired, unseen].into_iter().flatten().min()?;
+            if Some(seq) == ready {
+                self.ready.remove(&seq);
+                let slot = self.slot(seq).expect("slot exists");
+                let (fresh, gate) = (slot.attempt == 0, slot.gate.clone());
+                if fresh {
+                    self.fresh -= 1;
+                }
+                if let Some(gate) = gate {
+                    let gate = self.gates.entry(gate).or_default();
+                    gate.released = None;
+                    gate.leased += 1;
+                }
+                break seq;
             }
-        } else if Some(seq) == expired {
-            self.expired.remove(&seq);
-        } else {
+            if Some(seq) == expired {
+                self.expired.remove(&seq);
+                break seq;
+            }
             self.slots.push_back(Slot::new(Status::Available));
-        }
+            let key = key_of(seq);
+            let Some(gate_name) = ordering.gate(key.as_deref()).map(Arc::<str>::from) else {
+                break seq;
+            };
+            self.slot_mut(seq).expect("slot exists").gate = Some(Arc::clone(&gate_name));
+            let gate = self.gates.entry(gate_name).or_default();
+            gate.open.insert(seq);
+            if gate.open.len() == 1 {
+                gate.leased += 1;
+                break seq;
+            }
+            self.park(seq);
+            walked += 1;
+            if walked >= WALK_PER_CLAIM {
+                return None;
+            }
+        };
         let lease_id = LeaseId::generate();
         let expires_at = now.add_ms(lease_ms);
         let slot = self.slot_mut(seq).expect("slot exists");
@@ -318,13 +483,16 @@ impl GroupState {
         }
     }
 
-    fn kill(&mut self, partition: u32, seq: u64, reason: String, now: Timestamp) {
+    /// Dead-letters `seq`; whether its gate released a delivery.
+    fn kill(&mut self, partition: u32, seq: u64, reason: String, now: Timestamp) -> bool {
         let part = &mut self.parts[partition as usize];
+        let gate = part.ungate(seq, true);
         part.unindex(seq);
         let slot = part.slot_mut(seq).expect("slot exists");
         slot.status = Status::Dead;
         let attempt = slot.attempt;
         part.walk();
+        let released = gate.is_some_and(|g| part.release(&g));
         self.dead.insert(
             (seq, partition),
             DeadRecord {
@@ -333,14 +501,18 @@ impl GroupState {
                 at: now,
             },
         );
+        released
     }
 
     /// Claims up to `limit` deliveries from `partitions`, shared among them
     /// by the round-robin rule, starting one partition later on every call.
+    /// `key_of` gives an event's key (read only under an ordering).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn claim(
         &mut self,
         partitions: &[u32],
         high_watermark: impl Fn(u32) -> u64,
+        key_of: impl Fn(u32, u64) -> Option<String>,
         limit: usize,
         consumer_id: &ConsumerId,
         lease_ms: u64,
@@ -355,36 +527,69 @@ impl GroupState {
         if partitions.is_empty() {
             return Vec::new();
         }
-        let capacity: Vec<usize> = partitions
-            .iter()
-            .map(|&p| {
-                let part = &self.parts[p as usize];
-                let claimable = part.ready.len() + part.expired.len();
-                claim_capacity(claimable, part.cursor(), high_watermark(p))
-            })
-            .collect();
         let first = self.next_first % partitions.len();
         self.next_first = self.next_first.wrapping_add(1);
-        let quotas = round_robin(&capacity, limit, first);
-        let mut out = Vec::with_capacity(quotas.iter().sum());
-        for (&p, quota) in partitions.iter().zip(quotas) {
-            let part = &mut self.parts[p as usize];
-            for _ in 0..quota {
-                let Some((sequence, attempt, lease_id, expires_at)) =
-                    part.claim_next(high_watermark(p), consumer_id, lease_ms, now)
-                else {
+        let ordering = self.group.ordering;
+        let mut out = Vec::new();
+        let claim = |part: &mut PartState, p: u32| {
+            let key_of = |seq: u64| key_of(p, seq);
+            let (sequence, attempt, lease_id, expires_at) = part.claim_next(
+                high_watermark(p),
+                consumer_id,
+                lease_ms,
+                now,
+                ordering,
+                &key_of,
+            )?;
+            Some(Claimed {
+                partition: p,
+                sequence,
+                attempt,
+                lease_id,
+                leased_at: now,
+                expires_at,
+            })
+        };
+        if ordering == GroupOrdering::None {
+            let capacity: Vec<usize> = partitions
+                .iter()
+                .map(|&p| {
+                    let part = &self.parts[p as usize];
+                    let claimable = part.ready.len() + part.expired.len();
+                    claim_capacity(claimable, part.cursor(), high_watermark(p))
+                })
+                .collect();
+            let quotas = round_robin(&capacity, limit, first);
+            for (&p, quota) in partitions.iter().zip(quotas) {
+                let part = &mut self.parts[p as usize];
+                for _ in 0..quota {
+                    let Some(claimed) = claim(part, p) else {
+                        break;
+                    };
+                    out.push(claimed);
+                }
+            }
+            return out;
+        }
+        // Ordered: what a partition can give is only known by claiming, so
+        // the same rule runs as rounds of one claim per partition.
+        let mut open: Vec<bool> = vec![true; partitions.len()];
+        while out.len() < limit && open.contains(&true) {
+            for i in (0..partitions.len()).map(|i| (first + i) % partitions.len()) {
+                if out.len() == limit {
                     break;
-                };
-                out.push(Claimed {
-                    partition: p,
-                    sequence,
-                    attempt,
-                    lease_id,
-                    leased_at: now,
-                    expires_at,
-                });
+                }
+                if !open[i] {
+                    continue;
+                }
+                let p = partitions[i];
+                match claim(&mut self.parts[p as usize], p) {
+                    Some(claimed) => out.push(claimed),
+                    None => open[i] = false,
+                }
             }
         }
+        out.sort_unstable_by_key(|c| (c.partition, c.sequence));
         out
     }
 
@@ -400,30 +605,48 @@ impl GroupState {
         let part = &mut self.parts[partition as usize];
         part.check_fence(seq, target)?;
         let attempt = part.slot(seq).map_or(0, |s| s.attempt);
-        match settle_write(op, attempt, &self.config, now) {
-            Write::Ack => {
-                part.unindex(seq);
+        let write = settle_write(op, attempt, &self.config, now);
+        if let Write::Dead(reason) = write {
+            let released = self.kill(partition, seq, reason, now);
+            return Ok(if released {
+                Settled::Requeued
+            } else {
+                Settled::Done
+            });
+        }
+        let part = &mut self.parts[partition as usize];
+        let close = matches!(write, Write::Ack);
+        let gate = part.ungate(seq, close);
+        part.unindex(seq);
+        let settled = match (write, &gate) {
+            (Write::Ack, _) => {
                 part.slot_mut(seq).expect("slot exists").status = Status::Acked;
                 part.walk();
-                Ok(Settled::Done)
+                Settled::Done
             }
-            Write::Dead(reason) => {
-                self.kill(partition, seq, reason, now);
-                Ok(Settled::Done)
+            (Write::Retry { due, .. }, Some(_)) => {
+                // The gate decides when it is out again: at once if it is
+                // still the gate's lowest, after its delay if it has one.
+                part.slot_mut(seq).expect("slot exists").due = due;
+                part.park(seq);
+                Settled::Done
             }
-            Write::Retry { due: None, .. } => {
-                part.unindex(seq);
+            (Write::Retry { due: None, .. }, None) => {
                 part.make_ready(seq);
-                Ok(Settled::Requeued)
+                Settled::Requeued
             }
-            Write::Retry { due: Some(due), .. } => {
-                part.unindex(seq);
+            (Write::Retry { due: Some(due), .. }, None) => {
                 let slot = part.slot_mut(seq).expect("slot exists");
                 slot.status = Status::Available;
                 slot.due = Some(due);
                 part.delayed.insert((due, seq));
-                Ok(Settled::Done)
+                Settled::Done
             }
+            (Write::Dead(_), _) => unreachable!("dead letters are written above"),
+        };
+        match gate {
+            Some(gate) if part.release(&gate) => Ok(Settled::Requeued),
+            _ => Ok(settled),
         }
     }
 
@@ -455,18 +678,39 @@ impl GroupState {
     }
 
     /// Re-opens one delivery; `fresh_attempts` resets its attempt count.
-    /// Returns whether it was not already open.
-    pub(super) fn reopen(&mut self, partition: u32, seq: u64, fresh_attempts: bool) -> bool {
+    /// Returns whether it was not already open. Under an ordering it goes
+    /// back into its gate in sequence order: out at once only if nothing
+    /// of its gate is out and nothing lower is open (`key_of` gives the
+    /// event's key).
+    pub(super) fn reopen(
+        &mut self,
+        partition: u32,
+        seq: u64,
+        fresh_attempts: bool,
+        key_of: &impl Fn(u32, u64) -> Option<String>,
+    ) -> bool {
+        let ordering = self.group.ordering;
         let part = &mut self.parts[partition as usize];
         if !part.ensure_slot(seq) {
             return false;
         }
         let before = part.slot(seq).expect("slot exists").status;
+        let gate = part.ungate(seq, false);
         part.unindex(seq);
         if fresh_attempts {
             part.slot_mut(seq).expect("slot exists").attempt = 0;
         }
-        part.make_ready(seq);
+        let gate = gate.or_else(|| {
+            let key = key_of(partition, seq);
+            ordering.gate(key.as_deref()).map(Arc::<str>::from)
+        });
+        match gate {
+            Some(gate) => {
+                part.slot_mut(seq).expect("slot exists").due = None;
+                part.gate_open(seq, gate);
+            }
+            None => part.make_ready(seq),
+        }
         part.frontier = part.frontier.min(seq - 1);
         if before == Status::Dead {
             self.dead.remove(&(seq, partition));
@@ -478,15 +722,25 @@ impl GroupState {
     /// has seen or that lies before its start, up to the high watermark
     /// `hw`: a start point past the partition's end names sequences that
     /// hold no event yet, and those are skipped when appended, not re-opened.
-    pub(super) fn reopen_after(&mut self, partition: u32, after: u64, hw: u64) -> u64 {
+    pub(super) fn reopen_after(
+        &mut self,
+        partition: u32,
+        after: u64,
+        hw: u64,
+        key_of: &impl Fn(u32, u64) -> Option<String>,
+    ) -> u64 {
         let cursor = self.parts[partition as usize].cursor();
         (after.saturating_add(1)..cursor.min(hw.saturating_add(1)))
-            .map(|seq| u64::from(self.reopen(partition, seq, false)))
+            .map(|seq| u64::from(self.reopen(partition, seq, false, key_of)))
             .sum()
     }
 
     /// Sends dead letters back; `which` = None means all.
-    pub(super) fn redrive(&mut self, which: Option<Vec<(u32, u64)>>) -> u64 {
+    pub(super) fn redrive(
+        &mut self,
+        which: Option<Vec<(u32, u64)>>,
+        key_of: &impl Fn(u32, u64) -> Option<String>,
+    ) -> u64 {
         let targets: Vec<(u32, u64)> = match which {
             None => self.dead.keys().map(|&(seq, p)| (p, seq)).collect(),
             Some(list) => list
@@ -496,7 +750,7 @@ impl GroupState {
         };
         let mut count = 0;
         for (p, seq) in targets {
-            if self.reopen(p, seq, true) {
+            if self.reopen(p, seq, true, key_of) {
                 count += 1;
             }
         }

@@ -234,6 +234,7 @@ impl Backend for MemoryBackend {
             name: spec.name.clone(),
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: spec.ordering,
             created_at: self.clock.now(),
         };
         groups.insert(
@@ -259,6 +260,7 @@ impl Backend for MemoryBackend {
         let claimed = g.claim(
             &partitions,
             |p| log.high_watermark(p),
+            |p, seq| key_at(&log, p, seq),
             req.limit as usize,
             &req.consumer_id,
             req.lease_ms,
@@ -383,6 +385,7 @@ impl Backend for MemoryBackend {
             group: g.group.name.clone(),
             max_attempts: g.group.max_attempts,
             retry_backoff_ms: g.group.retry_backoff_ms.clone(),
+            ordering: g.group.ordering,
             inflight: g.inflight(),
             dead_letters: g.dead_count(),
             cursors: partitions.iter().map(|&p| (p, g.cursor(p))).collect(),
@@ -435,7 +438,7 @@ impl Backend for MemoryBackend {
                 Redrive::All => None,
                 Redrive::Events(ids) => Some(locate_all(&log, &ids)?),
             };
-            g.redrive(targets)
+            g.redrive(targets, &|p, seq| key_at(&log, p, seq))
         };
         if count > 0 {
             self.notifier.notify(stream);
@@ -449,12 +452,13 @@ impl Backend for MemoryBackend {
         let count = {
             let mut g = group.lock();
             let log = state.log.read();
+            let key_of = |p, seq| key_at(&log, p, seq);
             match how {
                 Replay::FromSequence { after, partitions } => {
                     let parts = partitions.resolve(state.partition_count)?;
                     parts
                         .iter()
-                        .map(|&p| g.reopen_after(p, after, log.high_watermark(p)))
+                        .map(|&p| g.reopen_after(p, after, log.high_watermark(p), &key_of))
                         .sum()
                 }
                 Replay::FromTime { from, partitions } => {
@@ -462,21 +466,21 @@ impl Backend for MemoryBackend {
                     parts
                         .iter()
                         .filter_map(|&p| log.first_at_or_after(p, from).map(|seq| (p, seq)))
-                        .map(|(p, seq)| g.reopen_after(p, seq - 1, log.high_watermark(p)))
+                        .map(|(p, seq)| g.reopen_after(p, seq - 1, log.high_watermark(p), &key_of))
                         .sum()
                 }
                 Replay::Query(query) => {
                     let targets = log.matching(&query);
                     targets
                         .into_iter()
-                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false)))
+                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false, &key_of)))
                         .sum()
                 }
                 Replay::EventIds(ids) => {
                     let targets = locate_all(&log, &ids)?;
                     targets
                         .into_iter()
-                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false)))
+                        .map(|(p, seq)| u64::from(g.reopen(p, seq, false, &key_of)))
                         .sum()
                 }
             }
@@ -517,6 +521,11 @@ impl Backend for MemoryBackend {
 }
 
 /// Resolves event ids to positions; an id the stream does not have is an error.
+/// The key of the event at `p`/`seq`, if it has one.
+fn key_at(log: &Log, p: u32, seq: u64) -> Option<String> {
+    log.get(p, seq).and_then(|e| e.key.clone())
+}
+
 fn locate_all(log: &Log, ids: &[EventId]) -> Result<Vec<(u32, u64)>> {
     crate::backend::policy::all_located(ids.iter().map(|id| (id.as_str(), log.locate(id))))
 }

@@ -42,6 +42,7 @@ fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
         name: GroupName::parse(text(d, "g")?).map_err(|e| corrupt("group name", e))?,
         max_attempts: u32::try_from(int(d, "max_attempts")?).map_err(|e| corrupt("group", e))?,
         retry_backoff_ms: backoff,
+        ordering: crate::model::GroupOrdering::None,
         created_at: crate::model::Timestamp::from_millis(int(d, "created_at")?),
     })
 }
@@ -49,6 +50,7 @@ fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
 impl MongoBackend {
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
+        crate::backend::policy::refuse_ordering(spec.ordering, "mongodb")?;
         let (partition_count, _) = self.meta(s).await?;
         let now = self.now();
         let starts = self
@@ -81,6 +83,7 @@ impl MongoBackend {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: crate::model::GroupOrdering::None,
             created_at: now,
         })
     }

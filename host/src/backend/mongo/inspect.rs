@@ -120,6 +120,7 @@ impl MongoBackend {
             group: g.clone(),
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
+            ordering: crate::model::GroupOrdering::None,
             inflight: lag.inflight,
             dead_letters,
             cursors: all.iter().map(|p| (*p, cursors[*p as usize])).collect(),

@@ -15,6 +15,7 @@ use crate::model::{Group, GroupName, GroupSpec, StartPosition, StreamName, Times
 impl RedisBackend {
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
+        crate::backend::policy::refuse_ordering(spec.ordering, "redis")?;
         let (partition_count, _) = self.meta(s).await?;
         let now = self.clock.now();
         let starts = self.start_points(s, partition_count, &spec.start).await?;
@@ -45,6 +46,7 @@ impl RedisBackend {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: crate::model::GroupOrdering::None,
             created_at: now,
         })
     }
@@ -121,6 +123,7 @@ pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result
             .and_then(|n| u32::try_from(n).ok())
             .ok_or_else(bad)?,
         retry_backoff_ms: backoff,
+        ordering: crate::model::GroupOrdering::None,
         created_at: Timestamp::from_millis(v["created_at"].as_i64().ok_or_else(bad)?),
     })
 }

@@ -7,11 +7,12 @@ use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, int};
 use super::{args, small};
 use crate::backend::policy::{Marks, start_lookup, start_points};
 use crate::backend::{Error, Result};
-use crate::model::{Group, GroupName, GroupSpec, StartPosition, StreamName};
+use crate::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
 
 impl<D: Dialect> SqlBackend<D> {
     pub(super) async fn create_group_tx(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
+        crate::backend::policy::refuse_ordering(spec.ordering, D::KIND)?;
         let meta = self.meta(s).await?;
         let now = self.now();
         let mut tx = self.begin(Access::Write).await?;
@@ -37,6 +38,7 @@ impl<D: Dialect> SqlBackend<D> {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: GroupOrdering::None,
             created_at: now,
         })
     }
@@ -54,6 +56,7 @@ impl<D: Dialect> SqlBackend<D> {
                         .map_err(|e| super::corrupt("group name", e))?,
                     max_attempts: row.u32(1)?,
                     retry_backoff_ms: row.backoff(2)?,
+                    ordering: GroupOrdering::None,
                     created_at: row.ts(3)?,
                 })
             })

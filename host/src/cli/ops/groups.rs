@@ -45,6 +45,11 @@ enum GroupsAction {
         /// Delays for nacks without one, by attempt, e.g. 100,1000,5000 (the last repeats).
         #[arg(long, value_name = "MS,…", value_delimiter = ',')]
         retry_backoff_ms: Vec<u64>,
+        /// none: any delivery may go out; key: one delivery per key at a
+        /// time, in sequence order; partition: one per partition
+        /// (docs/groups.md#ordering) [server default: none]
+        #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
+        ordering: Option<String>,
     },
 }
 
@@ -61,6 +66,7 @@ impl GroupsArgs {
             start_after,
             start_at,
             retry_backoff_ms,
+            ordering,
         }) = self.action
         else {
             let stream = self.stream.unwrap_or_default();
@@ -81,14 +87,18 @@ impl GroupsArgs {
         if !retry_backoff_ms.is_empty() {
             body.insert("retry_backoff_ms".into(), json!(retry_backoff_ms));
         }
+        if let Some(ordering) = ordering {
+            body.insert("ordering".into(), json!(ordering));
+        }
         let path = format!("/v1/streams/{}/groups", segment(&stream));
         let answer = client.post(&path, &Value::Object(body))?;
         self.server.print(&answer, |g| {
             format!(
-                "created group {} on stream {} (max_attempts {})\n",
+                "created group {} on stream {} (max_attempts {}, ordering {})\n",
                 cell(&g["name"]),
                 cell(&g["stream"]),
-                cell(&g["max_attempts"])
+                cell(&g["max_attempts"]),
+                cell(&g["ordering"])
             )
         })
     }
@@ -105,6 +115,7 @@ fn render_list(stream: &str, answer: &Value) -> String {
         ("NAME", Align::Left),
         ("MAX-ATTEMPTS", Align::Right),
         ("RETRY-BACKOFF", Align::Left),
+        ("ORDERING", Align::Left),
         ("CREATED", Align::Left),
     ]);
     for group in groups {
@@ -112,6 +123,7 @@ fn render_list(stream: &str, answer: &Value) -> String {
             cell(&group["name"]),
             cell(&group["max_attempts"]),
             backoff(&group["retry_backoff_ms"]),
+            cell(&group["ordering"]),
             cell(&group["created_at"]),
         ]);
     }
@@ -184,6 +196,7 @@ fn render_info(info: &Value) -> String {
         ("group", cell(&info["group"])),
         ("max attempts", cell(&info["max_attempts"])),
         ("retry backoff", backoff(&info["retry_backoff_ms"])),
+        ("ordering", cell(&info["ordering"])),
         ("lag", cell(&lag["lag"])),
         ("pending", cell(&lag["pending"])),
         ("inflight", cell(&info["inflight"])),

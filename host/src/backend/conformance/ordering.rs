@@ -1,0 +1,402 @@
+//! Group ordering (`docs/groups.md#ordering`): under `key` one delivery of
+//! a key is out at a time, in sequence order; under `partition` one per
+//! partition. A backend that does not keep an ordering yet must refuse to
+//! create such a group (`invalid`, field `ordering`) rather than hand out
+//! what the ordering holds back; [`KEEPS_ORDERING`] names those that keep
+//! it, so a check never passes by a refusal where the ordering is kept.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::*;
+use crate::backend::{Error, Redrive, Replay};
+use crate::model::{GroupOrdering, Lease};
+
+/// The backends (by [`Backend::kind`](crate::backend::Backend::kind)) that
+/// keep `key` and `partition` ordering.
+pub const KEEPS_ORDERING: &[&str] = &["memory"];
+
+/// Creates group `name` with `ordering` (and `max_attempts`) on `stream`;
+/// `None` when the backend does not keep ordering yet, after checking that
+/// it refused the group as it must.
+async fn ordered(
+    h: &Harness,
+    stream: &StreamName,
+    name: &str,
+    ordering: GroupOrdering,
+    max_attempts: u32,
+) -> Option<GroupName> {
+    let mut spec = GroupSpec::new(gn(name));
+    spec.ordering = ordering;
+    spec.max_attempts = max_attempts;
+    let created = h.b().create_group(stream, spec).await;
+    if KEEPS_ORDERING.contains(&h.b().kind()) {
+        let group = created.expect("an ordered group");
+        assert_eq!(group.ordering, ordering);
+        return Some(group.name);
+    }
+    match created {
+        Err(Error::Invalid(e)) => {
+            assert_eq!(e.field, "ordering", "{e}");
+            assert!(e.message.contains("docs/groups.md#ordering"), "{e}");
+            let groups = h.b().list_groups(stream).await.expect("list groups");
+            assert!(
+                groups.iter().all(|g| g.name.as_str() != name),
+                "a refused group is not created"
+            );
+            None
+        }
+        other => panic!(
+            "{} neither keeps ordering nor refuses it: {other:?}",
+            h.b().kind()
+        ),
+    }
+}
+
+/// An input with `key` (none: `""`) on partition 0.
+fn keyed(key: &str) -> EventInput {
+    EventInput {
+        partition: Some(0),
+        key: (!key.is_empty()).then(|| key.to_owned()),
+        ..EventInput::default()
+    }
+}
+
+/// Appends events with these keys to partition 0 of `stream`.
+async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
+    h.append_inputs(stream, keys.iter().map(|k| keyed(k)).collect())
+        .await
+}
+
+/// The leases as (key, sequence), keyless as `""`.
+fn held(leases: &[Lease]) -> Vec<(String, u64)> {
+    leases
+        .iter()
+        .map(|l| (l.event.key.clone().unwrap_or_default(), l.event.sequence))
+        .collect()
+}
+
+fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
+}
+
+pub async fn groups_show_their_ordering(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let plain = h.group(&s, "plain").await;
+    let info = h.b().group_info(&s, &plain).await.expect("group info");
+    assert_eq!(info.ordering, GroupOrdering::None);
+    let Some(keyed) = ordered(h, &s, "keyed", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    let info = h.b().group_info(&s, &keyed).await.expect("group info");
+    assert_eq!(info.ordering, GroupOrdering::Key);
+    let listed: BTreeMap<String, GroupOrdering> = h
+        .b()
+        .list_groups(&s)
+        .await
+        .expect("list groups")
+        .into_iter()
+        .map(|g| (g.name.as_str().to_owned(), g.ordering))
+        .collect();
+    assert_eq!(listed["plain"], GroupOrdering::None);
+    assert_eq!(listed["keyed"], GroupOrdering::Key);
+}
+
+pub async fn key_ordering_holds_a_keys_next_event_until_it_settles(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "b", "a", "", "b", "a", ""]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    // Each key's lowest; keyless events are not ordered.
+    assert_eq!(held(&first), pairs(&[("a", 1), ("b", 2), ("", 4), ("", 7)]));
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a and b are out");
+    h.ack(&first[0]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 3)]));
+    h.ack(&first[1]).await.unwrap();
+    h.ack(&next[0]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("b", 5), ("a", 6)]));
+    for lease in first[2..].iter().chain(&next) {
+        h.ack(lease).await.unwrap();
+    }
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.lag, lag.inflight), (0, 0));
+}
+
+pub async fn key_ordering_expiry_hands_out_the_same_head_again(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "a"]).await;
+    let first = h.fetch_as(&s, &g, 10, "c1", 1_000).await;
+    assert_eq!(held(&first), pairs(&[("a", 1)]));
+    h.clock.advance(1_000);
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&again), pairs(&[("a", 1)]), "the head, not the next");
+    assert_eq!(again[0].attempt, 2);
+    assert!(matches!(h.ack(&first[0]).await, Err(Error::StaleLease)));
+    h.ack(&again[0]).await.unwrap();
+    assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 2)]));
+}
+
+pub async fn key_ordering_nack_with_delay_holds_back_only_its_key(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "b", "a", "b"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1), ("b", 2)]));
+    h.nack(&first[0], "later", Some(1_000)).await.unwrap();
+    h.ack(&first[1]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("b", 4)]), "a waits for its head");
+    h.clock.advance(999);
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.clock.advance(1);
+    let retry = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&retry), pairs(&[("a", 1)]));
+    assert_eq!(retry[0].attempt, 2);
+    // An immediate nack keeps the head too.
+    h.nack(&retry[0], "again", None).await.unwrap();
+    let retry = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&retry), pairs(&[("a", 1)]));
+    h.ack(&retry[0]).await.unwrap();
+    assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 3)]));
+}
+
+pub async fn key_ordering_dead_letters_a_stuck_head_and_moves_on(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 2).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    // Out of attempts through nacks…
+    let lease = h.fetch(&s, &g, 10).await;
+    h.nack(&lease[0], "bad", None).await.unwrap();
+    let lease = h.fetch(&s, &g, 10).await;
+    assert_eq!((held(&lease), lease[0].attempt), (pairs(&[("a", 1)]), 2));
+    h.nack(&lease[0], "bad", None).await.unwrap();
+    // …and through the poison guard (the last attempt's lease expired).
+    let lease = h.fetch_as(&s, &g, 10, "c1", 1_000).await;
+    assert_eq!(
+        held(&lease),
+        pairs(&[("a", 2)]),
+        "the dead head let a go on"
+    );
+    h.nack(&lease[0], "bad", None).await.unwrap();
+    let lease = h.fetch_as(&s, &g, 10, "c1", 1_000).await;
+    assert_eq!((held(&lease), lease[0].attempt), (pairs(&[("a", 2)]), 2));
+    h.clock.advance(1_000);
+    let lease = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&lease), pairs(&[("a", 3)]));
+    let info = h.b().group_info(&s, &g).await.unwrap();
+    assert_eq!(info.dead_letters, 2);
+}
+
+pub async fn key_ordering_replay_reopens_each_key_in_order(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "b", "a", "a"]).await;
+    loop {
+        let leases = h.fetch(&s, &g, 10).await;
+        if leases.is_empty() {
+            break;
+        }
+        for lease in &leases {
+            h.ack(lease).await.unwrap();
+        }
+    }
+    let replay = Replay::FromSequence {
+        after: 0,
+        partitions: Partitions::All,
+    };
+    assert_eq!(h.b().replay(&s, &g, replay).await.unwrap(), 4);
+    let mut order = Vec::new();
+    loop {
+        let leases = h.fetch(&s, &g, 10).await;
+        if leases.is_empty() {
+            break;
+        }
+        let keys: BTreeSet<String> = held(&leases).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), leases.len(), "one per key: {:?}", held(&leases));
+        for lease in &leases {
+            order.push((lease.event.key.clone().unwrap(), lease.event.sequence));
+            h.ack(lease).await.unwrap();
+        }
+    }
+    assert_eq!(order, pairs(&[("a", 1), ("b", 2), ("a", 3), ("a", 4)]));
+}
+
+pub async fn key_ordering_replay_waits_for_the_delivery_out(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    let one = h.fetch(&s, &g, 10).await;
+    h.ack(&one[0]).await.unwrap();
+    let two = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&two), pairs(&[("a", 2)]));
+    // Replaying 1 while 2 is out: 1 comes after 2 settles, before 3.
+    let ids = vec![one[0].event.id.clone()];
+    assert_eq!(
+        h.b().replay(&s, &g, Replay::EventIds(ids)).await.unwrap(),
+        1
+    );
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.ack(&two[0]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 1)]));
+    h.ack(&next[0]).await.unwrap();
+    assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 3)]));
+}
+
+pub async fn key_ordering_redrive_goes_back_in_key_order(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    let one = h.fetch(&s, &g, 10).await;
+    h.reject(&one[0], "poison").await.unwrap();
+    let two = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        held(&two),
+        pairs(&[("a", 2)]),
+        "a dead letter settles its key"
+    );
+    assert_eq!(h.b().redrive(&s, &g, Redrive::All).await.unwrap(), 1);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "2 is still out");
+    h.ack(&two[0]).await.unwrap();
+    let redriven = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&redriven), pairs(&[("a", 1)]), "before 3");
+    assert_eq!(redriven[0].attempt, 1);
+    h.ack(&redriven[0]).await.unwrap();
+    assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 3)]));
+}
+
+pub async fn key_ordering_is_fair_across_keys(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    // A long run of one key ahead of the others does not starve them.
+    let mut keys = vec!["hot"; 50];
+    keys.extend(["x", "y", "z"]);
+    append_keys(h, &s, &keys).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        held(&first),
+        pairs(&[("hot", 1), ("x", 51), ("y", 52), ("z", 53)])
+    );
+}
+
+pub async fn partition_ordering_hands_out_each_partitions_lowest_alone(h: &Harness) {
+    let s = h.stream("s", 2).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Partition, 5).await else {
+        return;
+    };
+    h.append_to(&s, 0, 3).await;
+    h.append_to(&s, 1, 2).await;
+    let first = h.fetch(&s, &g, 10).await;
+    let at = |l: &[Lease]| -> Vec<(u32, u64)> {
+        l.iter()
+            .map(|l| (l.event.partition, l.event.sequence))
+            .collect()
+    };
+    assert_eq!(at(&first), [(0, 1), (1, 1)]);
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    // A delayed head holds back its whole partition, not the other one.
+    h.nack(&first[0], "later", Some(500)).await.unwrap();
+    h.ack(&first[1]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(at(&next), [(1, 2)]);
+    h.clock.advance(500);
+    let retry = h.fetch(&s, &g, 10).await;
+    assert_eq!(at(&retry), [(0, 1)]);
+    h.ack(&retry[0]).await.unwrap();
+    assert_eq!(at(&h.fetch(&s, &g, 10).await), [(0, 2)]);
+}
+
+pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
+    let s = h.stream("s", 2).await;
+    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
+        return;
+    };
+    const KEYS: usize = 8;
+    const PER_KEY: usize = 12;
+    let inputs: Vec<EventInput> = (0..PER_KEY)
+        .flat_map(|_| {
+            (0..KEYS).map(|k| EventInput {
+                key: Some(format!("k{k}")),
+                ..EventInput::default()
+            })
+        })
+        .collect();
+    h.append_inputs(&s, inputs).await;
+    let out = Arc::new(parking_lot::Mutex::new(BTreeSet::<(u32, String)>::new()));
+    let done = Arc::new(parking_lot::Mutex::new(Vec::<(u32, String, u64)>::new()));
+    let mut consumers = Vec::new();
+    for c in 0..3 {
+        let (backend, s, g) = (Arc::clone(&h.backend), s.clone(), g.clone());
+        let (out, done) = (Arc::clone(&out), Arc::clone(&done));
+        consumers.push(tokio::spawn(async move {
+            let total = KEYS * PER_KEY;
+            for _ in 0..100_000 {
+                if done.lock().len() == total {
+                    return;
+                }
+                let req = FetchRequest {
+                    stream: s.clone(),
+                    group: g.clone(),
+                    limit: 4,
+                    consumer_id: cid(&format!("c{c}")),
+                    lease_ms: 60_000,
+                    partitions: Partitions::All,
+                };
+                let leases = backend.fetch(req).await.expect("fetch");
+                for lease in &leases {
+                    let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                    assert!(out.lock().insert(key.clone()), "two of {key:?} out at once");
+                }
+                tokio::task::yield_now().await;
+                for lease in &leases {
+                    let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                    // Recorded before the ack: once acked, the next of the
+                    // key may go out to another consumer.
+                    done.lock()
+                        .push((key.0, key.1.clone(), lease.event.sequence));
+                    out.lock().remove(&key);
+                    backend
+                        .ack(&lease.stream, &lease.group, lease.target())
+                        .await
+                        .expect("ack");
+                }
+            }
+            panic!("consumer c{c} gave up before every event was processed");
+        }));
+    }
+    for consumer in consumers {
+        consumer.await.expect("consumer");
+    }
+    let done = done.lock().clone();
+    assert_eq!(done.len(), KEYS * PER_KEY, "every event processed once");
+    let mut per_key: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
+    for (p, k, seq) in done {
+        per_key.entry((p, k)).or_default().push(seq);
+    }
+    for (key, seqs) in per_key {
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(seqs, sorted, "{key:?} in sequence order");
+    }
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.lag, lag.inflight), (0, 0));
+}
