@@ -111,7 +111,7 @@ fn groups_are_created_listed_inspected_and_report_lag() {
     let b = group(&http, &server, "s", "b", json!({}));
     assert_eq!(
         b,
-        json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "created_at": T0})
+        json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "ordering": "none", "created_at": T0})
     );
     let a = group(
         &http,

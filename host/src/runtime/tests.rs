@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use tokio::sync::Semaphore;
 
 use super::{CountersSnapshot, Handler, HandlerSettings, Runtime, Version};
+use crate::backend::conformance::ordering::{assert_each_key_in_order, interleaved_keys};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, CreateStream, DeadLettersRequest, Partitions, Replay};
 use crate::clock::FrozenClock;
@@ -586,4 +587,76 @@ async fn a_canary_takes_its_share_of_first_attempts_and_its_rejects_are_retried_
     eventually("all acked", async || e.counters(&h).acked == 450).await;
     assert_eq!(tally.counts().canary_handled, counts.canary_handled);
     e.runtime.shutdown().await;
+}
+
+/// Notes each delivery's key while it runs: two of one key at once fail
+/// the test; every ack is recorded in the order it happened.
+#[derive(Debug, Default)]
+struct KeyWatch {
+    out: parking_lot::Mutex<std::collections::HashSet<(u32, String)>>,
+    acked: parking_lot::Mutex<Vec<(u32, String, u64)>>,
+    overlaps: AtomicUsize,
+}
+
+#[async_trait]
+impl Handler for Arc<KeyWatch> {
+    async fn handle(&self, lease: &Lease) -> HandlerOutcome {
+        let event = &lease.event;
+        let key = (event.partition, event.key.clone().expect("a key"));
+        if !self.out.lock().insert(key.clone()) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        // Let the other deliveries of the batch run meanwhile.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        self.out.lock().remove(&key);
+        if event.sequence.is_multiple_of(7) && lease.attempt == 1 {
+            return HandlerOutcome::Retry {
+                reason: "once more".into(),
+                delay_ms: None,
+            };
+        }
+        self.acked.lock().push((key.0, key.1, event.sequence));
+        HandlerOutcome::Ack
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_key_ordering_a_handler_of_concurrency_16_runs_each_key_in_sequence_order() {
+    let e = env().await;
+    e.backend
+        .create_group(
+            &e.stream,
+            GroupSpec {
+                ordering: crate::model::GroupOrdering::Key,
+                ..GroupSpec::new(e.group.clone())
+            },
+        )
+        .await
+        .unwrap();
+    const KEYS: usize = 20;
+    const PER_KEY: usize = 100;
+    e.backend
+        .append(&e.stream, interleaved_keys(KEYS, PER_KEY))
+        .await
+        .unwrap();
+    let watch = Arc::new(KeyWatch::default());
+    let h = name("ordered");
+    let mut settings = e.settings();
+    settings.concurrency = 16;
+    e.runtime
+        .run(&h, settings, version(1, Arc::clone(&watch)), false)
+        .await
+        .unwrap();
+    eventually("every event acked", async || e.lag().await == 0).await;
+    let c = e.counters(&h);
+    e.runtime.shutdown().await;
+    assert!(c.retried > 0, "some retries happened: {c:?}");
+    assert_eq!(
+        watch.overlaps.load(Ordering::SeqCst),
+        0,
+        "two of a key ran at once"
+    );
+    assert_each_key_in_order(watch.acked.lock().clone(), KEYS, PER_KEY);
 }

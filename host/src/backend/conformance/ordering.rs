@@ -76,6 +76,35 @@ fn held(leases: &[Lease]) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `per_key` events of each of `keys` keys (`k0`, `k1`, …), interleaved
+/// (k0, k1, …, k0, k1, …) and routed by key.
+pub fn interleaved_keys(keys: usize, per_key: usize) -> Vec<EventInput> {
+    (0..per_key)
+        .flat_map(|_| {
+            (0..keys).map(|k| EventInput {
+                key: Some(format!("k{k}")),
+                ..EventInput::default()
+            })
+        })
+        .collect()
+}
+
+/// Checks `done` — (partition, key, sequence) in the order processed —
+/// holds every one of `keys` × `per_key` events once, each key's in
+/// sequence order.
+pub fn assert_each_key_in_order(done: Vec<(u32, String, u64)>, keys: usize, per_key: usize) {
+    assert_eq!(done.len(), keys * per_key, "every event processed once");
+    let mut per: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
+    for (p, k, seq) in done {
+        per.entry((p, k)).or_default().push(seq);
+    }
+    assert_eq!(per.len(), keys, "every key processed");
+    for (key, seqs) in per {
+        assert!(seqs.is_sorted(), "{key:?} out of order: {seqs:?}");
+        assert_eq!(seqs.len(), per_key, "{key:?}: {seqs:?}");
+    }
+}
+
 fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
     list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
 }
@@ -332,15 +361,7 @@ pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
     };
     const KEYS: usize = 8;
     const PER_KEY: usize = 12;
-    let inputs: Vec<EventInput> = (0..PER_KEY)
-        .flat_map(|_| {
-            (0..KEYS).map(|k| EventInput {
-                key: Some(format!("k{k}")),
-                ..EventInput::default()
-            })
-        })
-        .collect();
-    h.append_inputs(&s, inputs).await;
+    h.append_inputs(&s, interleaved_keys(KEYS, PER_KEY)).await;
     let out = Arc::new(parking_lot::Mutex::new(BTreeSet::<(u32, String)>::new()));
     let done = Arc::new(parking_lot::Mutex::new(Vec::<(u32, String, u64)>::new()));
     let mut consumers = Vec::new();
@@ -386,17 +407,7 @@ pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
     for consumer in consumers {
         consumer.await.expect("consumer");
     }
-    let done = done.lock().clone();
-    assert_eq!(done.len(), KEYS * PER_KEY, "every event processed once");
-    let mut per_key: BTreeMap<(u32, String), Vec<u64>> = BTreeMap::new();
-    for (p, k, seq) in done {
-        per_key.entry((p, k)).or_default().push(seq);
-    }
-    for (key, seqs) in per_key {
-        let mut sorted = seqs.clone();
-        sorted.sort_unstable();
-        assert_eq!(seqs, sorted, "{key:?} in sequence order");
-    }
+    assert_each_key_in_order(done.lock().clone(), KEYS, PER_KEY);
     let lag = h.lag(&s, &g).await;
     assert_eq!((lag.lag, lag.inflight), (0, 0));
 }
