@@ -520,12 +520,12 @@ impl Backend for MemoryBackend {
     }
 }
 
-/// Resolves event ids to positions; an id the stream does not have is an error.
 /// The key of the event at `p`/`seq`, if it has one.
 fn key_at(log: &Log, p: u32, seq: u64) -> Option<String> {
     log.get(p, seq).and_then(|e| e.key.clone())
 }
 
+/// Resolves event ids to positions; an id the stream does not have is an error.
 fn locate_all(log: &Log, ids: &[EventId]) -> Result<Vec<(u32, u64)>> {
     crate::backend::policy::all_located(ids.iter().map(|id| (id.as_str(), log.locate(id))))
 }

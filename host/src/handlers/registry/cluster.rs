@@ -43,6 +43,10 @@ use crate::wasm::Digest;
 /// another node before it gives up (and the client retries).
 const MAX_RACES: usize = 16;
 
+/// A module no record names is kept this long (a deploy stores its module
+/// before it writes the record that names it).
+const UNUSED_MODULE_GRACE_MS: u64 = 60 * 60 * 1000;
+
 /// What [`HandlerRegistry::edit_record`]'s edit made of the record it read.
 enum Edit<T> {
     /// Nothing to write or apply: answer this.
@@ -53,10 +57,6 @@ enum Edit<T> {
     /// Write the changed record, then answer this.
     Write(T),
 }
-
-/// A module no record names is kept this long (a deploy stores its module
-/// before it writes the record that names it).
-const UNUSED_MODULE_GRACE_MS: u64 = 60 * 60 * 1000;
 
 /// What a handler record holds: what every node runs for the handler.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
