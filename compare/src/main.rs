@@ -263,13 +263,13 @@ async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
 async fn rheo_append(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
     let backend = rheo::backend::open(url, SystemClock::shared()).await?;
     let (stream, _) = bench::bench_stream(&*backend, 1).await?;
-    Ok(bench::append_batched(&*backend, &stream, args.events, args.batch, |_| {}).await?)
+    Ok(bench::append_batched(&*backend, &stream, (args.events, 1000), args.batch, |_| {}).await?)
 }
 
 async fn rheo_fetch_ack(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
     let backend = rheo::backend::open(url, SystemClock::shared()).await?;
     let (stream, group) = bench::bench_stream(&*backend, 1).await?;
-    bench::append_batched(&*backend, &stream, args.events, args.batch, |_| {}).await?;
+    bench::append_batched(&*backend, &stream, (args.events, 1000), args.batch, |_| {}).await?;
     let result =
         bench::fetch_ack(&*backend, &stream, &group, args.events, args.batch, |_| {}).await?;
     anyhow::ensure!(

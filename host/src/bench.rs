@@ -14,8 +14,8 @@ use serde_json::json;
 
 use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
 use crate::model::{
-    ConsumerId, EventInput, GroupName, GroupSpec, HandlerName, Lease, SettleOp, Settlement,
-    StreamName,
+    ConsumerId, EventInput, GroupName, GroupOrdering, GroupSpec, HandlerName, Lease, SettleOp,
+    Settlement, StreamName,
 };
 use crate::runtime::{CountersSnapshot, Handler, HandlerSettings, Runtime, Version};
 use crate::settle::HandlerOutcome;
@@ -97,9 +97,14 @@ impl Samples {
 /// The `i`-th event every workload appends: a type, one of 1,000 keys and
 /// a small order payload.
 pub fn input(i: usize) -> EventInput {
+    keyed_input(i, 1000)
+}
+
+/// [`input`] with `keys` keys instead of 1,000.
+pub fn keyed_input(i: usize, keys: usize) -> EventInput {
     EventInput {
         event_type: Some("bench.order".into()),
-        key: Some(format!("customer-{}", i % 1000)),
+        key: Some(format!("customer-{}", i % keys.max(1))),
         payload: json!({"order": i, "amount": 42.5, "currency": "EUR"})
             .as_object()
             .cloned()
@@ -133,23 +138,24 @@ pub async fn append_single(
     backend: &dyn Backend,
     stream: &StreamName,
     count: usize,
+    keys: usize,
 ) -> Result<WorkloadResult> {
     let mut samples = Samples::default();
     let start = Instant::now();
     for i in 0..count {
         let t = Instant::now();
-        backend.append_one(stream, input(i)).await?;
+        backend.append_one(stream, keyed_input(i, keys)).await?;
         samples.push(t.elapsed());
     }
     Ok(samples.result("append (single)", count, start.elapsed()))
 }
 
-/// Appends `count` events in batches of `batch`; `progress` is told how
-/// many were done after each batch.
+/// Appends `count` events over `keys` keys in batches of `batch`;
+/// `progress` is told how many were done after each batch.
 pub async fn append_batched(
     backend: &dyn Backend,
     stream: &StreamName,
-    count: usize,
+    (count, keys): (usize, usize),
     batch: usize,
     mut progress: impl FnMut(usize),
 ) -> Result<WorkloadResult> {
@@ -158,7 +164,7 @@ pub async fn append_batched(
     let mut done = 0;
     while done < count {
         let n = batch.min(count - done);
-        let inputs = (done..done + n).map(input).collect();
+        let inputs = (done..done + n).map(|i| keyed_input(i, keys)).collect();
         let t = Instant::now();
         backend.append(stream, inputs).await?;
         samples.push(t.elapsed());
@@ -228,6 +234,10 @@ pub struct HandlerWorkload {
     pub max_demand: usize,
     /// Partitions of the stream.
     pub partitions: u32,
+    /// The events' keys: `customer-0` … `customer-{keys - 1}`, in turn.
+    pub keys: usize,
+    /// The group's ordering (`docs/groups.md#ordering`).
+    pub ordering: GroupOrdering,
 }
 
 /// Times every call of the handler it wraps.
@@ -263,20 +273,23 @@ pub async fn through_handler(
     let mut done = 0;
     while done < workload.events {
         let n = 1000.min(workload.events - done);
-        backend
-            .append(&stream, (done..done + n).map(input).collect())
-            .await?;
+        let batch = (done..done + n)
+            .map(|i| keyed_input(i, workload.keys))
+            .collect();
+        backend.append(&stream, batch).await?;
         done += n;
     }
+    let group = GroupName::parse("handler")?;
+    let spec = GroupSpec {
+        ordering: workload.ordering,
+        ..GroupSpec::new(group.clone())
+    };
+    backend.create_group(&stream, spec).await?;
     let timed = Arc::new(Timed {
         inner: handler,
         samples: Mutex::new(Vec::with_capacity(workload.events)),
     });
-    let mut settings = HandlerSettings::new(
-        stream,
-        GroupName::parse("handler")?,
-        ConsumerId::parse("bench")?,
-    );
+    let mut settings = HandlerSettings::new(stream, group, ConsumerId::parse("bench")?);
     settings.concurrency = workload.concurrency;
     settings.max_demand = workload.max_demand;
     let name = HandlerName::parse("bench")?;

@@ -890,6 +890,30 @@ fn replay_reset_dead_letters_and_redrive() {
         400,
         "invalid_partition",
     );
+    // An ordering change resets every partition; a bad one is named.
+    let refused = reset(json!({"confirm": true, "ordering": "key", "partitions": [0]}));
+    assert_error(&refused, 400, "invalid");
+    assert!(
+        refused.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ordering"),
+        "{}",
+        refused.1
+    );
+    assert_error(
+        &reset(json!({"confirm": true, "ordering": "keys"})),
+        400,
+        "invalid",
+    );
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(info["ordering"], "none", "{info}");
+    let (status, ok) = reset(json!({"confirm": true, "ordering": "key"}));
+    assert_eq!((status, ok), (200, json!({"ok": true})));
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(info["ordering"], "key", "{info}");
+    assert_eq!(reset(json!({"confirm": true, "ordering": "none"})).0, 200);
+
     let (status, ok) = reset(json!({"confirm": true, "start_after": 2}));
     assert_eq!((status, ok), (200, json!({"ok": true})));
     let (_, lag) = get(&http, &server, &format!("{g}/lag"));

@@ -47,21 +47,10 @@ fn sigkill_loop_on_sqlite_loses_nothing_and_redelivers_nothing_acked() {
 
 #[test]
 fn sigkill_loop_on_postgres_loses_nothing_and_redelivers_nothing_acked() {
-    let Some(url) = service_url("TEST_POSTGRES_URL", "postgres") else {
+    let Some(backend) = support::fresh_postgres_schema() else {
         return;
     };
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    // rheo_t_<secs>_…: the lib tests drop such schemas after an hour.
-    let schema = format!("rheo_t_{secs}_{:08x}", support::rand_suffix());
-    let sep = if url.contains('?') { '&' } else { '?' };
-    chaos::sigkill_loop(
-        "postgres SIGKILL loop",
-        Some(format!("{url}{sep}schema={schema}")),
-        KILLS,
-    );
+    chaos::sigkill_loop("postgres SIGKILL loop", Some(backend), KILLS);
 }
 
 /// The sum of the `rheo_backend_errors_total` series of `op` in
@@ -156,12 +145,13 @@ fn postgres_outage_answers_unavailable_backs_off_and_recovers() {
         let secs = down.elapsed().as_secs_f64();
         let failed = backend_errors(&http, &server, "fetch") - fetch_errors;
         // Lines of the server's own doing: not the ones about answers to
-        // the test's requests (the producer retries every 25 ms).
+        // the test's requests (the producer retries every 25 ms), which
+        // name their route or are the HTTP layer's "response failed".
         let lines = server
             .log_text()
             .lines()
             .skip(log_lines)
-            .filter(|l| !l.contains("route="))
+            .filter(|l| !l.contains("route=") && !l.contains("response failed"))
             .count();
         println!(
             "outage: {secs:.1} s, {failed} failed fetches, {lines} log lines, fetch retries {retries:?}"
@@ -283,6 +273,12 @@ fn sqlite_disk_full_refuses_appends_clearly_keeps_what_was_acked_and_recovers() 
             break (status, body);
         }
     };
+    if refused.0 != 507 {
+        // Which error the store gave is in the server's log.
+        let log = server.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        println!("the server's log ends:\n{tail:#?}");
+    }
     assert_error(&refused, 507, "storage_full");
     println!(
         "disk full after {} more events: {}",

@@ -15,9 +15,10 @@ fn migrate_creates_a_sqlite_schema_once() {
     let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
-    assert!(first.contains("applied 3 migration(s)"), "{first}");
+    assert!(first.contains("applied 4 migration(s)"), "{first}");
     assert!(first.contains("0001 streams and events"), "{first}");
     assert!(first.contains("0003 scan floors"), "{first}");
+    assert!(first.contains("0005 ordering"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(second.contains("up to date"), "{second}");
@@ -34,10 +35,11 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
-        first.starts_with("postgres: applied 4 migration(s)"),
+        first.starts_with("postgres: applied 5 migration(s)"),
         "{first}"
     );
     assert!(first.contains("0004 cluster"), "{first}");
+    assert!(first.contains("0005 ordering"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert_eq!(

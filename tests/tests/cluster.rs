@@ -27,7 +27,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use rheo_e2e::{Server, ServerOptions, agent, answer, run_rheo, service_url};
+use rheo_e2e::{Server, ServerOptions, agent, answer, run_rheo};
 use serde_json::{Value, json};
 use support::{append_batch, deploy, eventually, get, guest, post, post_empty, swap_module};
 use ureq::Agent;
@@ -50,18 +50,10 @@ static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl Cluster {
     /// `n` servers named n1…, or `None` (skip) without PostgreSQL.
     fn start(n: usize) -> Option<Cluster> {
-        let url = service_url("TEST_POSTGRES_URL", "postgres")?;
+        let backend = support::fresh_postgres_schema()?;
         let turn = TURN
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        // rheo_t_<secs>_…: the lib tests drop such schemas after an hour.
-        let schema = format!("rheo_t_{secs}_{:08x}", support::rand_suffix());
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let backend = format!("{url}{sep}schema={schema}");
         let mut nodes = Vec::new();
         let mut dirs = Vec::new();
         for i in 1..=n {

@@ -428,6 +428,32 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     assert_eq!(row(&lag, "0"), ["0", "1", "3", "2"]);
     assert_eq!(row(&lag, "1"), ["1", "1", "2", "1"]);
 
+    // A reset can change the ordering, of every partition only.
+    let partial = rheo(
+        &server,
+        &[
+            "reset",
+            "pay",
+            "replayed",
+            "--confirm",
+            "--ordering",
+            "key",
+            "--partitions",
+            "0",
+        ],
+    );
+    assert_eq!(partial.code, Some(2), "{}", partial.stderr);
+    let out = ok(
+        &server,
+        &["reset", "pay", "replayed", "--confirm", "--ordering", "key"],
+    );
+    assert_eq!(
+        out.trim(),
+        "reset group replayed on stream pay (ordering key)"
+    );
+    let info = ok(&server, &["group-info", "pay", "replayed"]);
+    assert_eq!(row(&info, "ordering"), ["ordering", "key"]);
+
     let missing = rheo(&server, &["group-info", "pay", "nope"]);
     assert_eq!(missing.code, Some(1));
     assert!(

@@ -7,7 +7,9 @@
 //! metadata with `causation_id` = the source id and the source's
 //! `correlation_id` carried over, and `transformed_at_ms` from the host's
 //! clock. Acks when the append succeeded (or was a
-//! duplicate), retries when it failed.
+//! duplicate), retries when it failed. A source whose payload has
+//! `"retry_once": true` is retried on its first attempt, before anything is
+//! appended: the retry a pipeline shows (and the ordering tests use).
 
 use rheo_guest::serde_json::{Map, Value};
 use rheo_guest::{Delivery, EventInput, Outcome, PayloadError};
@@ -21,6 +23,9 @@ fn handle(delivery: Delivery) -> Result<Outcome, PayloadError> {
     let source = &delivery.event;
 
     let mut payload = source.payload_json()?;
+    if delivery.attempt == 1 && payload.get("retry_once") == Some(&Value::Bool(true)) {
+        return Ok(Outcome::retry("transform: retry_once"));
+    }
     payload.insert("source".into(), Value::String(source.id.clone()));
     let mut metadata = Map::new();
     metadata.insert("causation_id".into(), Value::String(source.id.clone()));

@@ -41,9 +41,9 @@ pub use wakeup::{Notifier, Wakeup};
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, MAX_FETCH_LIMIT, MAX_PARTITIONS, MAX_QUERY_LIMIT, MAX_SETTLE_BATCH,
-    Page, Query, SettleOp, SettleTarget, Settlement, StartPosition, Stream, StreamName, Timestamp,
-    ValidationError, validate_lease_ms, validate_limit, validate_sequence,
+    GroupOrdering, GroupSpec, Lag, Lease, MAX_FETCH_LIMIT, MAX_PARTITIONS, MAX_QUERY_LIMIT,
+    MAX_SETTLE_BATCH, Page, Query, SettleOp, SettleTarget, Settlement, StartPosition, Stream,
+    StreamName, Timestamp, ValidationError, validate_lease_ms, validate_limit, validate_sequence,
 };
 
 /// What a backend can promise beyond the invariants every backend keeps.
@@ -279,16 +279,28 @@ pub struct ResetRequest {
     pub start: StartPosition,
     /// Partitions to reset.
     pub partitions: Partitions,
+    /// The group's ordering from now on (`docs/groups.md#ordering`);
+    /// `None` keeps it. Changing it needs every partition reset.
+    pub ordering: Option<GroupOrdering>,
 }
 
 impl ResetRequest {
-    /// Checks `confirm` first, then the start point (partitions are checked
+    /// Checks `confirm` first, then the start point, then that an ordering
+    /// change resets every partition (partitions are checked
     /// against the stream).
     pub fn validate(&self) -> Result<()> {
         if !self.confirm {
             return Err(Error::ConfirmRequired);
         }
-        Ok(self.start.validate()?)
+        self.start.validate()?;
+        if self.ordering.is_some() && self.partitions != Partitions::All {
+            return Err(Error::invalid(
+                "ordering",
+                "a group's ordering changes for all its partitions at once: \
+                 reset every partition (leave partitions out) to change it",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -171,6 +171,7 @@ pub(crate) fn start_points(
 pub(crate) struct GroupConfig {
     pub(crate) max_attempts: u32,
     pub(crate) retry_backoff_ms: Vec<u64>,
+    pub(crate) ordering: crate::model::GroupOrdering,
 }
 
 impl From<&Group> for GroupConfig {
@@ -178,6 +179,7 @@ impl From<&Group> for GroupConfig {
         Self {
             max_attempts: g.max_attempts,
             retry_backoff_ms: g.retry_backoff_ms.clone(),
+            ordering: g.ordering,
         }
     }
 }
@@ -254,22 +256,6 @@ pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
     attempt >= max_attempts
 }
 
-/// Refuses a group `ordering` that `backend` does not keep yet
-/// (`docs/groups.md#ordering`): its claims would hand out what the
-/// ordering holds back.
-pub(crate) fn refuse_ordering(ordering: crate::model::GroupOrdering, backend: &str) -> Result<()> {
-    if ordering == crate::model::GroupOrdering::None {
-        return Ok(());
-    }
-    Err(Error::Invalid(crate::model::ValidationError::new(
-        "ordering",
-        format!(
-            "the {backend} backend does not keep ordering {:?} yet; create the group with ordering \"none\" or on the memory backend (docs/groups.md#ordering)",
-            ordering.as_str()
-        ),
-    )))
-}
-
 /// Shares `limit` claims among partitions one at a time in rotation,
 /// starting at `first` (an index into `capacity`): `capacity[i]` is how
 /// many partition `i` can give. Returns how many to take from each
@@ -298,6 +284,134 @@ pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec
 pub(crate) fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64) -> usize {
     let unseen = high_watermark.saturating_sub(cursor.saturating_sub(1));
     claimable.saturating_add(usize::try_from(unseen).unwrap_or(usize::MAX))
+}
+
+/// The most unseen events one claim looks at in a partition before it
+/// gives up for this fetch (`docs/groups.md#ordering`): under an ordering,
+/// events whose gate is busy are parked as the cursor passes them, and a
+/// long run of one busy key is parked over several fetches rather than in
+/// one.
+pub(crate) const WALK_PER_CLAIM: usize = 4096;
+
+/// A fetch's walk over the unseen events of one partition of an ordered
+/// group, from its cursor (`docs/groups.md#ordering`): an event whose gate
+/// is free is leased, and its gate is busy from then on; one whose gate is
+/// busy is parked behind its head; until `want` are leased, the high
+/// watermark is passed or [`WALK_PER_CLAIM`] events were looked at. Under
+/// `partition` every event shares one gate, so the walk stops at the first
+/// busy one instead of parking the whole partition.
+///
+/// The store reads the events in the windows [`GateWalk::window`] names,
+/// says which of the gates [`GateWalk::to_ask`] lists have a delivery open,
+/// and hands both to [`GateWalk::pass`]; what to lease, what to park and
+/// where the cursor goes are then in the walk.
+#[derive(Debug)]
+pub(crate) struct GateWalk {
+    ordering: crate::model::GroupOrdering,
+    want: usize,
+    /// The walk looks at sequences below this.
+    limit: u64,
+    /// The next window's length.
+    span: u64,
+    /// Stopped at a busy event under `partition` ordering.
+    stopped: bool,
+    /// Gates this walk leased an event of.
+    taken: HashSet<String>,
+    /// Sequences to lease now, with their gate.
+    pub(crate) lease: Vec<(u64, Option<String>)>,
+    /// Sequences to park behind their gate's head.
+    pub(crate) park: Vec<(u64, String)>,
+    /// The cursor after the walk.
+    pub(crate) next: u64,
+}
+
+impl GateWalk {
+    /// The longest window read at once.
+    const MAX_SPAN: u64 = 1024;
+
+    /// A walk from `cursor` that wants `want` leases.
+    pub(crate) fn new(ordering: crate::model::GroupOrdering, cursor: u64, want: usize) -> Self {
+        Self {
+            ordering,
+            want,
+            limit: cursor.saturating_add(WALK_PER_CLAIM as u64),
+            // The first window holds what is wanted; each next one, after
+            // parked events, twice as many.
+            span: want.max(16) as u64,
+            stopped: false,
+            taken: HashSet::new(),
+            lease: Vec::new(),
+            park: Vec::new(),
+            next: cursor,
+        }
+    }
+
+    /// The next sequences to read, both included, or `None` when the walk
+    /// is over (it has what it wants, passed `high_watermark` or looked at
+    /// as many events as one claim may).
+    pub(crate) fn window(&mut self, high_watermark: u64) -> Option<(u64, u64)> {
+        if self.stopped
+            || self.lease.len() >= self.want
+            || self.next > high_watermark
+            || self.next >= self.limit
+        {
+            return None;
+        }
+        let last = (self.next + self.span - 1)
+            .min(high_watermark)
+            .min(self.limit - 1);
+        self.span = (self.span * 2).min(Self::MAX_SPAN);
+        Some((self.next, last))
+    }
+
+    /// The gates of a window's events, given as (sequence, key), whose
+    /// state the store must give [`GateWalk::pass`]: those this walk has
+    /// not leased an event of.
+    pub(crate) fn to_ask<'a>(
+        &self,
+        events: impl IntoIterator<Item = &'a (u64, Option<String>)>,
+    ) -> HashSet<String> {
+        events
+            .into_iter()
+            .filter_map(|(_, key)| self.ordering.gate(key.as_deref()))
+            .filter(|gate| !self.taken.contains(*gate))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Passes a window's events, (sequence, key) in sequence order from
+    /// [`GateWalk::next`] on; `busy` says whether an asked gate has a
+    /// delivery open. A window without events ends the walk.
+    pub(crate) fn pass(
+        &mut self,
+        events: impl IntoIterator<Item = (u64, Option<String>)>,
+        busy: impl Fn(&str) -> bool,
+    ) {
+        let mut events = events.into_iter().peekable();
+        if events.peek().is_none() {
+            self.stopped = true;
+        }
+        for (seq, key) in events {
+            if self.lease.len() == self.want {
+                return;
+            }
+            match self.ordering.gate(key.as_deref()).map(str::to_owned) {
+                None => self.lease.push((seq, None)),
+                Some(gate) if self.taken.contains(&gate) || busy(&gate) => {
+                    if self.ordering == crate::model::GroupOrdering::Partition {
+                        self.stopped = true;
+                        return;
+                    }
+                    self.park.push((seq, gate));
+                }
+                Some(gate) => {
+                    self.taken.insert(gate.clone());
+                    self.lease.push((seq, Some(gate)));
+                }
+            }
+            self.next = seq + 1;
+        }
+    }
 }
 
 /// The frontier of a partition (`docs/groups.md#frontier-and-lag`): one

@@ -8,6 +8,7 @@ use crate::backend;
 use crate::backend::redact_url as redact;
 use crate::bench::{self, HandlerStartup, WorkloadResult};
 use crate::clock::SystemClock;
+use crate::model::{GroupName, GroupOrdering, GroupSpec};
 
 /// Arguments of `rheo bench`.
 #[derive(Debug, Args)]
@@ -72,6 +73,21 @@ pub(crate) struct BenchArgs {
     #[cfg(feature = "wasm")]
     #[arg(long, default_value_t = 256)]
     max_demand: usize,
+
+    /// Group orderings to consume under, in turn: each fetch+ack and
+    /// handler workload runs once per ordering, on a group of its own
+    /// (`none,key` compares them in one run; docs/groups.md#ordering).
+    #[arg(long, value_delimiter = ',', default_value = "none", value_parser = parse_ordering)]
+    ordering: Vec<GroupOrdering>,
+
+    /// Distinct event keys (`customer-0` …) the events are spread over.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    keys: u32,
+}
+
+fn parse_ordering(s: &str) -> Result<GroupOrdering, String> {
+    s.parse()
+        .map_err(|e: crate::model::ValidationError| e.message)
 }
 
 /// Which instance modes `rheo bench` measures a handler in.
@@ -92,6 +108,13 @@ impl BenchArgs {
             (1..=1000).contains(&self.batch),
             "--batch must be between 1 and 1000"
         );
+        for (i, ordering) in self.ordering.iter().enumerate() {
+            anyhow::ensure!(
+                !self.ordering[..i].contains(ordering),
+                "--ordering lists {} twice",
+                ordering.as_str()
+            );
+        }
         let temp = tempfile::tempdir().context("creating a temporary directory")?;
         let url = self
             .backend
@@ -103,6 +126,8 @@ impl BenchArgs {
         let store_arc = store;
         let store = &*store_arc;
         let (stream, group) = bench::bench_stream(store, self.partitions).await?;
+        let groups = self.groups(store, &stream, group).await?;
+        let keys = self.keys as usize;
         eprintln!(
             "benchmarking {} ({}) on stream {stream}",
             store.kind(),
@@ -111,60 +136,64 @@ impl BenchArgs {
 
         let mut results = Vec::new();
         let bar = |len: usize, what: &str| progress(len, what, self.json);
-        results.push(bench::append_single(store, &stream, self.single).await?);
+        results.push(bench::append_single(store, &stream, self.single, keys).await?);
         let bar1 = bar(self.events, "append");
+        let count = (self.events, keys);
         results.push(
-            bench::append_batched(store, &stream, self.events, self.batch, |n| {
+            bench::append_batched(store, &stream, count, self.batch, |n| {
                 bar1.set_position(n as u64)
             })
             .await?,
         );
         bar1.finish_and_clear();
-        let bar2 = bar(self.events + self.single, "fetch+ack");
-        results.push(
-            bench::fetch_ack(
-                store,
-                &stream,
-                &group,
-                self.events + self.single,
-                self.batch,
-                |n| bar2.set_position(n as u64),
-            )
-            .await?,
-        );
-        bar2.finish_and_clear();
+        for (label, group) in &groups {
+            let bar2 = bar(self.events + self.single, "fetch+ack");
+            let total = self.events + self.single;
+            let mut consume = bench::fetch_ack(store, &stream, group, total, self.batch, |n| {
+                bar2.set_position(n as u64)
+            })
+            .await?;
+            bar2.finish_and_clear();
+            consume.name.push_str(label);
+            results.push(consume);
+        }
 
         if self.history > 0 {
             let fill = bar(self.history, "filling history (append)");
-            bench::append_batched(store, &stream, self.history, 1000, |n| {
+            bench::append_batched(store, &stream, (self.history, keys), 1000, |n| {
                 fill.set_position(n as u64)
             })
             .await?;
             fill.finish_and_clear();
-            let drain = bar(self.history, "filling history (consume)");
-            bench::fetch_ack(store, &stream, &group, self.history, 1000, |n| {
-                drain.set_position(n as u64)
-            })
-            .await?;
-            drain.finish_and_clear();
-            let label = format!(" after {} events of history", self.history);
+            for (_, group) in &groups {
+                let drain = bar(self.history, "filling history (consume)");
+                bench::fetch_ack(store, &stream, group, self.history, 1000, |n| {
+                    drain.set_position(n as u64)
+                })
+                .await?;
+                drain.finish_and_clear();
+            }
+            let history = format!(" after {} events of history", self.history);
             let bar3 = bar(self.events, "append");
-            let mut append = bench::append_batched(store, &stream, self.events, self.batch, |n| {
+            let mut append = bench::append_batched(store, &stream, count, self.batch, |n| {
                 bar3.set_position(n as u64)
             })
             .await?;
             bar3.finish_and_clear();
-            append.name.push_str(&label);
+            append.name.push_str(&history);
             results.push(append);
-            let bar4 = bar(self.events, "fetch+ack");
-            let mut consume =
-                bench::fetch_ack(store, &stream, &group, self.events, self.batch, |n| {
-                    bar4.set_position(n as u64)
-                })
-                .await?;
-            bar4.finish_and_clear();
-            consume.name.push_str(&label);
-            results.push(consume);
+            for (label, group) in &groups {
+                let bar4 = bar(self.events, "fetch+ack");
+                let mut consume =
+                    bench::fetch_ack(store, &stream, group, self.events, self.batch, |n| {
+                        bar4.set_position(n as u64)
+                    })
+                    .await?;
+                bar4.finish_and_clear();
+                consume.name.push_str(label);
+                consume.name.push_str(&history);
+                results.push(consume);
+            }
         }
 
         #[cfg(feature = "wasm")]
@@ -195,6 +224,42 @@ impl BenchArgs {
             }
         }
         Ok(())
+    }
+}
+
+impl BenchArgs {
+    /// Whether the results name their ordering: more than one, or another
+    /// than `none`.
+    fn ordered(&self) -> bool {
+        self.ordering.len() > 1 || self.ordering.iter().any(|o| *o != GroupOrdering::None)
+    }
+
+    /// The groups the fetch+ack workloads consume, each with its label:
+    /// `bench` (created with the stream) alone by default, else one group
+    /// per ordering, created before anything is appended.
+    async fn groups(
+        &self,
+        store: &dyn backend::Backend,
+        stream: &crate::model::StreamName,
+        plain: GroupName,
+    ) -> anyhow::Result<Vec<(String, GroupName)>> {
+        if !self.ordered() {
+            return Ok(vec![(String::new(), plain)]);
+        }
+        let mut groups = Vec::new();
+        for &ordering in &self.ordering {
+            let name = GroupName::parse(format!("bench-{}", ordering.as_str()))?;
+            let spec = GroupSpec {
+                ordering,
+                ..GroupSpec::new(name.clone())
+            };
+            store
+                .create_group(stream, spec)
+                .await
+                .with_context(|| format!("cannot create a group with ordering {ordering:?}"))?;
+            groups.push((format!(" (ordering {})", ordering.as_str()), name));
+        }
+        Ok(groups)
     }
 }
 
@@ -272,18 +337,21 @@ impl BenchArgs {
         };
         let mut results = Vec::new();
         let several = self.concurrency.len() > 1;
-        for (&mode, &concurrency) in modes
-            .iter()
-            .flat_map(|m| self.concurrency.iter().map(move |c| (m, c)))
-        {
-            let name = if several {
-                format!(
-                    "{label} e2e ({}, concurrency {concurrency})",
-                    mode_name(mode)
-                )
-            } else {
-                format!("{label} e2e ({})", mode_name(mode))
-            };
+        let ordered = self.ordered();
+        let runs = modes.iter().flat_map(|&m| {
+            self.concurrency
+                .iter()
+                .flat_map(move |&c| self.ordering.iter().map(move |&o| (m, c, o)))
+        });
+        for (mode, concurrency, ordering) in runs {
+            let mut name = format!("{label} e2e ({}", mode_name(mode));
+            if several {
+                name.push_str(&format!(", concurrency {concurrency}"));
+            }
+            if ordered {
+                name.push_str(&format!(", ordering {}", ordering.as_str()));
+            }
+            name.push(')');
             let env = HandlerEnv::new(HandlerName::parse("bench")?, std::sync::Arc::clone(store));
             let limits = Limits {
                 instance: mode,
@@ -297,6 +365,8 @@ impl BenchArgs {
                 concurrency,
                 max_demand: self.max_demand,
                 partitions: self.partitions,
+                keys: self.keys as usize,
+                ordering,
             };
             let bar = progress(self.handler_events, &name, self.json);
             let result = bench::through_handler(

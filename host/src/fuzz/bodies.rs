@@ -89,6 +89,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
             confirm: b.confirm,
             start,
             partitions: dto::partitions(b.partitions),
+            ordering: None,
         };
         let _ = reset.validate();
     }

@@ -152,6 +152,7 @@ fn generated_valid_manifests_round_trip() {
                 name: own.map(|n| HandlerName::parse(n).unwrap()),
                 stream: StreamName::parse(stream).unwrap(),
                 group: GroupName::parse(group).unwrap(),
+                ordering: None,
                 module,
                 concurrency,
                 max_demand,

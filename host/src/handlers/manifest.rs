@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Partitions;
 use crate::model::{
-    ConsumerId, DEFAULT_LEASE_MS, GroupName, HandlerName, MAX_FETCH_LIMIT, StreamName,
-    validate_lease_ms,
+    ConsumerId, DEFAULT_LEASE_MS, GroupName, GroupOrdering, HandlerName, MAX_FETCH_LIMIT,
+    StreamName, validate_lease_ms,
 };
 use crate::runtime::{
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_IDLE_POLL, DEFAULT_MAX_RETRY_DELAY_MS, HandlerSettings,
@@ -63,6 +63,11 @@ pub struct Manifest {
     pub stream: StreamName,
     /// Group to consume as (created if missing).
     pub group: GroupName,
+    /// The group's ordering (`docs/groups.md#ordering`): the group is
+    /// created with it, and an existing group must have it. Unset: the
+    /// group's own (a new one: `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<GroupOrdering>,
     /// The `.wasm` file, relative to the manifest (files only; uploads carry
     /// the module separately).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +153,7 @@ impl Manifest {
             name: None,
             stream,
             group,
+            ordering: None,
             module: None,
             concurrency: defaults::concurrency(),
             max_demand: defaults::max_demand(),
@@ -226,6 +232,7 @@ impl Manifest {
         HandlerSettings {
             stream: self.stream.clone(),
             group: self.group.clone(),
+            ordering: self.ordering,
             partitions: self
                 .partitions
                 .clone()
@@ -279,6 +286,9 @@ mod tests {
         assert!(err.to_string().contains("concurency"), "{err}");
         let err = Manifest::from_toml("stream = \"bad name\"\ngroup = \"g\"\n").unwrap_err();
         assert!(err.to_string().contains("stream"), "{err}");
+        let err = Manifest::from_toml("stream = \"s\"\ngroup = \"g\"\nordering = \"keys\"\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("ordering"), "{err}");
         let mut m = Manifest::new(
             StreamName::parse("s").unwrap(),
             GroupName::parse("g").unwrap(),
@@ -300,6 +310,7 @@ mod tests {
         m.config.insert("k".into(), "v".into());
         m.partitions = Some(vec![0, 2]);
         m.instance = InstanceSetting::Fresh;
+        m.ordering = Some(GroupOrdering::Key);
         assert_eq!(Manifest::from_toml(&m.to_toml()).unwrap(), m);
         let json = serde_json::to_vec(&m).unwrap();
         assert_eq!(Manifest::from_json(&json).unwrap(), m);

@@ -65,7 +65,7 @@ pub use supervisor::{Runtime, RuntimeError};
 pub use worker::{Worker, WorkerControl};
 
 use crate::backend::Partitions;
-use crate::model::{ConsumerId, GroupName, Lease, StreamName};
+use crate::model::{ConsumerId, GroupName, GroupOrdering, Lease, StreamName};
 use crate::settle::HandlerOutcome;
 
 /// Something that handles one delivery. The WebAssembly runner implements
@@ -130,6 +130,9 @@ pub struct HandlerSettings {
     pub stream: StreamName,
     /// Group to consume as.
     pub group: GroupName,
+    /// The ordering the group is created with, and must have if it
+    /// exists; `None`: whatever it has (a new one: `none`).
+    pub ordering: Option<GroupOrdering>,
     /// Partitions to claim from.
     pub partitions: Partitions,
     /// Deliveries handled at the same time.
@@ -155,6 +158,7 @@ impl HandlerSettings {
         Self {
             stream,
             group,
+            ordering: None,
             partitions: Partitions::All,
             concurrency: 1,
             max_demand: 10,

@@ -60,11 +60,54 @@ impl Runtime {
         }
     }
 
+    /// Creates the group of `settings` if it is missing; refuses one that
+    /// exists with another ordering than the settings ask for.
+    async fn ensure_group(&self, settings: &HandlerSettings) -> Result<(), RuntimeError> {
+        let (s, g) = (&settings.stream, &settings.group);
+        let spec = GroupSpec {
+            ordering: settings.ordering.unwrap_or_default(),
+            ..GroupSpec::new(g.clone())
+        };
+        match self.backend.create_group(s, spec).await {
+            Ok(_) => return Ok(()),
+            Err(BackendError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(wanted) = settings.ordering else {
+            return Ok(());
+        };
+        let groups = self.backend.list_groups(s).await?;
+        let Some(group) = groups.iter().find(|group| &group.name == g) else {
+            return Ok(());
+        };
+        if group.ordering == wanted {
+            return Ok(());
+        }
+        Err(BackendError::invalid(
+            "ordering",
+            format!(
+                "group {:?} of stream {:?} exists with ordering {:?}, not {:?}; \
+                 change it with a reset of every partition (rheo reset {} {} --confirm --ordering {}), \
+                 consume as a new group, or leave ordering unset to take the group's",
+                g.as_str(),
+                s.as_str(),
+                group.ordering.as_str(),
+                wanted.as_str(),
+                s.as_str(),
+                g.as_str(),
+                wanted.as_str()
+            ),
+        )
+        .into())
+    }
+
     /// Runs `version` as `name`, paused or not. A handler already running
     /// with the same stream, group and settings just swaps versions
     /// (in-flight deliveries finish on the old one); otherwise its worker is
     /// drained and a new one started, keeping the counters. The group is
-    /// created if missing; when that fails, what ran before keeps running.
+    /// created if missing, with the settings' ordering; an existing group
+    /// must have that ordering. When either fails, what ran before keeps
+    /// running.
     pub async fn run(
         &self,
         name: &HandlerName,
@@ -72,14 +115,7 @@ impl Runtime {
         version: Version,
         paused: bool,
     ) -> Result<(), RuntimeError> {
-        match self
-            .backend
-            .create_group(&settings.stream, GroupSpec::new(settings.group.clone()))
-            .await
-        {
-            Ok(_) | Err(BackendError::AlreadyExists(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
+        self.ensure_group(&settings).await?;
         let version = Arc::new(version);
         let replaced = {
             let mut handlers = self.handlers.lock();
@@ -188,6 +224,7 @@ impl Runtime {
 fn same_consumption(a: &HandlerSettings, b: &HandlerSettings) -> bool {
     a.stream == b.stream
         && a.group == b.group
+        && a.ordering == b.ordering
         && a.partitions == b.partitions
         && a.concurrency == b.concurrency
         && a.max_demand == b.max_demand

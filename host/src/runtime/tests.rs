@@ -16,7 +16,8 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, CreateStream, DeadLettersRequest, Partitions, Replay};
 use crate::clock::FrozenClock;
 use crate::model::{
-    ConsumerId, EventInput, GroupName, GroupSpec, HandlerName, Lease, StreamName, Timestamp,
+    ConsumerId, EventInput, GroupName, GroupOrdering, GroupSpec, HandlerName, Lease, StreamName,
+    Timestamp,
 };
 use crate::settle::{HandlerFailure, HandlerOutcome};
 
@@ -625,16 +626,6 @@ impl Handler for Arc<KeyWatch> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn under_key_ordering_a_handler_of_concurrency_16_runs_each_key_in_sequence_order() {
     let e = env().await;
-    e.backend
-        .create_group(
-            &e.stream,
-            GroupSpec {
-                ordering: crate::model::GroupOrdering::Key,
-                ..GroupSpec::new(e.group.clone())
-            },
-        )
-        .await
-        .unwrap();
     const KEYS: usize = 20;
     const PER_KEY: usize = 100;
     e.backend
@@ -645,10 +636,14 @@ async fn under_key_ordering_a_handler_of_concurrency_16_runs_each_key_in_sequenc
     let h = name("ordered");
     let mut settings = e.settings();
     settings.concurrency = 16;
+    // The runtime creates the group with the settings' ordering.
+    settings.ordering = Some(GroupOrdering::Key);
     e.runtime
         .run(&h, settings, version(1, Arc::clone(&watch)), false)
         .await
         .unwrap();
+    let groups = e.backend.list_groups(&e.stream).await.unwrap();
+    assert_eq!(groups[0].ordering, GroupOrdering::Key);
     eventually("every event acked", async || e.lag().await == 0).await;
     let c = e.counters(&h);
     e.runtime.shutdown().await;
@@ -659,4 +654,47 @@ async fn under_key_ordering_a_handler_of_concurrency_16_runs_each_key_in_sequenc
         "two of a key ran at once"
     );
     assert_each_key_in_order(watch.acked.lock().clone(), KEYS, PER_KEY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_asking_for_another_ordering_than_its_group_has_is_refused() {
+    let e = env().await;
+    e.backend
+        .create_group(&e.stream, GroupSpec::new(e.group.clone()))
+        .await
+        .unwrap();
+    e.append(3).await;
+    let h = name("keyed");
+    let mut keyed = e.settings();
+    keyed.ordering = Some(GroupOrdering::Key);
+    let refused = e
+        .runtime
+        .run(
+            &h,
+            keyed,
+            version(1, FnHandler(|_: &Lease| HandlerOutcome::Ack)),
+            false,
+        )
+        .await
+        .expect_err("a group without ordering cannot serve a keyed handler");
+    let message = refused.to_string();
+    assert!(
+        message.contains("ordering") && message.contains("\"none\"") && message.contains("\"key\""),
+        "{message}"
+    );
+    assert!(e.runtime.counters(&h).is_none(), "nothing runs");
+    assert_eq!(e.lag().await, 3, "nothing was consumed");
+
+    // The group's own ordering, named or left unset, runs.
+    for ordering in [Some(GroupOrdering::None), None] {
+        let mut settings = e.settings();
+        settings.ordering = ordering;
+        let handler = FnHandler(|_: &Lease| HandlerOutcome::Ack);
+        e.runtime
+            .run(&h, settings, version(1, handler), false)
+            .await
+            .unwrap();
+    }
+    eventually("consumed", async || e.lag().await == 0).await;
+    e.runtime.shutdown().await;
 }

@@ -366,6 +366,20 @@ pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, st
     }
 }
 
+/// A backend URL for a fresh schema on `TEST_POSTGRES_URL`, or `None`
+/// (the test skips) without PostgreSQL. The schema is named
+/// `rheo_t_<secs>_…`: the lib tests drop such schemas after an hour.
+pub(crate) fn fresh_postgres_schema() -> Option<String> {
+    let url = rheo_e2e::service_url("TEST_POSTGRES_URL", "postgres")?;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let schema = format!("rheo_t_{secs}_{:08x}", rand_suffix());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{sep}schema={schema}"))
+}
+
 /// A few random bits without another dependency.
 pub(crate) fn rand_suffix() -> u32 {
     let t = std::time::SystemTime::now()

@@ -8,7 +8,8 @@
 // plus "source": <source id>; metadata with `causation_id` = the source id,
 // the source's `correlation_id` carried over, and `transformed_at_ms` from
 // the host's clock. Acks when the append succeeded (or was a duplicate),
-// retries when it failed.
+// retries when it failed. A source whose payload has "retry_once": true is
+// retried on its first attempt, before anything is appended.
 
 import { Ack, AppendError, Reject, Retry, append, config, handler, log, nowMs } from "rheo-handler";
 
@@ -16,6 +17,9 @@ handler((delivery) => {
   const target = config("target_stream");
   if (target === null) return Reject("transform: config target_stream is not set");
   const source = delivery.event;
+  if (delivery.attempt === 1 && source.payload.retry_once === true) {
+    return Retry("transform: retry_once");
+  }
 
   const payload = { ...source.payload, source: source.id };
   const metadata = { causation_id: source.id };

@@ -8,7 +8,9 @@ appended once (the second append answers the first as a duplicate); type
 copied plus ``"source": <source id>``; metadata with ``causation_id`` = the
 source id, the source's ``correlation_id`` carried over, and
 ``transformed_at_ms`` from the host's clock. Acks when the append succeeded
-(or was a duplicate), retries when it failed.
+(or was a duplicate), retries when it failed. A source whose payload has
+``"retry_once": true`` is retried on its first attempt, before anything is
+appended.
 """
 
 from rheo_handler import Ack, AppendError, Reject, Retry, append, config, handler, log, now_ms
@@ -20,6 +22,8 @@ def handle(delivery):
     if target is None:
         return Reject("transform: config target_stream is not set")
     source = delivery.event
+    if delivery.attempt == 1 and source.payload.get("retry_once") is True:
+        return Retry("transform: retry_once")
 
     payload = dict(source.payload, source=source.id)
     metadata = {"causation_id": source.id}

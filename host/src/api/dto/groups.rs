@@ -324,6 +324,9 @@ pub(crate) struct ResetBody {
     /// Partitions to reset (default all).
     #[serde(default, deserialize_with = "super::whole::opt_vec")]
     pub(crate) partitions: Option<Vec<u32>>,
+    /// The group's ordering from now on (`none`, `key` or `partition`);
+    /// default: unchanged. Needs every partition reset.
+    pub(crate) ordering: Option<GroupOrdering>,
 }
 
 /// A page of dead letters.

@@ -56,7 +56,8 @@ async fn group_replay(
 }
 
 /// Forget the group's delivery state in the selected partitions and start
-/// them again. Needs `confirm: true`, checked before anything else.
+/// them again; with `ordering`, in every partition and under that ordering
+/// from now on. Needs `confirm: true`, checked before anything else.
 #[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/reset", tag = "recovery",
     params(
         ("stream" = String, Path, description = "Stream name"),
@@ -65,7 +66,7 @@ async fn group_replay(
     request_body = ResetBody,
     responses(
         (status = 200, body = OkBody),
-        (status = 400, description = "confirm_required, or a bad start point or partition", body = ErrorBody),
+        (status = 400, description = "confirm_required, or a bad start point, partition or ordering (an ordering change resets every partition)", body = ErrorBody),
         (status = 404, description = "No such stream or group", body = ErrorBody),
     ))]
 async fn group_reset(
@@ -88,6 +89,7 @@ async fn group_reset(
             confirm: body.confirm,
             start: dto::start_position(body.start_after, body.start_at)?,
             partitions: dto::partitions(body.partitions),
+            ordering: body.ordering,
         })
         .await?;
     Ok(Json(OkBody::YES))

@@ -352,6 +352,7 @@ pub async fn immediate_nack_wakes_subscribers(h: &Harness) {
             confirm: true,
             start: StartPosition::Beginning,
             partitions: Partitions::All,
+            ordering: None,
         })
         .await
         .expect("reset");

@@ -103,6 +103,7 @@ async fn reset(
             confirm,
             start,
             partitions,
+            ordering: None,
         })
         .await
 }

@@ -52,6 +52,7 @@ fn reset_req(s: &StreamName, g: &GroupName, confirm: bool, start: StartPosition)
         confirm,
         start,
         partitions: Partitions::All,
+        ordering: None,
     }
 }
 

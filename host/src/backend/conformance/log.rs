@@ -143,6 +143,7 @@ async fn group_op_codes(
         confirm: true,
         start: StartPosition::Beginning,
         partitions: Partitions::All,
+        ordering: None,
     };
     let replay = Replay::FromSequence {
         after: 0,

@@ -392,6 +392,7 @@ macro_rules! __conformance_list {
             ordering::key_ordering_is_fair_across_keys,
             ordering::partition_ordering_hands_out_each_partitions_lowest_alone,
             ordering::competing_consumers_never_hold_two_of_one_key,
+            ordering::a_reset_of_every_partition_changes_the_ordering,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

@@ -1253,6 +1253,7 @@ impl Run<'_> {
             confirm,
             start: start.clone(),
             partitions: partitions.clone(),
+            ordering: None,
         };
         let got = self.b().reset(req).await;
         if !confirm {

@@ -190,6 +190,147 @@ pub async fn a_group_created_on_one_node_is_served_by_the_other(n: &Nodes) {
     assert_eq!(groups.len(), 1);
 }
 
+/// One node changes a group's ordering with a reset while the other has
+/// served the group under the old one: the other keeps the new ordering
+/// from its next fetch on, and its acks let each key's next event through.
+pub async fn an_ordering_changed_on_one_node_holds_on_the_other(n: &Nodes) {
+    use crate::backend::conformance::ordering::reset_to;
+    use crate::model::GroupOrdering;
+    let s = sn("s");
+    n.a.backend
+        .create_stream(CreateStream {
+            name: s.clone(),
+            partition_count: 1,
+        })
+        .await
+        .expect("create stream");
+    let g = n.a.group(&s, "g").await;
+    let keyed = |key: &str| EventInput {
+        key: Some(key.to_owned()),
+        ..EventInput::default()
+    };
+    n.a.append_inputs(&s, vec![keyed("a"), keyed("a"), keyed("a")])
+        .await;
+    let reset = |ordering| reset_to(&s, &g, ordering);
+    let sequences = |leases: &[crate::model::Lease]| {
+        leases.iter().map(|l| l.event.sequence).collect::<Vec<_>>()
+    };
+    // Node b serves the group unordered: it knows it as such from now on.
+    assert_eq!(n.b.fetch(&s, &g, 1).await.len(), 1);
+    n.a.backend
+        .reset(reset(GroupOrdering::Key))
+        .await
+        .expect("a reset to key ordering");
+    // Its next fetch keeps the new ordering.
+    let first = n.b.fetch(&s, &g, 10).await;
+    assert_eq!(sequences(&first), [1], "one of key a at a time");
+    assert!(n.a.fetch(&s, &g, 10).await.is_empty(), "a is out");
+
+    // Unordered again, and node b serves it so.
+    n.a.backend
+        .reset(reset(GroupOrdering::None))
+        .await
+        .expect("a reset to none");
+    assert_eq!(n.b.fetch(&s, &g, 10).await.len(), 3);
+    n.a.backend
+        .reset(reset(GroupOrdering::Key))
+        .await
+        .expect("a reset to key ordering");
+    // Node a hands out the head; node b, which knows the group unordered,
+    // acks it: the key's next event goes out.
+    let head = n.a.fetch(&s, &g, 10).await;
+    assert_eq!(sequences(&head), [1]);
+    n.b.ack(&head[0]).await.expect("ack on node b");
+    let next = n.a.fetch(&s, &g, 10).await;
+    assert_eq!(sequences(&next), [2]);
+}
+
+/// Four consumers, two per node, drain a key-ordered group while some
+/// deliveries are retried and some settled through the other node: no two
+/// deliveries of one key are ever out at once, and each key's events are
+/// processed in sequence order (`docs/groups.md#ordering`).
+pub async fn two_nodes_never_hold_two_of_one_key(n: &Nodes) {
+    use crate::backend::conformance::ordering::{assert_each_key_in_order, interleaved_keys};
+    use crate::model::GroupOrdering;
+    const KEYS: usize = 10;
+    const PER_KEY: usize = 20;
+    let s = n.a.stream("orders", 2).await;
+    let mut spec = GroupSpec::new(gn("keyed"));
+    spec.ordering = GroupOrdering::Key;
+    let g =
+        n.b.backend
+            .create_group(&s, spec)
+            .await
+            .expect("group")
+            .name;
+    n.a.append_inputs(&s, interleaved_keys(KEYS, PER_KEY)).await;
+
+    let out = Arc::new(Mutex::new(HashSet::<(u32, String)>::new()));
+    let done = Arc::new(Mutex::new(Vec::<(u32, String, u64)>::new()));
+    let backends = [n.a.backend.clone(), n.b.backend.clone()];
+    let mut workers = Vec::new();
+    for (node, backend) in backends.iter().enumerate() {
+        for w in 0..2 {
+            let (s, g) = (s.clone(), g.clone());
+            let (backend, other) = (backend.clone(), backends[1 - node].clone());
+            let (out, done) = (out.clone(), done.clone());
+            workers.push(tokio::spawn(async move {
+                let consumer = cid(&format!("node{node}-w{w}"));
+                for _ in 0..100_000 {
+                    if done.lock().len() == KEYS * PER_KEY {
+                        return;
+                    }
+                    let leases = backend
+                        .fetch(FetchRequest {
+                            stream: s.clone(),
+                            group: g.clone(),
+                            limit: 1 + rand::random::<u32>() % 6,
+                            consumer_id: consumer.clone(),
+                            lease_ms: 60_000,
+                            partitions: Partitions::All,
+                        })
+                        .await
+                        .expect("fetch");
+                    for lease in &leases {
+                        let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                        assert!(out.lock().insert(key.clone()), "two of {key:?} out at once");
+                    }
+                    tokio::task::yield_now().await;
+                    for lease in leases {
+                        let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                        // Settled through either node, whichever fetched it.
+                        let via = if rand::random::<bool>() {
+                            &backend
+                        } else {
+                            &other
+                        };
+                        out.lock().remove(&key);
+                        if lease.attempt == 1 && rand::random::<u32>().is_multiple_of(4) {
+                            via.nack(&s, &g, lease.target(), Some("again".into()), Some(0))
+                                .await
+                                .expect("nack");
+                            continue;
+                        }
+                        // Recorded before the ack: once acked, the key's
+                        // next event may go out to another consumer.
+                        done.lock().push((key.0, key.1, lease.event.sequence));
+                        via.ack(&s, &g, lease.into_target()).await.expect("ack");
+                    }
+                }
+                panic!("consumer node{node}-w{w} gave up before every event was processed");
+            }));
+        }
+    }
+    for w in workers {
+        w.await.expect("worker");
+    }
+    assert_each_key_in_order(done.lock().clone(), KEYS, PER_KEY);
+    for node in [&n.a, &n.b] {
+        let lag = node.lag(&s, &g).await;
+        assert_eq!((lag.lag, lag.inflight, lag.pending), (0, 0, 0));
+    }
+}
+
 /// Expands to one `#[tokio::test]` per shared-store check for a factory
 /// `async fn(SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)>`
 /// that opens two backends on one store.
@@ -201,6 +342,8 @@ macro_rules! shared_store_conformance {
             concurrent_appends_of_one_id_store_it_once,
             an_append_on_one_node_wakes_the_other,
             a_group_created_on_one_node_is_served_by_the_other,
+            an_ordering_changed_on_one_node_holds_on_the_other,
+            two_nodes_never_hold_two_of_one_key,
         ]);
     };
 }

@@ -1,56 +1,34 @@
 //! Group ordering (`docs/groups.md#ordering`): under `key` one delivery of
 //! a key is out at a time, in sequence order; under `partition` one per
-//! partition. A backend that does not keep an ordering yet must refuse to
-//! create such a group (`invalid`, field `ordering`) rather than hand out
-//! what the ordering holds back; [`KEEPS_ORDERING`] names those that keep
-//! it, so a check never passes by a refusal where the ordering is kept.
+//! partition. Every backend keeps both.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Error, Redrive, Replay};
+use crate::backend::{Error, Redrive, Replay, ResetRequest};
+use crate::model::StartPosition;
 use crate::model::{GroupOrdering, Lease};
 
-/// The backends (by [`Backend::kind`](crate::backend::Backend::kind)) that
-/// keep `key` and `partition` ordering.
-pub const KEEPS_ORDERING: &[&str] = &["memory"];
-
-/// Creates group `name` with `ordering` (and `max_attempts`) on `stream`;
-/// `None` when the backend does not keep ordering yet, after checking that
-/// it refused the group as it must.
+/// Creates group `name` with `ordering` (and `max_attempts`) on `stream`.
+/// Every backend keeps every ordering.
 async fn ordered(
     h: &Harness,
     stream: &StreamName,
     name: &str,
     ordering: GroupOrdering,
     max_attempts: u32,
-) -> Option<GroupName> {
+) -> GroupName {
     let mut spec = GroupSpec::new(gn(name));
     spec.ordering = ordering;
     spec.max_attempts = max_attempts;
-    let created = h.b().create_group(stream, spec).await;
-    if KEEPS_ORDERING.contains(&h.b().kind()) {
-        let group = created.expect("an ordered group");
-        assert_eq!(group.ordering, ordering);
-        return Some(group.name);
-    }
-    match created {
-        Err(Error::Invalid(e)) => {
-            assert_eq!(e.field, "ordering", "{e}");
-            assert!(e.message.contains("docs/groups.md#ordering"), "{e}");
-            let groups = h.b().list_groups(stream).await.expect("list groups");
-            assert!(
-                groups.iter().all(|g| g.name.as_str() != name),
-                "a refused group is not created"
-            );
-            None
-        }
-        other => panic!(
-            "{} neither keeps ordering nor refuses it: {other:?}",
-            h.b().kind()
-        ),
-    }
+    let group = h
+        .b()
+        .create_group(stream, spec)
+        .await
+        .expect("an ordered group");
+    assert_eq!(group.ordering, ordering);
+    group.name
 }
 
 /// An input with `key` (none: `""`) on partition 0.
@@ -114,9 +92,7 @@ pub async fn groups_show_their_ordering(h: &Harness) {
     let plain = h.group(&s, "plain").await;
     let info = h.b().group_info(&s, &plain).await.expect("group info");
     assert_eq!(info.ordering, GroupOrdering::None);
-    let Some(keyed) = ordered(h, &s, "keyed", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let keyed = ordered(h, &s, "keyed", GroupOrdering::Key, 5).await;
     let info = h.b().group_info(&s, &keyed).await.expect("group info");
     assert_eq!(info.ordering, GroupOrdering::Key);
     let listed: BTreeMap<String, GroupOrdering> = h
@@ -133,9 +109,7 @@ pub async fn groups_show_their_ordering(h: &Harness) {
 
 pub async fn key_ordering_holds_a_keys_next_event_until_it_settles(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "b", "a", "", "b", "a", ""]).await;
     let first = h.fetch(&s, &g, 10).await;
     // Each key's lowest; keyless events are not ordered.
@@ -157,9 +131,7 @@ pub async fn key_ordering_holds_a_keys_next_event_until_it_settles(h: &Harness) 
 
 pub async fn key_ordering_expiry_hands_out_the_same_head_again(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "a"]).await;
     let first = h.fetch_as(&s, &g, 10, "c1", 1_000).await;
     assert_eq!(held(&first), pairs(&[("a", 1)]));
@@ -174,9 +146,7 @@ pub async fn key_ordering_expiry_hands_out_the_same_head_again(h: &Harness) {
 
 pub async fn key_ordering_nack_with_delay_holds_back_only_its_key(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "b", "a", "b"]).await;
     let first = h.fetch(&s, &g, 10).await;
     assert_eq!(held(&first), pairs(&[("a", 1), ("b", 2)]));
@@ -200,9 +170,7 @@ pub async fn key_ordering_nack_with_delay_holds_back_only_its_key(h: &Harness) {
 
 pub async fn key_ordering_dead_letters_a_stuck_head_and_moves_on(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 2).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 2).await;
     append_keys(h, &s, &["a", "a", "a"]).await;
     // Out of attempts through nacks…
     let lease = h.fetch(&s, &g, 10).await;
@@ -229,9 +197,7 @@ pub async fn key_ordering_dead_letters_a_stuck_head_and_moves_on(h: &Harness) {
 
 pub async fn key_ordering_replay_reopens_each_key_in_order(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "b", "a", "a"]).await;
     loop {
         let leases = h.fetch(&s, &g, 10).await;
@@ -265,9 +231,7 @@ pub async fn key_ordering_replay_reopens_each_key_in_order(h: &Harness) {
 
 pub async fn key_ordering_replay_waits_for_the_delivery_out(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "a", "a"]).await;
     let one = h.fetch(&s, &g, 10).await;
     h.ack(&one[0]).await.unwrap();
@@ -289,9 +253,7 @@ pub async fn key_ordering_replay_waits_for_the_delivery_out(h: &Harness) {
 
 pub async fn key_ordering_redrive_goes_back_in_key_order(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     append_keys(h, &s, &["a", "a", "a"]).await;
     let one = h.fetch(&s, &g, 10).await;
     h.reject(&one[0], "poison").await.unwrap();
@@ -313,9 +275,7 @@ pub async fn key_ordering_redrive_goes_back_in_key_order(h: &Harness) {
 
 pub async fn key_ordering_is_fair_across_keys(h: &Harness) {
     let s = h.stream("s", 1).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     // A long run of one key ahead of the others does not starve them.
     let mut keys = vec!["hot"; 50];
     keys.extend(["x", "y", "z"]);
@@ -329,9 +289,7 @@ pub async fn key_ordering_is_fair_across_keys(h: &Harness) {
 
 pub async fn partition_ordering_hands_out_each_partitions_lowest_alone(h: &Harness) {
     let s = h.stream("s", 2).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Partition, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Partition, 5).await;
     h.append_to(&s, 0, 3).await;
     h.append_to(&s, 1, 2).await;
     let first = h.fetch(&s, &g, 10).await;
@@ -356,9 +314,7 @@ pub async fn partition_ordering_hands_out_each_partitions_lowest_alone(h: &Harne
 
 pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
     let s = h.stream("s", 2).await;
-    let Some(g) = ordered(h, &s, "g", GroupOrdering::Key, 5).await else {
-        return;
-    };
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
     const KEYS: usize = 8;
     const PER_KEY: usize = 12;
     h.append_inputs(&s, interleaved_keys(KEYS, PER_KEY)).await;
@@ -410,4 +366,61 @@ pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
     assert_each_key_in_order(done.lock().clone(), KEYS, PER_KEY);
     let lag = h.lag(&s, &g).await;
     assert_eq!((lag.lag, lag.inflight), (0, 0));
+}
+
+/// A reset of every partition to the beginning, changing the ordering.
+pub(super) fn reset_to(s: &StreamName, g: &GroupName, ordering: GroupOrdering) -> ResetRequest {
+    ResetRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+        start: StartPosition::Beginning,
+        partitions: Partitions::All,
+        ordering: Some(ordering),
+    }
+}
+
+/// The group's ordering as listed.
+async fn ordering_of(h: &Harness, s: &StreamName, g: &GroupName) -> GroupOrdering {
+    let groups = h.b().list_groups(s).await.expect("list groups");
+    groups
+        .iter()
+        .find(|group| &group.name == g)
+        .expect("the group")
+        .ordering
+}
+
+pub async fn a_reset_of_every_partition_changes_the_ordering(h: &Harness) {
+    let s = h.stream("s", 2).await;
+    let g = h.group(&s, "g").await;
+    append_keys(h, &s, &["a", "a", "b", "a"]).await;
+    assert_eq!(h.fetch(&s, &g, 10).await.len(), 4, "unordered: all at once");
+
+    // Some partitions only: refused whatever the backend, nothing changes.
+    let mut some = reset_to(&s, &g, GroupOrdering::Key);
+    some.partitions = Partitions::Only(vec![0]);
+    match h.b().reset(some).await {
+        Err(Error::Invalid(e)) => assert_eq!(e.field, "ordering", "{e}"),
+        other => panic!("a partial reset changed the ordering: {other:?}"),
+    }
+    assert_eq!(ordering_of(h, &s, &g).await, GroupOrdering::None);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "nothing was reset");
+
+    let keyed = h.b().reset(reset_to(&s, &g, GroupOrdering::Key)).await;
+    keyed.expect("a reset to key");
+    assert_eq!(ordering_of(h, &s, &g).await, GroupOrdering::Key);
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1), ("b", 3)]));
+    h.ack(&first[0]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 2)]));
+
+    // And back: every delivery out is forgotten, all go out at once.
+    h.b()
+        .reset(reset_to(&s, &g, GroupOrdering::None))
+        .await
+        .expect("a reset to none");
+    assert_eq!(ordering_of(h, &s, &g).await, GroupOrdering::None);
+    assert_eq!(h.fetch(&s, &g, 10).await.len(), 4);
+    assert_eq!(h.ack(&next[0]).await.unwrap_err().code(), "stale_lease");
 }

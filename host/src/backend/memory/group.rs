@@ -28,19 +28,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GroupConfig, OpenCounts, POISON_REASON, Write, claim_capacity, poisoned, round_robin,
-    settle_write,
+    GroupConfig, OpenCounts, POISON_REASON, WALK_PER_CLAIM, Write, claim_capacity, poisoned,
+    round_robin, settle_write,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
     ConsumerId, Group, GroupOrdering, LeaseId, SettleOp, SettleTarget, Timestamp, clip_reason,
 };
-
-/// The most unseen events one claim looks at in a partition before it
-/// gives up for this fetch: under an ordering, events whose gate is busy
-/// are parked as the cursor passes them, and a long run of one busy key
-/// is parked over several fetches rather than in one.
-const WALK_PER_CLAIM: usize = 4096;
 
 /// The key of the event at a sequence of the partition being claimed.
 type KeyOf<'a> = &'a dyn Fn(u64) -> Option<String>;

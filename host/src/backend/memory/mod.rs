@@ -500,6 +500,11 @@ impl Backend for MemoryBackend {
             for p in parts {
                 g.reset(p, starts[p as usize]);
             }
+            // Every partition was reset (`ResetRequest::validate`): no
+            // delivery is left to re-gate.
+            if let Some(ordering) = req.ordering {
+                g.group.ordering = ordering;
+            }
         }
         self.notifier.notify(&req.stream);
         Ok(())

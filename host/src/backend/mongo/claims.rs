@@ -33,18 +33,20 @@ use super::{
     uint,
 };
 use crate::backend::policy::{
-    POISON_REASON, Write, claim_capacity, plain_acks, round_robin, settle_write,
+    GroupConfig, POISON_REASON, Write, claim_capacity, plain_acks, round_robin, settle_write,
 };
 use crate::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
 };
 use crate::model::{
-    ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, Settlement, StreamName, Timestamp,
-    clip_reason,
+    ConsumerId, Event, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, Settlement,
+    StreamName, Timestamp, clip_reason,
 };
 
 /// Delivery statuses.
 pub(crate) const AVAILABLE: &str = "available";
+/// Available, but held back behind its gate's head (`gates.rs`).
+pub(crate) const PARKED: &str = "parked";
 pub(crate) const LEASED: &str = "leased";
 pub(crate) const ACKED: &str = "acked";
 pub(crate) const DEAD: &str = "dead";
@@ -79,12 +81,12 @@ pub(crate) fn claimable(
 }
 
 /// A claim made by this fetch.
-struct Claimed {
-    partition: u32,
-    sequence: u64,
-    attempt: u32,
-    lease_id: LeaseId,
-    event: Option<Arc<Event>>,
+pub(super) struct Claimed {
+    pub(super) partition: u32,
+    pub(super) sequence: u64,
+    pub(super) attempt: u32,
+    pub(super) lease_id: LeaseId,
+    pub(super) event: Option<Arc<Event>>,
 }
 
 /// How many documents of an ordered `insert_many` went in before it failed
@@ -104,16 +106,31 @@ impl MongoBackend {
     pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
         req.validate()?;
         let (partition_count, _) = self.meta(&req.stream).await?;
-        let config = self.group_config(&req.stream, &req.group).await?;
+        self.group_config(&req.stream, &req.group).await?;
         let selected = req.partitions.resolve(partition_count)?;
         if selected.is_empty() {
             return Ok(Vec::new());
         }
         // A fetch that lost every race to other fetchers looks again: what
-        // they left may still be claimable.
+        // they left may still be claimable. So does one that found the
+        // group's ordering changed (read again here).
         for _ in 0..3 {
+            let config = self.group_config(&req.stream, &req.group).await?;
+            if config.ordering != GroupOrdering::None {
+                let (s, g) = (&req.stream, &req.group);
+                let Some(claimed) = self
+                    .fetch_ordered(&req, &config, &selected, partition_count)
+                    .await?
+                else {
+                    continue;
+                };
+                let now_and_expiry = claimed.1;
+                return self
+                    .leases_of(s, g, &req.consumer_id, claimed.0, now_and_expiry)
+                    .await;
+            }
             let (leases, lost) = self
-                .fetch_once(&req, config.max_attempts, &selected, partition_count)
+                .fetch_once(&req, &config, &selected, partition_count)
                 .await?;
             if !leases.is_empty() || !lost {
                 return Ok(leases);
@@ -122,15 +139,62 @@ impl MongoBackend {
         Ok(Vec::new())
     }
 
-    /// One round of claims; also says whether a race was lost.
+    /// The leases of a fetch's claims, in partition and sequence order
+    /// (the events of re-claims read now; new ones came with theirs).
+    pub(super) async fn leases_of(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        consumer: &ConsumerId,
+        claimed: Vec<Claimed>,
+        (now, expires_at): (Timestamp, Timestamp),
+    ) -> Result<Vec<Lease>> {
+        let missing: Vec<(u32, u64)> = claimed
+            .iter()
+            .filter(|c| c.event.is_none())
+            .map(|c| (c.partition, c.sequence))
+            .collect();
+        let mut events = self.events_at(s, &missing).await?;
+        let mut leases = Vec::with_capacity(claimed.len());
+        for c in claimed {
+            let event = match c.event {
+                Some(event) => event,
+                None => events.remove(&(c.partition, c.sequence)).ok_or_else(|| {
+                    Error::Failed(format!("event {}/{} is missing", c.partition, c.sequence))
+                })?,
+            };
+            leases.push(Lease::new(
+                g.clone(),
+                event,
+                c.lease_id,
+                consumer.clone(),
+                c.attempt,
+                now,
+                expires_at,
+            ));
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok(leases)
+    }
+
+    /// One round of claims; also says whether a race was lost (or the
+    /// group's ordering found changed: the caller reads it again).
     async fn fetch_once(
         &self,
         req: &FetchRequest,
-        max_attempts: u32,
+        config: &GroupConfig,
         selected: &[u32],
         partition_count: u32,
     ) -> Result<(Vec<Lease>, bool)> {
         let (s, g) = (&req.stream, &req.group);
+        let max_attempts = config.max_attempts;
+        // Read first: a group that another node's reset made ordered is
+        // fetched by the ordered path from now on.
+        let state = self.group_state(s, g, partition_count).await?;
+        if state.ordering != config.ordering {
+            self.forget_group(s, g);
+            return Ok((Vec::new(), true));
+        }
         let now = self.now();
         let expires_at = now.add_ms(req.lease_ms);
         let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
@@ -197,7 +261,6 @@ impl MongoBackend {
             list.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
         }
 
-        let state = self.group_state(s, g, partition_count).await?;
         let hw = self.high_watermarks(s).await?;
         let capacity: Vec<usize> = selected
             .iter()
@@ -241,32 +304,10 @@ impl MongoBackend {
             claimed.append(&mut created);
         }
 
-        // The events of the re-claims (new ones came with theirs).
-        let missing: Vec<(u32, u64)> = claimed
-            .iter()
-            .filter(|c| c.event.is_none())
-            .map(|c| (c.partition, c.sequence))
-            .collect();
-        let mut events = self.events_at(s, &missing).await?;
-        let mut leases = Vec::with_capacity(claimed.len());
-        for c in claimed {
-            let event = match c.event {
-                Some(event) => event,
-                None => events.remove(&(c.partition, c.sequence)).ok_or_else(|| {
-                    Error::Failed(format!("event {}/{} is missing", c.partition, c.sequence))
-                })?,
-            };
-            leases.push(Lease::new(
-                g.clone(),
-                event,
-                c.lease_id,
-                req.consumer_id.clone(),
-                c.attempt,
-                now,
-                expires_at,
-            ));
-        }
-        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        let times = (now, expires_at);
+        let leases = self
+            .leases_of(s, g, &req.consumer_id, claimed, times)
+            .await?;
         Ok((leases, lost))
     }
 
@@ -406,7 +447,13 @@ impl MongoBackend {
 
     /// The first sequence from `from` on in partition `p` that has no
     /// delivery yet.
-    async fn created_from(&self, s: &StreamName, g: &GroupName, p: u32, from: u64) -> Result<u64> {
+    pub(super) async fn created_from(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        p: u32,
+        from: u64,
+    ) -> Result<u64> {
         let mut filter = deliveries_of(s, g);
         filter.insert("p", p as i32);
         filter.insert("q", doc! {"$gte": big(from)});
@@ -518,11 +565,47 @@ impl MongoBackend {
     ) -> Result<Vec<Result<()>>> {
         validate_settlements(&items)?;
         self.meta(s).await?;
-        let config = self.group_config(s, g).await?;
+        let mut config = self.group_config(s, g).await?;
         let now = self.now();
-        if plain_acks(&items) {
-            return self.ack_all(s, g, &items, now).await;
+        if config.ordering == GroupOrdering::None {
+            if plain_acks(&items)
+                && let Some(results) = self.ack_all(s, g, &items, now).await?
+            {
+                return Ok(results);
+            }
+            // A delivery with a gate: another node's reset made the group
+            // ordered (`ack_all` found one, or this read does).
+            if !plain_acks(&items) && !self.any_gated(s, g, &items).await? {
+                return self.settle_each(s, g, items, &config, now).await;
+            }
+            self.forget_group(s, g);
+            config = self.group_config(s, g).await?;
+            if config.ordering == GroupOrdering::None {
+                return self.settle_each(s, g, items, &config, now).await;
+            }
         }
+        self.settle_ordered(s, g, &items, &config).await
+    }
+
+    /// Whether any of the deliveries `items` name has a gate (was created
+    /// by an ordered group).
+    async fn any_gated(&self, s: &StreamName, g: &GroupName, items: &[Settlement]) -> Result<bool> {
+        let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
+        let mut by_event = deliveries_of(s, g);
+        by_event.insert("e", doc! {"$in": &events});
+        let docs = self.find_all(DELIVERIES, by_event, None, 0).await?;
+        Ok(docs.iter().any(|d| d.contains_key("k")))
+    }
+
+    /// Settles of an unordered group, one conditional update each.
+    async fn settle_each(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: Vec<Settlement>,
+        config: &GroupConfig,
+        now: Timestamp,
+    ) -> Result<Vec<Result<()>>> {
         let mut results = Vec::with_capacity(items.len());
         let mut requeued = false;
         for item in items {
@@ -553,7 +636,7 @@ impl MongoBackend {
                 continue;
             }
             let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
-            let write = settle_write(item.op, attempt, &config, now);
+            let write = settle_write(item.op, attempt, config, now);
             requeued |= write.requeues();
             let update = match write {
                 // An acked delivery keeps its last lease id: it says which
@@ -593,20 +676,23 @@ impl MongoBackend {
     /// still leased under the item's lease id are acked by one
     /// `update_many` (lease ids are unique, so `lid ∈ {…}` picks exactly
     /// them), and only if fewer changed than expected (another writer got
-    /// in between) are they read again to see which.
+    /// in between) are they read again to see which. `None` (nothing
+    /// written) when a delivery has a gate: the group is ordered now.
     async fn ack_all(
         &self,
         s: &StreamName,
         g: &GroupName,
         items: &[Settlement],
         now: Timestamp,
-    ) -> Result<Vec<Result<()>>> {
+    ) -> Result<Option<Vec<Result<()>>>> {
         let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
         let mut by_event = deliveries_of(s, g);
         by_event.insert("e", doc! {"$in": &events});
-        let held: HashMap<String, (String, Option<String>)> = self
-            .find_all(DELIVERIES, by_event.clone(), None, 0)
-            .await?
+        let found = self.find_all(DELIVERIES, by_event.clone(), None, 0).await?;
+        if found.iter().any(|d| d.contains_key("k")) {
+            return Ok(None);
+        }
+        let held: HashMap<String, (String, Option<String>)> = found
             .iter()
             .map(|d| {
                 let e = text(d, "e")?.to_owned();
@@ -649,19 +735,22 @@ impl MongoBackend {
                 .collect();
             Some(acked)
         };
-        Ok(items
-            .iter()
-            .map(|i| {
-                let pair = || {
-                    let t = &i.target;
-                    (
-                        t.event_id.as_str().to_owned(),
-                        t.lease_id.as_str().to_owned(),
-                    )
-                };
-                let done = fenced(i) && after.as_ref().is_none_or(|acked| acked.contains(&pair()));
-                if done { Ok(()) } else { Err(Error::StaleLease) }
-            })
-            .collect())
+        Ok(Some(
+            items
+                .iter()
+                .map(|i| {
+                    let pair = || {
+                        let t = &i.target;
+                        (
+                            t.event_id.as_str().to_owned(),
+                            t.lease_id.as_str().to_owned(),
+                        )
+                    };
+                    let done =
+                        fenced(i) && after.as_ref().is_none_or(|acked| acked.contains(&pair()));
+                    if done { Ok(()) } else { Err(Error::StaleLease) }
+                })
+                .collect(),
+        ))
     }
 }

@@ -10,7 +10,7 @@ use mongodb::bson::{Bson, Document, doc};
 use super::{GROUPS, MongoBackend, Phase, big, corrupt, int, is_duplicate_key, map_error, text};
 use crate::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
 use crate::backend::{Error, Result};
-use crate::model::{Group, GroupName, GroupSpec, StartPosition, StreamName};
+use crate::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
 
 /// A group as fetches and rewinds read it.
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ pub(crate) struct GroupState {
     pub(crate) cursors: Vec<u64>,
     /// Moved on by every reset.
     pub(crate) epoch: i64,
+    /// As stored: a reset of every partition may change it.
+    pub(crate) ordering: GroupOrdering,
 }
 
 /// The filter of one group's document.
@@ -42,15 +44,23 @@ fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
         name: GroupName::parse(text(d, "g")?).map_err(|e| corrupt("group name", e))?,
         max_attempts: u32::try_from(int(d, "max_attempts")?).map_err(|e| corrupt("group", e))?,
         retry_backoff_ms: backoff,
-        ordering: crate::model::GroupOrdering::None,
+        ordering: stored_ordering(d)?,
         created_at: crate::model::Timestamp::from_millis(int(d, "created_at")?),
     })
+}
+
+/// A group document's ordering (groups created before orderings existed
+/// have none).
+pub(crate) fn stored_ordering(d: &Document) -> Result<GroupOrdering> {
+    match d.get_str("ordering") {
+        Ok(o) => o.parse().map_err(|e| corrupt("ordering", e)),
+        Err(_) => Ok(GroupOrdering::None),
+    }
 }
 
 impl MongoBackend {
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        crate::backend::policy::refuse_ordering(spec.ordering, "mongodb")?;
         let (partition_count, _) = self.meta(s).await?;
         let now = self.now();
         let starts = self
@@ -69,6 +79,7 @@ impl MongoBackend {
             "created_at": now.as_millis(),
             "cursor": cursors,
             "epoch": 0_i64,
+            "ordering": spec.ordering.as_str(),
         };
         match self.coll(GROUPS).insert_one(d).await {
             Ok(_) => {}
@@ -83,7 +94,7 @@ impl MongoBackend {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
-            ordering: crate::model::GroupOrdering::None,
+            ordering: spec.ordering,
             created_at: now,
         })
     }
@@ -96,7 +107,16 @@ impl MongoBackend {
         docs.iter().map(|d| decode_group(s, d)).collect()
     }
 
-    /// The group's retry policy; [`Error::GroupNotFound`] when it has none.
+    /// Forgets a group's settings (read again next time): another node
+    /// changed its ordering.
+    pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
+        self.groups.write().remove(&(s.clone(), g.clone()));
+    }
+
+    /// The group's retry policy and ordering; [`Error::GroupNotFound`] when
+    /// it has none. Kept once read: every path that depends on the
+    /// ordering compares it with the stored one ([`GroupState::ordering`],
+    /// or a delivery's gate) and drops what is kept when they differ.
     pub(crate) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
         let key = (s.clone(), g.clone());
         if let Some(config) = self.groups.read().get(&key) {
@@ -127,27 +147,35 @@ impl MongoBackend {
         let found = self
             .coll(GROUPS)
             .find_one(group_key(s, g))
-            .projection(doc! {"cursor": 1, "epoch": 1})
+            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1})
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let d = found.ok_or_else(|| Error::GroupNotFound {
             stream: s.clone(),
             group: g.clone(),
         })?;
-        let cursor = d.get_document("cursor").map_err(|e| corrupt("group", e))?;
-        let cursors = (0..partitions)
-            .map(|p| match cursor.get(p.to_string()) {
-                Some(Bson::Int64(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
-                Some(Bson::Int32(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
-                other => Err(corrupt("cursor", format!("{other:?}"))),
-            })
-            .collect::<Result<Vec<u64>>>()?;
-        Ok(GroupState {
-            cursors,
-            epoch: int(&d, "epoch")?,
-        })
+        decode_state(&d, partitions)
     }
+}
 
+/// A group document's cursors, epoch and ordering.
+pub(crate) fn decode_state(d: &Document, partitions: u32) -> Result<GroupState> {
+    let cursor = d.get_document("cursor").map_err(|e| corrupt("group", e))?;
+    let cursors = (0..partitions)
+        .map(|p| match cursor.get(p.to_string()) {
+            Some(Bson::Int64(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
+            Some(Bson::Int32(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
+            other => Err(corrupt("cursor", format!("{other:?}"))),
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok(GroupState {
+        cursors,
+        epoch: int(d, "epoch")?,
+        ordering: stored_ordering(d)?,
+    })
+}
+
+impl MongoBackend {
     /// The exclusive start sequence of every partition for `start`.
     pub(crate) async fn start_points_of(
         &self,

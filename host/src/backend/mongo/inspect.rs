@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use futures::TryStreamExt as _;
 use mongodb::bson::{Document, doc};
 
-use super::claims::{AVAILABLE, DEAD, LEASED, claimable, deliveries_of};
+use super::claims::{AVAILABLE, DEAD, LEASED, PARKED, claimable, deliveries_of};
 use super::{DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, uint};
 use crate::backend::policy::{LagBuilder, OpenCounts};
 use crate::backend::{DeadLettersRequest, Error, Partitions, Result};
@@ -24,7 +24,7 @@ impl MongoBackend {
         now: Timestamp,
     ) -> Result<HashMap<u32, OpenCounts>> {
         let mut matched = deliveries_of(s, g);
-        matched.insert("st", doc! {"$in": [AVAILABLE, LEASED]});
+        matched.insert("st", doc! {"$in": [AVAILABLE, PARKED, LEASED]});
         let when = |cond: Document| doc! {"$sum": {"$cond": [cond, 1, 0]}};
         let pipeline = vec![
             doc! {"$match": matched},
@@ -32,7 +32,7 @@ impl MongoBackend {
                 "_id": "$p",
                 "first": {"$min": "$q"},
                 "leased": when(doc! {"$eq": ["$st", LEASED]}),
-                "fresh": when(doc! {"$and": [{"$eq": ["$st", AVAILABLE]}, {"$eq": ["$a", 0]}]}),
+                "fresh": when(doc! {"$and": [{"$in": ["$st", [AVAILABLE, PARKED]]}, {"$eq": ["$a", 0]}]}),
                 "waiting": when(doc! {"$and": [
                     {"$eq": ["$st", AVAILABLE]},
                     {"$gt": ["$due", now.as_millis()]},
@@ -120,7 +120,7 @@ impl MongoBackend {
             group: g.clone(),
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
-            ordering: crate::model::GroupOrdering::None,
+            ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters,
             cursors: all.iter().map(|p| (*p, cursors[*p as usize])).collect(),

@@ -212,7 +212,7 @@ impl MongoBackend {
         let mut known: HashMap<EventId, Arc<Event>> = HashMap::new();
         if !given.is_empty() {
             let filter = doc! {"s": stream.as_str(), "id": {"$in": &given}};
-            for d in self.find_in(session, EVENTS, filter, None).await? {
+            for d in self.find_in(session, EVENTS, filter, None, 0).await? {
                 let event = decode_event(stream, &d)?;
                 known.insert(event.id.clone(), Arc::new(event));
             }

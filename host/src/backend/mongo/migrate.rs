@@ -9,7 +9,7 @@ use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::{
-    DELIVERIES, EVENTS, GROUPS, MIGRATIONS, MongoBackend, Phase, is_duplicate_key, map_error,
+    DELIVERIES, EVENTS, GATES, GROUPS, MIGRATIONS, MongoBackend, Phase, is_duplicate_key, map_error,
 };
 use crate::backend::Result;
 
@@ -67,6 +67,22 @@ const STEPS: &[Step] = &[
                 // letters: by status, then position, with the due time,
                 // expiry and attempts a claim filters on.
                 (DELIVERIES, work(), false),
+            ]
+        },
+    },
+    Step {
+        name: "0003_gates",
+        indexes: || {
+            vec![
+                // An ordered group's deliveries by gate: a gate's lowest
+                // open or parked one (docs/groups.md#ordering).
+                (
+                    DELIVERIES,
+                    doc! {"s": 1, "g": 1, "p": 1, "k": 1, "st": 1, "q": 1},
+                    false,
+                ),
+                // A reset forgets a group's gates per partition.
+                (GATES, doc! {"s": 1, "g": 1, "p": 1}, false),
             ]
         },
     },

@@ -22,6 +22,7 @@
 
 mod claims;
 mod cluster;
+mod gates;
 mod groups;
 mod impl_backend;
 mod inspect;
@@ -62,6 +63,9 @@ pub(crate) const STREAMS: &str = "rheo_streams";
 pub(crate) const EVENTS: &str = "rheo_events";
 pub(crate) const GROUPS: &str = "rheo_groups";
 pub(crate) const DELIVERIES: &str = "rheo_deliveries";
+/// One document per gate of an ordered group that has open deliveries
+/// (`gates.rs`).
+pub(crate) const GATES: &str = "rheo_gates";
 pub(crate) const MIGRATIONS: &str = "rheo_migrations";
 
 /// The MongoDB backend.
@@ -80,8 +84,9 @@ pub(crate) struct MongoBackend {
     gate: Arc<tokio::sync::Mutex<()>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
-    /// Streams and group settings never change once created: what was read
-    /// once is kept (never a negative answer).
+    /// Streams never change once created, group settings only by a reset
+    /// that changes the ordering (`groups::GroupState::ordering`): what was
+    /// read once is kept (never a negative answer).
     streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
     groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), GroupConfig>>>,
     /// Tests: drops the database when the last clone is dropped.
@@ -380,11 +385,15 @@ impl MongoBackend {
         coll: &str,
         filter: Document,
         sort: Option<Document>,
+        limit: i64,
     ) -> std::result::Result<Vec<Document>, Fail> {
         let coll = self.coll(coll);
         let mut find = coll.find(filter);
         if let Some(sort) = sort {
             find = find.sort(sort);
+        }
+        if limit > 0 {
+            find = find.limit(limit);
         }
         let mut cursor = find.session(&mut *session).await?;
         let mut out = Vec::new();

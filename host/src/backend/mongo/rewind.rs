@@ -12,10 +12,14 @@ use mongodb::bson::{Document, doc, oid::ObjectId};
 use mongodb::options::InsertManyOptions;
 
 use super::claims::{AVAILABLE, DEAD, deliveries_of};
+use super::gates::Reopen;
 use super::groups::group_key;
-use super::{DELIVERIES, GROUPS, MongoBackend, Phase, big, is_duplicate_key, map_error, uint};
-use crate::backend::{Redrive, Replay, ResetRequest, Result};
-use crate::model::{GroupName, Query, StreamName};
+use super::{
+    DELIVERIES, Fail, GROUPS, MongoBackend, Phase, big, is_duplicate_key, map_error, transaction,
+    uint,
+};
+use crate::backend::{Error, Redrive, Replay, ResetRequest, Result};
+use crate::model::{GroupName, GroupOrdering, Query, StreamName};
 
 impl MongoBackend {
     pub(crate) async fn redrive(
@@ -25,7 +29,23 @@ impl MongoBackend {
         which: Redrive,
     ) -> Result<u64> {
         self.meta(s).await?;
-        self.group_config(s, g).await?;
+        // Read afresh: the ordering gates what this re-opens.
+        self.forget_group(s, g);
+        let config = self.group_config(s, g).await?;
+        if config.ordering != GroupOrdering::None {
+            let events = match &which {
+                Redrive::All => None,
+                Redrive::Events(ids) => {
+                    self.locate_all(s, ids).await?;
+                    Some(ids.iter().map(|id| id.as_str()).collect())
+                }
+            };
+            let count = self.reopen_ordered(s, g, &Reopen::Dead(events)).await?;
+            if count > 0 {
+                self.wake(s).await;
+            }
+            return Ok(count);
+        }
         let mut filter = deliveries_of(s, g);
         filter.insert("st", DEAD);
         if let Redrive::Events(ids) = &which {
@@ -136,7 +156,9 @@ impl MongoBackend {
     pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
         how.validate()?;
         let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
+        // Read afresh: the ordering gates what this re-opens.
+        self.forget_group(s, g);
+        let ordering = self.group_config(s, g).await?.ordering;
         let state = self.group_state(s, g, partition_count).await?;
         let cursor = |p: u32| state.cursors[p as usize];
         // Every (partition, after, before) range to re-open.
@@ -173,8 +195,12 @@ impl MongoBackend {
                 .collect(),
         };
         let mut count = 0;
-        for (p, after, before) in ranges {
-            count += self.reopen((s, g), p, after, before).await?;
+        if ordering == GroupOrdering::None {
+            for (p, after, before) in ranges {
+                count += self.reopen((s, g), p, after, before).await?;
+            }
+        } else {
+            count = self.reopen_ordered(s, g, &Reopen::Ranges(ranges)).await?;
         }
         self.wake(s).await;
         Ok(count)
@@ -192,22 +218,53 @@ impl MongoBackend {
         let starts = self.start_points_of(s, partition_count, &req.start).await?;
         let mut filter = deliveries_of(s, g);
         let chosen: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
-        filter.insert("p", doc! {"$in": chosen});
-        self.coll(DELIVERIES)
-            .delete_many(filter)
-            .await
-            .map_err(|e| map_error(e, Phase::Write))?;
+        filter.insert("p", doc! {"$in": &chosen});
         let mut set = Document::new();
         for p in &selected {
             set.insert(format!("cursor.{p}"), big(starts[*p as usize] + 1));
         }
-        self.coll(GROUPS)
-            .update_one(
-                group_key(s, g),
-                doc! {"$set": set, "$inc": {"epoch": 1_i64}},
-            )
-            .await
-            .map_err(|e| map_error(e, Phase::Write))?;
+        match req.ordering {
+            // A change of ordering (every partition: `ResetRequest::validate`)
+            // forgets every delivery and gate with the cursors in one
+            // transaction, so no fetch goes on under the old ordering.
+            Some(ordering) => {
+                set.insert("ordering", ordering.as_str());
+                let update = doc! {"$set": set, "$inc": {"epoch": 1_i64}};
+                transaction!(self, session => {
+                    self.coll(DELIVERIES)
+                        .delete_many(filter.clone())
+                        .session(&mut session)
+                        .await?;
+                    self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
+                    self.coll(GROUPS)
+                        .update_one(group_key(s, g), update.clone())
+                        .session(&mut session)
+                        .await?;
+                    Ok(())
+                })?;
+                self.forget_group(s, g);
+            }
+            None => {
+                self.coll(DELIVERIES)
+                    .delete_many(filter)
+                    .await
+                    .map_err(|e| map_error(e, Phase::Write))?;
+                if let Err(fail) = self.forget_gates(None, (s, g), &chosen).await {
+                    return Err(match fail {
+                        Fail::Mongo(e) => map_error(e, Phase::Write),
+                        Fail::Rheo(e) => e,
+                        Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
+                    });
+                }
+                self.coll(GROUPS)
+                    .update_one(
+                        group_key(s, g),
+                        doc! {"$set": set, "$inc": {"epoch": 1_i64}},
+                    )
+                    .await
+                    .map_err(|e| map_error(e, Phase::Write))?;
+            }
+        }
         self.wake(s).await;
         Ok(())
     }

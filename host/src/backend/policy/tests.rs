@@ -54,6 +54,7 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
     let config = GroupConfig {
         max_attempts: 3,
         retry_backoff_ms: vec![100, 250],
+        ordering: crate::model::GroupOrdering::None,
     };
     let now = Timestamp::from_millis(1000);
     let nack = |reason: Option<&str>, delay| SettleOp::Nack {
@@ -102,6 +103,7 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
     let immediate = GroupConfig {
         max_attempts: 5,
         retry_backoff_ms: vec![],
+        ordering: crate::model::GroupOrdering::None,
     };
     let write = settle_write(nack(None, None), 1, &immediate, now);
     assert_eq!(write, retry(None, "retry"));
@@ -222,4 +224,73 @@ fn only_acks_of_distinct_events_without_a_foreign_receipt_are_plain() {
         ack("a"),
         item("b", SettleOp::Reject { reason: None }, None)
     ]));
+}
+
+/// (sequence, key) pairs from 1 on, `""` for no key.
+fn walked(keys: &[&str]) -> Vec<(u64, Option<String>)> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| (i as u64 + 1, (!k.is_empty()).then(|| (*k).to_owned())))
+        .collect()
+}
+
+#[test]
+fn a_gate_walk_leases_free_gates_parks_busy_ones_and_stops_when_it_has_enough() {
+    use crate::model::GroupOrdering;
+    let events = walked(&["a", "b", "a", "", "c", "b", "d"]);
+    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 3);
+    assert_eq!(walk.window(7), Some((1, 7)), "the first window holds 16");
+    let asked = walk.to_ask(&events);
+    assert_eq!(asked, ["a", "b", "c", "d"].map(String::from).into());
+    // b has a delivery out already.
+    walk.pass(events, |gate| gate == "b");
+    let leased: Vec<u64> = walk.lease.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(leased, [1, 4, 5], "a, the keyless event, c");
+    assert_eq!(walk.park, [(2, "b".to_owned()), (3, "a".to_owned())]);
+    assert_eq!(walk.next, 6, "the cursor stops after the last one leased");
+    assert_eq!(walk.window(7), None, "it has what it wants");
+}
+
+#[test]
+fn a_gate_walk_doubles_its_windows_and_stops_at_the_claims_limit_or_the_end() {
+    use crate::model::GroupOrdering;
+    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 2);
+    let mut windows = Vec::new();
+    while let Some((first, last)) = walk.window(u64::MAX) {
+        windows.push((first, last));
+        let hot: Vec<(u64, Option<String>)> = (first..=last)
+            .map(|seq| (seq, Some("hot".into())))
+            .collect();
+        walk.pass(hot, |_| true);
+    }
+    assert_eq!(windows[..3], [(1, 16), (17, 48), (49, 112)]);
+    assert_eq!(
+        walk.next,
+        1 + WALK_PER_CLAIM as u64,
+        "one claim looks at so many"
+    );
+    assert_eq!(walk.park.len(), WALK_PER_CLAIM);
+    assert!(walk.lease.is_empty());
+
+    let mut walk = GateWalk::new(GroupOrdering::Key, 5, 10);
+    assert_eq!(walk.window(6), Some((5, 6)));
+    walk.pass(Vec::new(), |_| false);
+    assert_eq!(walk.window(6), None, "a window without events ends it");
+}
+
+#[test]
+fn a_partition_walk_stops_at_its_first_busy_event() {
+    use crate::model::GroupOrdering;
+    let mut walk = GateWalk::new(GroupOrdering::Partition, 1, 5);
+    let events = walked(&["a", "b", "c"]);
+    assert_eq!(walk.to_ask(&events), [String::new()].into());
+    walk.pass(events.clone(), |_| false);
+    assert_eq!(walk.lease, [(1, Some(String::new()))]);
+    assert!(walk.park.is_empty(), "nothing is parked");
+    assert_eq!((walk.next, walk.window(10)), (2, None));
+
+    let mut busy = GateWalk::new(GroupOrdering::Partition, 1, 5);
+    busy.pass(events, |_| true);
+    assert!(busy.lease.is_empty() && busy.park.is_empty());
+    assert_eq!(busy.next, 1, "the cursor stays");
 }

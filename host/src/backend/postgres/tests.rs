@@ -192,3 +192,101 @@ async fn a_database_closed_to_connections_is_unavailable_and_recovers() {
     }
     again.expect("an append once the database is open again");
 }
+
+/// A batch settle PostgreSQL rolls back to break a deadlock is run again,
+/// and every item of it holds: the caller never sees the conflict.
+///
+/// Another transaction holds the row of the batch's second delivery while
+/// the batch, which has written its first, waits for it; that transaction
+/// then asks for the first row. PostgreSQL aborts the batch (it has waited
+/// longest: this session's own `deadlock_timeout` is far longer), the other
+/// transaction commits, and the batch runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_rolled_back_to_break_a_deadlock_runs_again() {
+    use crate::backend::conformance::Harness;
+    use crate::model::{SettleOp, Settlement};
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let open = |clock| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            let backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
+                .await
+                .expect("connect to TEST_POSTGRES_URL and migrate");
+            Some(Arc::new(backend) as Arc<dyn Backend>)
+        }
+    };
+    let h = Harness::start(open).await.expect("a backend");
+    let s = h.stream("s", 1).await;
+    let g = h.group(&s, "g").await;
+    h.append_n(&s, 2).await;
+    let leases = h.fetch(&s, &g, 2).await;
+    assert_eq!(leases.len(), 2);
+    let (first, second) = (&leases[0], &leases[1]);
+
+    let other = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    let touch = |id: &str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE \"{schema}\".rheo_deliveries SET reason = reason WHERE event_id = '{id}'"
+        )))
+    };
+    sqlx::query("SET LOCAL deadlock_timeout = '60s'")
+        .execute(&mut *tx)
+        .await
+        .expect("set deadlock_timeout");
+    touch(second.event.id.as_str())
+        .execute(&mut *tx)
+        .await
+        .expect("lock the second row");
+
+    let batch = vec![
+        Settlement {
+            target: first.target(),
+            op: SettleOp::Nack {
+                reason: Some("again".into()),
+                delay_ms: Some(0),
+            },
+        },
+        Settlement {
+            target: second.target(),
+            op: SettleOp::Ack,
+        },
+    ];
+    let backend = Arc::clone(&h.backend);
+    let (s2, g2) = (s.clone(), g.clone());
+    let settle = tokio::spawn(async move { backend.settle(&s2, &g2, batch).await });
+
+    // Once the batch waits for this transaction, ask for its first row.
+    let mut waited = 0;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .expect("who waits");
+        if waiting > 0 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 500, "the batch never waited for the second row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    touch(first.event.id.as_str())
+        .execute(&mut *tx)
+        .await
+        .expect("the deadlock's survivor gets the first row");
+    tx.commit().await.expect("commit");
+
+    let results = settle.await.expect("join").expect("the batch settles");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let again = h.fetch(&s, &g, 2).await;
+    let ids: Vec<&str> = again.iter().map(|l| l.event.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [first.event.id.as_str()],
+        "the nacked one comes back alone"
+    );
+}

@@ -10,7 +10,10 @@
 --                    "2" and a prefix its value must start with, or "0"
 --                    and "" when it must be absent (read with one HMGET);
 --                    or "z", a sorted set's key and a score: the set has
---                    no member scored at most that
+--                    no member scored at most that;
+--                    or "l", a sorted set's key, a lex range (min, max), a
+--                    count n, a count m and m members: the range's first
+--                    n members (ZRANGEBYLEX ... LIMIT 0 n) are exactly those
 --   then the writes  each: its argument count n, then n arguments (the
 --                    command, one of those below, and its arguments)
 -- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
@@ -45,6 +48,18 @@ for g = 1, groups do
       return g
     end
     i = i + 3
+  elseif ARGV[i] == 'l' then
+    local found = redis.call('ZRANGEBYLEX', key, ARGV[i + 2], ARGV[i + 3], 'LIMIT', 0, tonumber(ARGV[i + 4]))
+    local m = tonumber(ARGV[i + 5])
+    if #found ~= m then
+      return g
+    end
+    for j = 1, m do
+      if found[j] ~= ARGV[i + 5 + j] then
+        return g
+      end
+    end
+    i = i + 6 + m
   else
     local n = tonumber(ARGV[i + 2])
     local fields = {}

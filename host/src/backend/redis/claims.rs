@@ -12,11 +12,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, corrupt, map_error};
+use super::{
+    Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
+};
 use crate::backend::policy::{GroupConfig, POISON_REASON, claim_capacity, poisoned, round_robin};
 use crate::backend::{Error, FetchRequest, Result, validate_renewals};
 use crate::model::{
-    ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
+    ConsumerId, Event, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName,
+    Timestamp,
 };
 
 /// Where a delivery stands. A delivery acked on its first attempt has no
@@ -26,6 +29,9 @@ use crate::model::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Status {
     Available,
+    /// Available, but held back behind its gate's head under an ordering
+    /// (`docs/groups.md#ordering`): open, in no claim index.
+    Parked,
     Leased,
     Acked,
     Dead,
@@ -35,6 +41,7 @@ impl Status {
     fn tag(self) -> &'static str {
         match self {
             Self::Available => "A",
+            Self::Parked => "P",
             Self::Leased => "L",
             Self::Acked => "K",
             Self::Dead => "D",
@@ -44,6 +51,7 @@ impl Status {
     fn from_tag(tag: &str) -> Option<Self> {
         Some(match tag {
             "A" => Self::Available,
+            "P" => Self::Parked,
             "L" => Self::Leased,
             "K" => Self::Acked,
             "D" => Self::Dead,
@@ -67,7 +75,8 @@ pub(super) struct Delivery {
     pub(super) consumer: Option<String>,
     pub(super) leased_at: Option<i64>,
     pub(super) expires_at: Option<i64>,
-    /// For an available delivery: when it becomes claimable (none: now).
+    /// For an available (or parked) delivery: when it becomes claimable
+    /// (none: now).
     pub(super) available_at: Option<i64>,
     pub(super) reason: Option<String>,
     pub(super) dead_at: Option<i64>,
@@ -165,7 +174,7 @@ impl Delivery {
     }
 
     /// This delivery leased to `consumer` until `expires_at`.
-    fn leased(
+    pub(super) fn leased(
         mut self,
         lease_id: &LeaseId,
         consumer: &ConsumerId,
@@ -201,7 +210,7 @@ pub(super) struct Slot {
     status: Option<Status>,
     /// Available with a due time.
     delayed: bool,
-    /// Available and never handed out.
+    /// Available (or parked) and never handed out.
     fresh: bool,
 }
 
@@ -217,27 +226,30 @@ impl Slot {
         Self {
             status: Some(d.status),
             delayed: d.status == Status::Available && d.available_at.is_some(),
-            fresh: d.status == Status::Available && d.attempt == 0,
+            fresh: matches!(d.status, Status::Available | Status::Parked) && d.attempt == 0,
         }
     }
 
     fn open(&self) -> bool {
-        matches!(self.status, Some(Status::Available | Status::Leased))
+        matches!(
+            self.status,
+            Some(Status::Available | Status::Parked | Status::Leased)
+        )
     }
 }
 
 /// One partition's candidates, as read.
 #[derive(Debug, Default)]
-struct Candidates {
-    cursor: u64,
-    cursor_raw: Option<String>,
-    high_watermark: u64,
+pub(super) struct Candidates {
+    pub(super) cursor: u64,
+    pub(super) cursor_raw: Option<String>,
+    pub(super) high_watermark: u64,
     /// Claimable deliveries by sequence, with the record as read.
-    claimable: Vec<(u64, String, Delivery)>,
+    pub(super) claimable: Vec<(u64, String, Delivery)>,
     /// Expired last attempts: dead letters, not claims.
-    poison: Vec<(u64, String, Delivery)>,
+    pub(super) poison: Vec<(u64, String, Delivery)>,
     /// Log entries read ahead from where this process last saw the cursor.
-    ahead: Vec<Entry>,
+    pub(super) ahead: Vec<Entry>,
 }
 
 /// A group partition as this process last saw it.
@@ -254,11 +266,18 @@ pub(super) struct View {
 pub(super) type Entry = (String, Vec<String>);
 
 impl RedisBackend {
-    /// A group's retry policy (settings are fixed at creation).
+    /// A group's retry policy and ordering.
     pub(super) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
+        Ok(self.settings(s, g).await?.config)
+    }
+
+    /// A group's settings, as kept here or read (only a reset that changes
+    /// the ordering changes them, and every write that depends on them is
+    /// guarded on them: [`RedisBackend::guard_settings`]).
+    pub(super) async fn settings(&self, s: &StreamName, g: &GroupName) -> Result<Settings> {
         let key = (s.clone(), g.clone());
-        if let Some(config) = self.groups.read().get(&key) {
-            return Ok(config.clone());
+        if let Some(settings) = self.groups.read().get(&key) {
+            return Ok(settings.clone());
         }
         let raw: Option<String> = self
             .run(
@@ -271,9 +290,17 @@ impl RedisBackend {
             group: g.clone(),
         })?;
         let group = super::groups::decode_group(s, g.clone(), &raw)?;
-        let config = GroupConfig::from(&group);
-        self.groups.write().insert(key, config.clone());
-        Ok(config)
+        let settings = Settings {
+            config: GroupConfig::from(&group),
+            raw: raw.into(),
+        };
+        self.groups.write().insert(key, settings.clone());
+        Ok(settings)
+    }
+
+    /// Forgets a group's settings (read again next time).
+    pub(super) fn forget_group(&self, s: &StreamName, g: &GroupName) {
+        self.groups.write().remove(&(s.clone(), g.clone()));
     }
 
     /// Writes a delivery's new record and moves it between the indexes.
@@ -341,17 +368,32 @@ impl RedisBackend {
     pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
         req.validate()?;
         let (partition_count, _) = self.meta(&req.stream).await?;
-        let config = self.group_config(&req.stream, &req.group).await?;
+        self.settings(&req.stream, &req.group).await?;
         let selected = req.partitions.resolve(partition_count)?;
         if selected.is_empty() {
             return Ok(Vec::new());
         }
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         for _ in 0..MAX_ATTEMPTS {
-            if let Some(leases) = self.fetch_planned(&req, &selected, first).await? {
+            // Read again after a conflict that found them changed.
+            let settings = self.settings(&req.stream, &req.group).await?;
+            if settings.config.ordering != GroupOrdering::None {
+                if let Some(leases) = self
+                    .fetch_ordered(&req, &settings, &selected, first)
+                    .await?
+                {
+                    return Ok(leases);
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if let Some(leases) = self
+                .fetch_planned(&req, &settings, &selected, first)
+                .await?
+            {
                 return Ok(leases);
             }
-            if let Some(leases) = self.fetch_once(&req, &config, &selected, first).await? {
+            if let Some(leases) = self.fetch_once(&req, &settings, &selected, first).await? {
                 return Ok(leases);
             }
             tokio::task::yield_now().await;
@@ -366,7 +408,7 @@ impl RedisBackend {
     async fn fetch_once(
         &self,
         req: &FetchRequest,
-        config: &GroupConfig,
+        settings: &Settings,
         selected: &[u32],
         first: usize,
     ) -> Result<Option<Vec<Lease>>> {
@@ -374,7 +416,11 @@ impl RedisBackend {
         let now = self.clock.now();
         let expires_at = now.add_ms(req.lease_ms);
         let limit = req.limit as usize;
-        let parts = self.candidates(s, g, selected, now, limit, config).await?;
+        let ahead = limit.div_ceil(selected.len()).max(1);
+        let config = &settings.config;
+        let parts = self
+            .candidates(s, g, selected, (now, limit, ahead), config)
+            .await?;
         let capacity: Vec<usize> = parts
             .iter()
             .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
@@ -382,6 +428,7 @@ impl RedisBackend {
         let quotas = round_robin(&capacity, limit, first);
 
         let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
         let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
         let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
         let mut cursors_after = Vec::new();
@@ -431,6 +478,30 @@ impl RedisBackend {
         if self.apply(&cas).await? == Applied::Conflict {
             return Ok(None);
         }
+        self.claimed(
+            req,
+            claimed,
+            fresh_events,
+            cursors_after,
+            (now, expires_at),
+            GroupOrdering::None,
+        )
+        .await
+        .map(Some)
+    }
+
+    /// After a fetch's script applied: moves the kept views' cursors, reads
+    /// the events of re-claimed deliveries and makes the leases.
+    pub(super) async fn claimed(
+        &self,
+        req: &FetchRequest,
+        claimed: Vec<(u32, u64, u32, LeaseId)>,
+        fresh_events: HashMap<(u32, u64), Arc<Event>>,
+        cursors_after: Vec<(u32, u64)>,
+        (now, expires_at): (Timestamp, Timestamp),
+        ordering: GroupOrdering,
+    ) -> Result<Vec<Lease>> {
+        let (s, g) = (&req.stream, &req.group);
         {
             let mut views = self.views.lock();
             for (p, next) in cursors_after {
@@ -446,19 +517,19 @@ impl RedisBackend {
             .collect();
         let mut events = self.events_at(s, &again).await?;
         events.extend(fresh_events);
-        let leases = self.leases(req, claimed, events, now, expires_at)?;
-        Ok(Some(leases))
+        self.leases(req, claimed, events, (now, expires_at), ordering)
     }
 
     /// The leases of a fetch's claims, in partition and sequence order;
-    /// their events' positions are kept for the settles.
+    /// their events' positions (and under an ordering their keys) are kept
+    /// for the settles.
     fn leases(
         &self,
         req: &FetchRequest,
         claimed: Vec<(u32, u64, u32, LeaseId)>,
         mut events: HashMap<(u32, u64), Arc<Event>>,
-        now: Timestamp,
-        expires_at: Timestamp,
+        (now, expires_at): (Timestamp, Timestamp),
+        ordering: GroupOrdering,
     ) -> Result<Vec<Lease>> {
         let mut leases = Vec::with_capacity(claimed.len());
         let mut positions = self.positions.lock();
@@ -466,10 +537,13 @@ impl RedisBackend {
             let event = events
                 .remove(&(p, seq))
                 .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
+            let key =
+                (ordering != GroupOrdering::None).then(|| event.key.as_deref().map(Arc::from));
             let at = super::Located {
                 partition: p,
                 sequence: seq,
                 attempt,
+                key,
             };
             positions.insert((req.stream.clone(), event.id.clone()), at);
             let mut lease = Lease::new(
@@ -501,6 +575,7 @@ impl RedisBackend {
     async fn fetch_planned(
         &self,
         req: &FetchRequest,
+        settings: &Settings,
         selected: &[u32],
         first: usize,
     ) -> Result<Option<Vec<Lease>>> {
@@ -531,6 +606,7 @@ impl RedisBackend {
         let now_ms = now.as_millis().to_string();
         let cursors = self.keys.cursors(s, g);
         let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
         let mut claimed = Vec::with_capacity(limit);
         let mut pipe_reads = Vec::new();
         for ((&p, view), &quota) in selected.iter().zip(&views).zip(&quotas) {
@@ -577,7 +653,7 @@ impl RedisBackend {
         let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
         let failed: i64 = value(next()?)?;
         let key = |p: u32| (s.clone(), g.clone(), p);
-        if failed != 0 {
+        if self.outcome(&cas, failed) == Applied::Conflict {
             let mut views = self.views.lock();
             for &p in selected {
                 views.remove(&key(p));
@@ -608,7 +684,8 @@ impl RedisBackend {
                 );
             }
         }
-        Ok(Some(self.leases(req, claimed, events, now, expires_at)?))
+        let leases = self.leases(req, claimed, events, (now, expires_at), GroupOrdering::None)?;
+        Ok(Some(leases))
     }
 
     /// What each selected partition can give a fetch, in one round trip
@@ -616,13 +693,12 @@ impl RedisBackend {
     /// and high watermark, up to `limit` claimable deliveries (ready, due,
     /// expired) in sequence order with expired last attempts set apart as
     /// poison, and the log read ahead from the cursor as last seen here.
-    async fn candidates(
+    pub(super) async fn candidates(
         &self,
         s: &StreamName,
         g: &GroupName,
         selected: &[u32],
-        now: Timestamp,
-        limit: usize,
+        (now, limit, ahead): (Timestamp, usize, usize),
         config: &GroupConfig,
     ) -> Result<Vec<Candidates>> {
         let k = &self.keys;
@@ -631,7 +707,6 @@ impl RedisBackend {
         // read a generous number of them so that the lowest sequences are
         // among them unless a very large backlog fell due at once.
         let due_cap = limit.saturating_mul(4).saturating_add(1000);
-        let ahead = limit.div_ceil(selected.len()).max(1);
         let guesses: Vec<u64> = {
             let views = self.views.lock();
             selected
@@ -727,7 +802,7 @@ impl RedisBackend {
                 let claimable = match delivery.status {
                     Status::Available => delivery.available_at.is_none_or(|t| t <= now_ms),
                     Status::Leased => delivery.expires_at.is_some_and(|t| t <= now_ms),
-                    Status::Acked | Status::Dead => false,
+                    Status::Parked | Status::Acked | Status::Dead => false,
                 };
                 if !claimable {
                     continue;

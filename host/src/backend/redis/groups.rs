@@ -10,18 +10,20 @@ use serde_json::{Value, json};
 use super::{Applied, Cas, Phase, RedisBackend, corrupt};
 use crate::backend::policy::{Marks, start_lookup, start_points};
 use crate::backend::{Error, Result};
-use crate::model::{Group, GroupName, GroupSpec, StartPosition, StreamName, Timestamp};
+use crate::model::{
+    Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName, Timestamp,
+};
 
 impl RedisBackend {
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        crate::backend::policy::refuse_ordering(spec.ordering, "redis")?;
         let (partition_count, _) = self.meta(s).await?;
         let now = self.clock.now();
         let starts = self.start_points(s, partition_count, &spec.start).await?;
         let settings = json!({
             "max_attempts": spec.max_attempts,
             "retry_backoff_ms": spec.retry_backoff_ms,
+            "ordering": spec.ordering.as_str(),
             "created_at": now.as_millis(),
         });
         let (groups, name) = (self.keys.groups(s), spec.name.as_str());
@@ -46,7 +48,7 @@ impl RedisBackend {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
-            ordering: crate::model::GroupOrdering::None,
+            ordering: spec.ordering,
             created_at: now,
         })
     }
@@ -123,7 +125,19 @@ pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result
             .and_then(|n| u32::try_from(n).ok())
             .ok_or_else(bad)?,
         retry_backoff_ms: backoff,
-        ordering: crate::model::GroupOrdering::None,
+        // Groups created before orderings existed have none.
+        ordering: match v["ordering"].as_str() {
+            Some(o) => o.parse().map_err(|_| bad())?,
+            None => GroupOrdering::None,
+        },
         created_at: Timestamp::from_millis(v["created_at"].as_i64().ok_or_else(bad)?),
     })
+}
+
+/// A group's stored settings with another ordering.
+pub(super) fn with_ordering(raw: &str, ordering: GroupOrdering) -> Result<String> {
+    let mut v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
+    let settings = v.as_object_mut().ok_or_else(|| corrupt("group", raw))?;
+    settings.insert("ordering".into(), ordering.as_str().into());
+    Ok(v.to_string())
 }

@@ -111,7 +111,7 @@ impl RedisBackend {
             group: g.clone(),
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
-            ordering: crate::model::GroupOrdering::None,
+            ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters: dead,
             cursors,

@@ -18,6 +18,7 @@
 
 mod claims;
 mod cluster;
+mod gates;
 mod groups;
 mod impl_backend;
 mod inspect;
@@ -145,6 +146,13 @@ impl Keys {
         self.group_key(s, g, "dead")
     }
 
+    /// Sorted set, every score 0: an ordered group's open deliveries, as
+    /// members `gate` then sequence, so that a gate's are one range of
+    /// members in sequence order (`gates::member`, `docs/backends.md#redis`).
+    pub(crate) fn gates(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("gates:{p}"))
+    }
+
     /// The keys of one partition's deliveries, built once for a batch.
     pub(crate) fn partition(&self, s: &StreamName, g: &GroupName, p: u32) -> PartitionKeys {
         PartitionKeys {
@@ -155,6 +163,7 @@ impl Keys {
             open: self.open(s, g, p),
             fresh: self.fresh(s, g, p),
             dead: self.dead(s, g),
+            gates: self.gates(s, g, p),
             partition: p,
         }
     }
@@ -181,6 +190,7 @@ pub(crate) struct PartitionKeys {
     pub(crate) open: String,
     pub(crate) fresh: String,
     pub(crate) dead: String,
+    pub(crate) gates: String,
     pub(crate) partition: u32,
 }
 
@@ -247,6 +257,9 @@ struct Cas {
     writes: Vec<Vec<String>>,
     /// Per key, the index of the last write that touched it.
     touched: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// The guard group on a group's settings, and the group: when it
+    /// fails, the settings this process keeps are stale.
+    settings: Option<(usize, (StreamName, GroupName))>,
 }
 
 /// A guard group of `cas.lua`.
@@ -257,6 +270,9 @@ enum Guard {
     Hash(String, Vec<[String; 3]>),
     /// No member of a sorted set scored at most this.
     ZsetNoneUntil(String, String),
+    /// The first members (at most a count) of a sorted set in a lex range
+    /// (min, max) are exactly these.
+    LexFirst(String, [String; 2], usize, Vec<String>),
 }
 
 impl Cas {
@@ -299,6 +315,28 @@ impl Cas {
             .push(Guard::ZsetNoneUntil(key.to_owned(), max.to_owned()));
     }
 
+    /// Holds only if `ZRANGEBYLEX key min max LIMIT 0 count` still gives
+    /// exactly `members`.
+    fn lex_first_are(&mut self, key: &str, range: [String; 2], count: usize, members: Vec<String>) {
+        self.guards
+            .push(Guard::LexFirst(key.to_owned(), range, count, members));
+    }
+
+    /// Holds only if group `g`'s settings in hash `groups` are still `raw`
+    /// (its ordering decides what a claim, a settle or a re-open writes);
+    /// comes first, before any other guard.
+    fn settings_are(
+        &mut self,
+        groups: &str,
+        g: &GroupName,
+        raw: &str,
+        group: (StreamName, GroupName),
+    ) {
+        debug_assert!(self.guards.is_empty(), "the settings guard comes first");
+        self.hget_is(groups, g.as_str(), Some(raw));
+        self.settings = Some((self.guards.len(), group));
+    }
+
     fn write(&mut self, command: &[&str]) {
         let (name, key) = (command[0], command.get(1).copied().unwrap_or_default());
         if Self::VARIADIC.contains(&name)
@@ -333,6 +371,10 @@ impl Cas {
                 }
                 Guard::ZsetNoneUntil(key, max) => {
                     to.arg("z").arg(key).arg(max);
+                }
+                Guard::LexFirst(key, [min, max], count, members) => {
+                    to.arg("l").arg(key).arg(min).arg(max).arg(*count);
+                    to.arg(members.len()).arg(members);
                 }
             }
         }
@@ -388,10 +430,13 @@ pub(crate) struct RedisBackend {
     cluster: Arc<cluster::RedisCluster>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
-    /// Streams and group settings never change once created: what was read
-    /// once is kept (never a negative answer).
+    /// Streams never change once created: what was read once is kept
+    /// (never a negative answer).
     streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
-    groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), GroupConfig>>>,
+    /// Group settings change only by a reset that changes the ordering:
+    /// every write that depends on them is guarded on them as kept here
+    /// ([`Cas::settings_are`]), and a failed guard drops what is kept.
+    groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), Settings>>>,
     /// Where the events this process fetched are: a settle of them need
     /// not read the id index.
     positions: Arc<parking_lot::Mutex<Positions>>,
@@ -408,11 +453,22 @@ pub(crate) struct RedisBackend {
 type Views = HashMap<(StreamName, GroupName, u32), claims::View>;
 
 /// Where an event is, and the attempt of this process's latest lease of it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Located {
     partition: u32,
     sequence: u64,
     attempt: u32,
+    /// The event's key, when the lease was of an ordered group (`None`:
+    /// not kept).
+    key: Option<Option<Arc<str>>>,
+}
+
+/// A group's settings as stored, and the policy's view of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) config: GroupConfig,
+    /// The stored value, which guards compare.
+    pub(crate) raw: Arc<str>,
 }
 
 /// Event positions by id, bounded: an event never moves, so any entry
@@ -431,7 +487,7 @@ impl Positions {
         self.current
             .get(key)
             .or_else(|| self.previous.get(key))
-            .copied()
+            .cloned()
     }
 
     fn insert(&mut self, key: (StreamName, EventId), at: Located) {
@@ -653,11 +709,31 @@ impl RedisBackend {
             other => other,
         }
         .map_err(|e| map_error(e, Phase::Write))?;
-        Ok(if failed == 0 {
-            Applied::Yes
-        } else {
-            Applied::Conflict
-        })
+        Ok(self.outcome(cas, failed))
+    }
+
+    /// What `cas.lua` answered: when the guard on a group's settings
+    /// failed, the settings kept here are dropped (read again next time).
+    fn outcome(&self, cas: &Cas, failed: i64) -> Applied {
+        if failed == 0 {
+            return Applied::Yes;
+        }
+        if let Some((at, group)) = &cas.settings
+            && usize::try_from(failed).is_ok_and(|f| f == *at)
+        {
+            self.groups.write().remove(group);
+        }
+        Applied::Conflict
+    }
+
+    /// Guards `cas` on group `g`'s settings as `settings` holds them.
+    fn guard_settings(&self, cas: &mut Cas, s: &StreamName, g: &GroupName, settings: &Settings) {
+        cas.settings_are(
+            &self.keys.groups(s),
+            g,
+            &settings.raw,
+            (s.clone(), g.clone()),
+        );
     }
 
     /// Partition count and creation time of a stream.

@@ -10,12 +10,13 @@
 use std::collections::BTreeMap;
 
 use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
+use super::gates::Reopened;
 use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
 use crate::backend::policy::all_located;
 use crate::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
 use crate::model::{
-    DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, OrderField, Page, Query,
-    StreamName, Timestamp,
+    DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, GroupOrdering, OrderField,
+    Page, Query, StreamName, Timestamp,
 };
 
 /// Positions re-opened per script.
@@ -199,6 +200,10 @@ impl RedisBackend {
         fresh_attempts: bool,
     ) -> Result<u64> {
         for _ in 0..MAX_ATTEMPTS {
+            // Read again after a conflict that found them changed: the
+            // ordering gates what this re-opens.
+            let settings = self.settings(s, g).await?;
+            let ordering = settings.config.ordering;
             let mut by_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
             for &(p, q) in positions {
                 by_partition.entry(p).or_default().push(q);
@@ -209,6 +214,7 @@ impl RedisBackend {
                 seqs.dedup();
             }
             let mut cas = Cas::default();
+            self.guard_settings(&mut cas, s, g, &settings);
             let mut count = 0;
             for (p, seqs) in by_partition {
                 let cursor = self.cursor(s, g, p).await?;
@@ -223,8 +229,17 @@ impl RedisBackend {
                         Phase::Read,
                     )
                     .await?;
-                let mut missing = Vec::new();
-                for ((seq, field), raw) in seqs.iter().zip(&fields).zip(raws) {
+                // Below the cursor, no record means acked on the first
+                // attempt, or never delivered below the floor (`Status`).
+                let floor: Option<u64> = self
+                    .run(
+                        redis::cmd("HGET").arg(self.keys.floors(s, g)).arg(p),
+                        Phase::Read,
+                    )
+                    .await?;
+                let floor = floor.unwrap_or(1);
+                let mut reopened = Vec::new();
+                for (seq, raw) in seqs.iter().zip(raws) {
                     let before = match &raw {
                         Some(raw) => Some(Delivery::decode(raw)?),
                         None => None,
@@ -235,15 +250,13 @@ impl RedisBackend {
                     if before.is_none() && *seq >= cursor {
                         continue; // not delivered yet: nothing to re-open
                     }
-                    cas.hget_is(&k.records, field, raw.as_deref());
-                    match before {
+                    let new = match before {
                         Some(d) => {
-                            let (d_status, old) = (d.status, Slot::of(&d));
-                            if d.status != Status::Available {
+                            if !matches!(d.status, Status::Available | Status::Parked) {
                                 count += 1;
                             }
                             let attempt = if fresh_attempts { 0 } else { d.attempt };
-                            let reopened = Delivery {
+                            Delivery {
                                 status: Status::Available,
                                 attempt,
                                 lease_id: None,
@@ -251,28 +264,39 @@ impl RedisBackend {
                                 available_at: None,
                                 dead_at: None,
                                 ..d
-                            };
-                            let was_dead = d_status == Status::Dead;
-                            self.place(&mut cas, &k, *seq, Some(old), &reopened);
-                            if was_dead {
-                                cas.write(&["ZREM", &k.dead, &dead_member(p, *seq)]);
                             }
                         }
-                        None => missing.push(*seq),
-                    }
+                        None => {
+                            count += 1;
+                            Delivery::recordless(*seq, floor)
+                        }
+                    };
+                    reopened.push(Reopened {
+                        seq: *seq,
+                        raw,
+                        new,
+                    });
                 }
-                // Below the cursor, no record means acked on the first
-                // attempt, or never delivered below the floor (`Status`).
-                let floor: Option<u64> = self
-                    .run(
-                        redis::cmd("HGET").arg(self.keys.floors(s, g)).arg(p),
-                        Phase::Read,
-                    )
-                    .await?;
-                let floor = floor.unwrap_or(1);
-                for seq in missing {
-                    count += 1;
-                    self.place(&mut cas, &k, seq, None, &Delivery::recordless(seq, floor));
+                if ordering != GroupOrdering::None && !reopened.is_empty() {
+                    self.regate(&mut cas, (s, g, ordering), &k, &mut reopened)
+                        .await?;
+                }
+                for r in reopened {
+                    let old = match &r.raw {
+                        Some(raw) => {
+                            cas.hget_is(&k.records, &r.seq.to_string(), Some(raw));
+                            let d = Delivery::decode(raw)?;
+                            if d.status == Status::Dead {
+                                cas.write(&["ZREM", &k.dead, &dead_member(p, r.seq)]);
+                            }
+                            Some(Slot::of(&d))
+                        }
+                        None => {
+                            cas.hget_is(&k.records, &r.seq.to_string(), None);
+                            None
+                        }
+                    };
+                    self.place(&mut cas, &k, r.seq, old, &r.new);
                 }
             }
             if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
@@ -289,12 +313,23 @@ impl RedisBackend {
         req.validate()?;
         let (s, g) = (&req.stream, &req.group);
         let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
+        // Read afresh: a change of ordering rewrites them.
+        self.forget_group(s, g);
+        let settings = self.settings(s, g).await?;
         let selected = req.partitions.resolve(partition_count)?;
         let starts = self.start_points(s, partition_count, &req.start).await?;
         let dead = self.dead_positions(s, g).await?;
         let mut cas = Cas::default();
         let k = &self.keys;
+        if let Some(ordering) = req.ordering {
+            // Every partition (`ResetRequest::validate`): every delivery
+            // gated under the old ordering is forgotten with it, and every
+            // write that depends on the ordering is guarded on these
+            // settings, so no server goes on under the old one.
+            self.guard_settings(&mut cas, s, g, &settings);
+            let raw = super::groups::with_ordering(&settings.raw, ordering)?;
+            cas.write(&["HSET", &k.groups(s), g.as_str(), &raw]);
+        }
         let dead_key = k.dead(s, g);
         let cursors = k.cursors(s, g);
         let floors = k.floors(s, g);
@@ -306,6 +341,7 @@ impl RedisBackend {
                 k.leased(s, g, p),
                 k.open(s, g, p),
                 k.fresh(s, g, p),
+                k.gates(s, g, p),
             ] {
                 cas.write(&["DEL", &key]);
             }
@@ -316,7 +352,14 @@ impl RedisBackend {
             cas.write(&["HSET", &cursors, &p.to_string(), &start]);
             cas.write(&["HSET", &floors, &p.to_string(), &start]);
         }
-        self.apply(&cas).await?;
+        let applied = self.apply(&cas).await?;
+        self.forget_group(s, g);
+        if applied == Applied::Conflict {
+            return Err(Error::Failed(format!(
+                "the settings of group {:?} changed while it was being reset; retry it",
+                g.as_str()
+            )));
+        }
         self.wake(s).await;
         Ok(())
     }

@@ -8,14 +8,20 @@
 //! starting with its lease, and an ack writes nothing that depends on the
 //! record. If any guard fails, the batch takes the general path, which
 //! gives each item its own answer.
+//!
+//! In an ordered group (`docs/groups.md#ordering`) a settle of a gate's
+//! head also reads the gate, and lets its next delivery through
+//! (`gates::RedisBackend::settle_gated`); the plain-ack path guards that
+//! the head is its gate's only delivery instead.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::claims::{Delivery, Slot, Status, entry_id, leased_prefix};
-use super::{Applied, Cas, MAX_ATTEMPTS, RedisBackend};
+use super::gates::{GateView, later_of_shared_gates, member, range};
+use super::{Applied, Cas, MAX_ATTEMPTS, RedisBackend, Settings};
 use crate::backend::policy::{Write, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
-use crate::model::{GroupName, SettleOp, SettleTarget, Settlement, StreamName};
+use crate::model::{GroupName, GroupOrdering, SettleOp, SettleTarget, Settlement, StreamName};
 
 impl RedisBackend {
     pub(crate) async fn settle(
@@ -26,15 +32,20 @@ impl RedisBackend {
     ) -> Result<Vec<Result<()>>> {
         validate_settlements(&items)?;
         self.meta(s).await?;
-        let config = self.group_config(s, g).await?;
-        if self.settle_acks(s, g, &items).await? {
+        let settings = self.settings(s, g).await?;
+        if self.settle_acks(s, g, &items, &settings).await? {
             return Ok(items.iter().map(|_| Ok(())).collect());
         }
         let targets: Vec<SettleTarget> = items.iter().map(|i| i.target.clone()).collect();
         for _ in 0..MAX_ATTEMPTS {
+            // Read again after a conflict that found them changed.
+            let settings = self.settings(s, g).await?;
+            let config = &settings.config;
             let now = self.clock.now();
             let held = self.held(s, g, &targets).await?;
+            let (mut views, later) = self.views_of(s, g, config.ordering, &items, &held).await?;
             let mut cas = Cas::default();
+            self.guard_settings(&mut cas, s, g, &settings);
             let mut results = Vec::with_capacity(items.len());
             // The same delivery twice in one batch: the first settles it,
             // so the second finds it settled (stale), as if sent after.
@@ -48,6 +59,11 @@ impl RedisBackend {
                 // Whatever the read found for it (a receipt mismatch
                 // included): the lease is no longer held.
                 let (p, seq, raw, delivery) = match found {
+                    _ if later.contains(&results.len()) => {
+                        // Settled on its own once this batch is written.
+                        results.push(Ok(()));
+                        continue;
+                    }
                     _ if settled.contains(&item.target.event_id) => {
                         results.push(Err(Error::StaleLease));
                         continue;
@@ -64,9 +80,9 @@ impl RedisBackend {
                 let k = self.keys.partition(s, g, p);
                 cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
                 let (attempt, old) = (delivery.attempt, Slot::of(&delivery));
-                let write = settle_write(item.op.clone(), attempt, &config, now);
+                let write = settle_write(item.op.clone(), attempt, config, now);
                 requeued |= write.requeues();
-                let new = match write {
+                let mut new = match write {
                     Write::Ack => Delivery {
                         status: Status::Acked,
                         ..delivery
@@ -81,6 +97,11 @@ impl RedisBackend {
                     },
                     Write::Dead(reason) => delivery.dead(reason, now),
                 };
+                if let Some(view) = views.remove(&results.len()) {
+                    let released;
+                    (new, released) = self.settle_gated(&mut cas, &k, seq, &view, new);
+                    requeued |= released;
+                }
                 self.place(&mut cas, &k, seq, Some(old), &new);
                 results.push(Ok(()));
             }
@@ -91,6 +112,11 @@ impl RedisBackend {
                 if requeued {
                     self.notifier.notify(s);
                 }
+                for i in later {
+                    let one = vec![items[i].clone()];
+                    let mut settled = Box::pin(self.settle(s, g, one)).await?;
+                    results[i] = settled.pop().unwrap_or(Err(Error::StaleLease));
+                }
                 return Ok(results);
             }
         }
@@ -100,15 +126,68 @@ impl RedisBackend {
         )))
     }
 
+    /// Under an ordering, the gate of each held item that has one, by the
+    /// item's index, and the items whose gate an earlier item of the batch
+    /// has (settled after it, one by one).
+    async fn views_of(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        ordering: GroupOrdering,
+        items: &[Settlement],
+        held: &[Result<(u32, u64, String, Delivery)>],
+    ) -> Result<(HashMap<usize, GateView>, HashSet<usize>)> {
+        if ordering == GroupOrdering::None {
+            return Ok((HashMap::new(), HashSet::new()));
+        }
+        let mut found = Vec::new();
+        for (i, (item, held)) in items.iter().zip(held).enumerate() {
+            if let Ok((p, seq, ..)) = held {
+                let at = self
+                    .positions
+                    .lock()
+                    .get(&(s.clone(), item.target.event_id.clone()));
+                found.push((i, (*p, *seq), at.and_then(|at| at.key)));
+            }
+        }
+        let positions: Vec<(u32, u64)> = found.iter().map(|(_, at, _)| *at).collect();
+        let known = found.iter().map(|(.., key)| key.clone()).collect();
+        let keys = self.keys_at(s, &positions, known).await?;
+        let gated: Vec<(usize, u32, String)> = found
+            .iter()
+            .zip(keys)
+            .filter_map(|((i, (p, _), _), key)| {
+                let gate = ordering.gate(key.as_deref())?;
+                Some((*i, *p, gate.to_owned()))
+            })
+            .collect();
+        let later = later_of_shared_gates(&gated);
+        let wanted: Vec<(usize, (u32, u64, String))> = gated
+            .into_iter()
+            .filter(|(i, ..)| !later.contains(i))
+            .map(|(i, p, gate)| {
+                let seq = found.iter().find(|(j, ..)| *j == i).expect("found").1.1;
+                (i, (p, seq, gate))
+            })
+            .collect();
+        let args: Vec<(u32, u64, String)> = wanted.iter().map(|(_, w)| w.clone()).collect();
+        let views = self.gate_views(s, g, &args).await?;
+        let views = wanted.into_iter().map(|(i, _)| i).zip(views).collect();
+        Ok((views, later))
+    }
+
     /// Acks `items` without reading them first, if all are acks of leases
     /// whose events this process fetched; `false` (nothing written) when
-    /// the batch needs the general path.
+    /// the batch needs the general path. Under an ordering each acked head
+    /// must be its gate's only open delivery (nothing to let through).
     async fn settle_acks(
         &self,
         s: &StreamName,
         g: &GroupName,
         items: &[Settlement],
+        settings: &Settings,
     ) -> Result<bool> {
+        let ordering = settings.config.ordering;
         if items
             .iter()
             .any(|i| i.op != SettleOp::Ack || i.validate().is_err())
@@ -117,6 +196,7 @@ impl RedisBackend {
         }
         let mut seen = HashSet::new();
         let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
         let mut keys: Vec<super::PartitionKeys> = Vec::new();
         for item in items {
             let t = &item.target;
@@ -138,6 +218,14 @@ impl RedisBackend {
             // guard checks it with the lease id.
             let prefix = leased_prefix(t.lease_id.as_str(), at.attempt);
             cas.hget_starts(&k.records, &seq.to_string(), &prefix);
+            if ordering != GroupOrdering::None {
+                let Some(key) = &at.key else { return Ok(false) };
+                if let Some(gate) = ordering.gate(key.as_deref()) {
+                    let mine = member(gate, seq);
+                    cas.lex_first_are(&k.gates, range(gate), 2, vec![mine.clone()]);
+                    cas.write(&["ZREM", &k.gates, &mine]);
+                }
+            }
             self.place(
                 &mut cas,
                 k,

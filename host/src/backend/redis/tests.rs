@@ -939,6 +939,7 @@ async fn replay_reopens_and_reset_starts_over() {
         confirm: true,
         start: StartPosition::Beginning,
         partitions: Partitions::All,
+        ordering: None,
     };
     b.reset(reset).await.unwrap();
     let info = b.group_info(&s, &g).await.unwrap();

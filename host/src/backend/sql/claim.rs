@@ -10,15 +10,24 @@
 //! each, and the cursors move past the new ones. Lock order — delivery
 //! rows, then cursor rows in partition order — keeps concurrent
 //! transactions deadlock-free.
+//!
+//! A fetch of an ordered group (`docs/groups.md#ordering`) takes the cursor
+//! rows first instead, and walks the unseen events, leasing those whose
+//! gate is free and parking the others. It can: every delivery row it
+//! locks afterwards is taken skipping rows others hold, so it never waits
+//! while holding the cursor rows.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
-use crate::backend::policy::{POISON_REASON, claim_capacity, round_robin};
+use crate::backend::policy::{GateWalk, POISON_REASON, claim_capacity, round_robin};
 use crate::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
-use crate::model::{ConsumerId, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp};
+use crate::model::{
+    ConsumerId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
+};
 
 /// Positions and fresh lease ids as the columns `fetch_claim.sql` and
 /// `fetch_materialize.sql` take.
@@ -67,9 +76,31 @@ impl<D: Dialect> SqlBackend<D> {
         if selected.is_empty() {
             return Ok(Vec::new());
         }
+        let ordering = config.ordering;
+        // An ordered group holds its cursor rows from the start, so that no
+        // settle lets a gate's next delivery through while this fetch is
+        // deciding what to park behind it (docs/groups.md#ordering). Its
+        // fetches never wait for a delivery row (they skip locked ones), so
+        // taking the cursor rows first cannot deadlock with a settle.
+        let mut cursors = Vec::new();
+        if ordering != GroupOrdering::None {
+            let stored;
+            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            self.same_ordering((s, g), ordering, stored)?;
+        }
         let max = small(config.max_attempts);
         let poison = args![s, g, now, max, partitions(&selected), POISON_REASON];
-        exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
+        if ordering == GroupOrdering::None {
+            exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
+        } else {
+            let mut dead = Vec::new();
+            for row in rows::<D>(&mut tx, Statement::fetch_poison, poison).await? {
+                if let Some(gate) = row.opt_text(1)? {
+                    dead.push((row.u32(0)?, gate));
+                }
+            }
+            Self::release_gates(&mut tx, s, g, dead).await?;
+        }
         let args = args![s, g, partitions(&selected), now, small(req.limit)];
         let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
         for row in rows::<D>(&mut tx, Statement::fetch_candidates, args).await? {
@@ -86,12 +117,10 @@ impl<D: Dialect> SqlBackend<D> {
         for candidates in &mut claimable {
             candidates.sort_unstable();
         }
-        let args = args![s, g, partitions(&selected)];
-        let mut cursors = vec![(1, 0); selected.len()];
-        for row in rows::<D>(&mut tx, Statement::fetch_lock_cursors, args).await? {
-            if let Ok(i) = selected.binary_search(&row.u32(0)?) {
-                cursors[i] = (row.u64(1)?, row.u64(2)?);
-            }
+        if ordering == GroupOrdering::None {
+            let stored;
+            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            self.same_ordering((s, g), ordering, stored)?;
         }
 
         let capacity: Vec<usize> = claimable
@@ -104,18 +133,30 @@ impl<D: Dialect> SqlBackend<D> {
 
         let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
         let (mut moved, mut to) = (Vec::new(), Vec::new());
+        let mut parked = (Vec::new(), Vec::new());
         for (i, &p) in selected.iter().enumerate() {
             let take = quotas[i].min(claimable[i].len());
             for &seq in &claimable[i][..take] {
                 reclaim.push(p, seq);
             }
-            let cursor = cursors[i].0;
-            let new = (quotas[i] - take) as u64;
-            for seq in cursor..cursor + new {
-                fresh.push(p, seq);
-            }
+            let (cursor, hw) = cursors[i];
+            let want = quotas[i] - take;
+            let next = if ordering == GroupOrdering::None {
+                for seq in cursor..cursor + want as u64 {
+                    fresh.push(p, seq);
+                }
+                cursor + want as u64
+            } else {
+                let walk = Self::walk(&mut tx, (s, g), p, ordering, (cursor, hw), want).await?;
+                for (seq, _) in walk.lease {
+                    fresh.push(p, seq);
+                }
+                parked.0.extend(walk.park.iter().map(|_| p as i32));
+                parked.1.extend(walk.park.iter().map(|(seq, _)| int(*seq)));
+                walk.next
+            };
             moved.push(p as i32);
-            to.push(int(cursor + new));
+            to.push(int(next));
         }
         let leased = || args![s, g, &req.consumer_id, now, expires_at];
         let mut claimed = Vec::with_capacity(reclaim.partition.len() + fresh.partition.len());
@@ -130,12 +171,19 @@ impl<D: Dialect> SqlBackend<D> {
             self.dialect
                 .wrote(Table::Deliveries, fresh.partition.len() as u64);
             let mut args = leased();
+            args.push(ordering.as_str().into());
             args.push(fresh.rows());
             exec::<D>(&mut tx, Statement::fetch_materialize, args).await?;
             for i in 0..fresh.partition.len() {
                 let position = (fresh.partition[i] as u32, fresh.sequence[i] as u64);
                 claimed.push((position, 1, std::mem::take(&mut fresh.lease_id[i])));
             }
+        }
+        if !parked.0.is_empty() {
+            self.dialect.wrote(Table::Deliveries, parked.0.len() as u64);
+            let rows = Arg::Rows(vec![Column::I32(parked.0), Column::I64(parked.1)]);
+            let args = args![s, g, ordering.as_str(), rows];
+            exec::<D>(&mut tx, Statement::fetch_park, args).await?;
         }
         // Every selected partition: the cursor past the new deliveries (and
         // where the dialect keeps one, the scan floor up to the lowest open
@@ -167,6 +215,102 @@ impl<D: Dialect> SqlBackend<D> {
         }
         leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
         Ok(leases)
+    }
+
+    /// Locks the cursor rows of `selected` (sorted) in partition order;
+    /// returns each one's (cursor, high watermark), in `selected`'s order,
+    /// and the group's ordering as stored (a reset that changes it holds
+    /// every one of these rows).
+    pub(super) async fn lock_cursors(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+    ) -> Result<(Vec<(u64, u64)>, Option<GroupOrdering>)> {
+        let args = args![s, g, partitions(selected)];
+        let mut cursors = vec![(1, 0); selected.len()];
+        let mut ordering = None;
+        for row in rows::<D>(conn, Statement::fetch_lock_cursors, args).await? {
+            if let Ok(i) = selected.binary_search(&row.u32(0)?) {
+                cursors[i] = (row.u64(1)?, row.u64(2)?);
+            }
+            ordering = Some(super::ordering(row.text(3)?)?);
+        }
+        Ok((cursors, ordering))
+    }
+
+    /// Holds a fetch to the ordering stored with the cursor rows it locked:
+    /// when the cached one is stale (another node's reset changed it), the
+    /// cache is dropped and the fetch rolled back to run again
+    /// ([`super::conflict`]).
+    fn same_ordering(
+        &self,
+        (s, g): (&StreamName, &GroupName),
+        cached: GroupOrdering,
+        stored: Option<GroupOrdering>,
+    ) -> Result<()> {
+        match stored {
+            Some(stored) if stored != cached => {
+                self.forget_group(s, g);
+                Err(super::conflict(format!(
+                    "the group's ordering is {:?} now, not {:?}",
+                    stored.as_str(),
+                    cached.as_str()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Walks an ordered group's unseen events of partition `p` from the
+    /// cursor, by the shared rule ([`GateWalk`]): the store reads each
+    /// window's keys and says which of its gates have a delivery open.
+    async fn walk(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        ordering: GroupOrdering,
+        (cursor, hw): (u64, u64),
+        want: usize,
+    ) -> Result<GateWalk> {
+        let mut walk = GateWalk::new(ordering, cursor, want);
+        while let Some((first, last)) = walk.window(hw) {
+            let args = args![s, small(p), big(first), big(last)];
+            let mut events = Vec::new();
+            for row in rows::<D>(conn, Statement::fetch_window, args).await? {
+                events.push((row.u64(0)?, row.opt_text(1)?));
+            }
+            let asked = walk.to_ask(&events);
+            let mut busy: HashSet<String> = HashSet::new();
+            if !asked.is_empty() {
+                let asked = Arg::List(Column::Text(asked.into_iter().collect()));
+                let args = args![s, g, small(p), asked];
+                for row in rows::<D>(conn, Statement::gates_busy, args).await? {
+                    busy.insert(row.text(0)?);
+                }
+            }
+            walk.pass(events, |gate| busy.contains(gate));
+        }
+        Ok(walk)
+    }
+
+    /// Lets each (partition, gate) left without a head hand its lowest
+    /// parked delivery on (`docs/groups.md#ordering`), after heads were
+    /// acked or dead-lettered; returns how many were let through. The
+    /// caller holds the partitions' cursor rows.
+    pub(super) async fn release_gates(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        gates: Vec<(u32, String)>,
+    ) -> Result<u64> {
+        if gates.is_empty() {
+            return Ok(0);
+        }
+        let (parts, names): (Vec<i32>, Vec<String>) =
+            gates.into_iter().map(|(p, gate)| (p as i32, gate)).unzip();
+        let pairs = Arg::Rows(vec![Column::I32(parts), Column::Text(names)]);
+        exec::<D>(conn, Statement::release_gates, args![s, g, pairs]).await
     }
 
     /// The fencing check: the delivery must be leased under `target`.

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 
-use super::{Access, Arg, Conn, DbRow, Dialect, Execute, Phase, Statement, has_sql, map_error};
+use super::{
+    Access, Arg, Conn, DbRow, Dialect, Execute, Phase, Statement, has_sql, is_conflict, map_error,
+};
 use crate::backend::policy::GroupConfig;
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
@@ -30,8 +32,12 @@ pub(crate) struct SqlBackend<D: Dialect> {
     /// Streams never change or disappear once created, so what was read
     /// once is cached (never a negative answer).
     streams: RwLock<HashMap<StreamName, StreamMeta>>,
-    /// Groups cannot be changed or deleted, so their settings are cached
-    /// like streams (never a negative answer).
+    /// Groups are never deleted and only a reset of every partition
+    /// changes one (its ordering), so their settings are cached like
+    /// streams (never a negative answer). A node whose cached ordering is
+    /// stale finds out where it matters (`docs/groups.md#ordering`): a
+    /// fetch reads the ordering with the cursor rows it locks, and an ack
+    /// that settles a gated delivery names its gate.
     groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
@@ -79,19 +85,30 @@ impl<D: Dialect> SqlBackend<D> {
     /// `backend_unavailable` ([`Phase::Connect`]).
     pub(crate) async fn conn(&self, access: Access) -> Result<sqlx::pool::PoolConnection<D::Db>> {
         let pool = self.dialect.pool(access);
-        let conn = (pool.acquire().await).map_err(|e| map_error(e, Phase::Connect))?;
-        // The pool has pinged it, which runs any rollback still queued, so a
-        // connection still inside a transaction is stuck there: SQLite rolls
-        // a transaction back by itself on some errors (SQLITE_FULL), and the
-        // driver's own ROLLBACK then fails, leaving its count of open
-        // transactions at 1 and every later BEGIN refused. Close it and open
-        // another (docs/operations.md#chaos-tests: the disk-full test).
-        if !sqlx::Connection::is_in_transaction(&*conn) {
-            return Ok(conn);
+        // The pool has pinged each connection, which runs any rollback still
+        // queued, so one still inside a transaction is stuck there: SQLite
+        // rolls a transaction back by itself on some errors (SQLITE_FULL),
+        // and the driver's own ROLLBACK then fails, leaving its count of
+        // open transactions at 1 and every later BEGIN refused. Close it and
+        // take another; when the disk filled under several transactions at
+        // once, several are stuck, and the pool opens a fresh one once every
+        // stuck one is closed (docs/operations.md#chaos-tests: the disk-full
+        // test).
+        let mut closed = 0;
+        loop {
+            let conn = (pool.acquire().await).map_err(|e| map_error(e, Phase::Connect))?;
+            if !sqlx::Connection::is_in_transaction(&*conn) {
+                if closed > 0 {
+                    tracing::warn!(
+                        closed,
+                        "closed pooled connections left inside a transaction"
+                    );
+                }
+                return Ok(conn);
+            }
+            closed += 1;
+            let _ = conn.close().await;
         }
-        tracing::warn!("closing a pooled connection left inside a transaction");
-        let _ = conn.close().await;
-        (pool.acquire().await).map_err(|e| map_error(e, Phase::Connect))
     }
 
     /// Commits; a lost connection here leaves the outcome unknown.
@@ -145,9 +162,16 @@ impl<D: Dialect> SqlBackend<D> {
         let config = GroupConfig {
             max_attempts: row.u32(0)?,
             retry_backoff_ms: row.backoff(1)?,
+            ordering: super::ordering(row.text(2)?)?,
         };
         self.groups.write().insert(key, config.clone());
         Ok(config)
+    }
+
+    /// Drops the cached settings of a group, so that the next use reads
+    /// them again.
+    pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
+        self.groups.write().remove(&(s.clone(), g.clone()));
     }
 
     /// The next round-robin start for a group.
@@ -378,11 +402,11 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
-        self.fetch_tx(req).await
+        again_on_conflict(|| self.fetch_tx(req.clone())).await
     }
 
     async fn renew(&self, req: RenewRequest) -> Result<Lease> {
-        self.renew_tx(req).await
+        again_on_conflict(|| self.renew_tx(req.clone())).await
     }
 
     async fn renew_many(
@@ -392,7 +416,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         targets: Vec<SettleTarget>,
         lease_ms: u64,
     ) -> Result<Vec<Result<Timestamp>>> {
-        self.renew_many_tx(stream, group, targets, lease_ms).await
+        again_on_conflict(|| self.renew_many_tx(stream, group, targets.clone(), lease_ms)).await
     }
 
     async fn settle(
@@ -401,7 +425,8 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         group: &GroupName,
         items: Vec<Settlement>,
     ) -> Result<Vec<Result<()>>> {
-        let (results, requeued) = self.settle_tx(stream, group, items).await?;
+        let (results, requeued) =
+            again_on_conflict(|| self.settle_tx(stream, group, items.clone())).await?;
         if requeued {
             self.notifier.notify(stream);
         }
@@ -441,7 +466,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         let stream = req.stream.clone();
-        self.reset_tx(req).await?;
+        again_on_conflict(|| self.reset_tx(req.clone())).await?;
         self.notifier.notify(&stream);
         Ok(())
     }
@@ -453,5 +478,32 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
         self.next_due_tx(stream, group, partitions).await
+    }
+}
+
+/// How many times a claim, renewal, settle or reset that hit a conflict
+/// is run again before the error is returned.
+const CONFLICT_RETRIES: u32 = 3;
+
+/// Runs `tx` again when the database aborted it for a deadlock or a
+/// serialization failure, or it gave up on a stale read ([`is_conflict`]).
+/// Two transactions that lock the same delivery rows in a different order
+/// (a batch ack and a batch renewal, say) can deadlock on PostgreSQL,
+/// which then rolls one of them back whole: running it again is safe, and
+/// the other has gone ahead.
+async fn again_on_conflict<T, F, Fut>(mut tx: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut retries = 0;
+    loop {
+        match tx().await {
+            Err(e) if is_conflict(&e) && retries < CONFLICT_RETRIES => {
+                retries += 1;
+                tracing::debug!(error = %e, retries, "transaction rolled back; running it again");
+            }
+            other => return other,
+        }
     }
 }

@@ -7,19 +7,19 @@ use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, int};
 use super::{args, small};
 use crate::backend::policy::{Marks, start_lookup, start_points};
 use crate::backend::{Error, Result};
-use crate::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
+use crate::model::{Group, GroupName, GroupSpec, StartPosition, StreamName};
 
 impl<D: Dialect> SqlBackend<D> {
     pub(super) async fn create_group_tx(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        crate::backend::policy::refuse_ordering(spec.ordering, D::KIND)?;
         let meta = self.meta(s).await?;
         let now = self.now();
         let mut tx = self.begin(Access::Write).await?;
         let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &spec.start).await?;
         let backoff = spec.retry_backoff_ms.iter().map(|d| int(*d)).collect();
         let max = small(spec.max_attempts);
-        let args = args![s, &spec.name, max, Arg::List(Column::I64(backoff)), now];
+        let backoff = Arg::List(Column::I64(backoff));
+        let args = args![s, &spec.name, max, backoff, now, spec.ordering.as_str()];
         if insert_new::<D>(&mut tx, Statement::create_group, args)
             .await?
             .is_none()
@@ -38,7 +38,7 @@ impl<D: Dialect> SqlBackend<D> {
             name: spec.name,
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
-            ordering: GroupOrdering::None,
+            ordering: spec.ordering,
             created_at: now,
         })
     }
@@ -56,7 +56,7 @@ impl<D: Dialect> SqlBackend<D> {
                         .map_err(|e| super::corrupt("group name", e))?,
                     max_attempts: row.u32(1)?,
                     retry_backoff_ms: row.backoff(2)?,
-                    ordering: GroupOrdering::None,
+                    ordering: super::ordering(row.text(4)?)?,
                     created_at: row.ts(3)?,
                 })
             })

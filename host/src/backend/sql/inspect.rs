@@ -73,7 +73,7 @@ impl<D: Dialect> SqlBackend<D> {
             group: g.clone(),
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
-            ordering: crate::model::GroupOrdering::None,
+            ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters,
             cursors: all

@@ -101,11 +101,12 @@ macro_rules! with_statements {
             group_config, create_group, create_group_partitions, list_groups, group_positions,
             first_at_or_after, events_at, locate_events,
             fetch_poison, fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
+            fetch_window, gates_busy, fetch_park, release_gates, regate,
             advance_cursors, delivery_by_event, renew,
             settle_acks, settle_retry, settle_dead,
             lag_open, dead_count, dead_letters, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
-            lower_floors, reset_partitions, set_cursors
+            lower_floors, reset_partitions, set_cursors, set_ordering
         );
     };
 }
@@ -388,6 +389,11 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
                 }
                 // SQLite busy / locked past the busy timeout: nothing was written.
                 "5" | "6" | "261" | "517" => Error::BackendUnavailable(db.to_string()),
+                // PostgreSQL aborted the transaction for a deadlock or a
+                // serialization failure: nothing was written, and the same
+                // transaction may well succeed when run again
+                // ([`is_conflict`]).
+                "40P01" | "40001" => Error::BackendUnavailable(format!("{CONFLICT}: {db}")),
                 // No space left: SQLite's SQLITE_FULL, PostgreSQL's disk_full.
                 // Either rolls the whole transaction back, commit included.
                 "13" | "53100" => Error::StorageFull(db.to_string()),
@@ -400,6 +406,23 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
         (Phase::Connect, Error::Failed(detail)) => Error::BackendUnavailable(detail),
         (_, mapped) => mapped,
     }
+}
+
+/// How [`map_error`] and [`conflict`] begin the detail of a transaction
+/// that may simply run again.
+const CONFLICT: &str = "transaction aborted by a conflict";
+
+/// A transaction given up because what it read went stale (a group's
+/// ordering changed): it runs again like one the database aborted.
+pub(crate) fn conflict(detail: String) -> Error {
+    Error::BackendUnavailable(format!("{CONFLICT}: {detail}"))
+}
+
+/// Whether `e` is a transaction the database aborted for a deadlock or a
+/// serialization failure, or one given up because what it read went
+/// stale ([`conflict`]): nothing was written, so it may run again.
+pub(crate) fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::BackendUnavailable(detail) if detail.starts_with(CONFLICT))
 }
 
 /// Whether `e` is a unique-constraint violation.
@@ -448,6 +471,11 @@ where
 /// An unreadable stored value.
 pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::Failed(format!("unreadable {what} in the database: {detail}"))
+}
+
+/// A group's ordering as stored.
+pub(crate) fn ordering(stored: String) -> Result<crate::model::GroupOrdering, Error> {
+    stored.parse().map_err(|e| corrupt("group ordering", e))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::engine::{exec, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, args, big, int, small};
 use crate::backend::{Redrive, Replay, ResetRequest, Result};
-use crate::model::{GroupName, StreamName};
+use crate::model::{GroupName, GroupOrdering, StreamName};
 
 /// The lowest re-opened sequence per partition.
 #[derive(Debug, Default)]
@@ -20,6 +20,27 @@ impl Floors {
     fn lower(&mut self, partition: u32, sequence: u64) {
         let floor = self.0.entry(partition).or_insert(sequence);
         *floor = (*floor).min(sequence);
+    }
+
+    /// In an ordered group, gives each gate of the re-opened partitions
+    /// one head again (`regate.sql`, `docs/groups.md#ordering`). After
+    /// [`Floors::apply`], which holds the partitions' cursor rows where the
+    /// dialect locks them: a fetch that leased a gate's event meanwhile has
+    /// committed, and this statement sees it.
+    async fn regate<D: Dialect>(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        ordering: GroupOrdering,
+    ) -> Result<()> {
+        if ordering == GroupOrdering::None || self.0.is_empty() {
+            return Ok(());
+        }
+        let touched: Vec<u32> = self.0.keys().copied().collect();
+        let args = args![s, g, super::partitions(&touched)];
+        exec::<D>(conn, Statement::regate, args).await?;
+        Ok(())
     }
 
     async fn apply<D: Dialect>(
@@ -48,7 +69,10 @@ impl<D: Dialect> SqlBackend<D> {
     ) -> Result<u64> {
         self.meta(s).await?;
         let mut tx = self.begin(Access::Write).await?;
-        self.group_config(&mut tx, s, g).await?;
+        // Read afresh: the ordering gates what this re-opens, and another
+        // node may have changed it.
+        self.forget_group(s, g);
+        let config = self.group_config(&mut tx, s, g).await?;
         let mut args = args![s, g];
         let statement = match which {
             Redrive::All => Statement::redrive_all,
@@ -66,6 +90,7 @@ impl<D: Dialect> SqlBackend<D> {
             floors.lower(row.u32(0)?, row.u64(1)?);
         }
         floors.apply::<D>(&mut tx, s, g).await?;
+        floors.regate::<D>(&mut tx, s, g, config.ordering).await?;
         if !redriven.is_empty() {
             self.notify_in(&mut tx, s).await?;
         }
@@ -79,7 +104,7 @@ impl<D: Dialect> SqlBackend<D> {
     /// open.
     async fn reopen(
         conn: &mut Conn<D>,
-        (s, g): (&StreamName, &GroupName),
+        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
         p: u32,
         (after, before): (u64, u64),
         floors: &mut Floors,
@@ -89,7 +114,9 @@ impl<D: Dialect> SqlBackend<D> {
         }
         floors.lower(p, after + 1);
         let args = || args![s, g, small(p), big(after), big(before)];
-        let created = exec::<D>(conn, Statement::reopen_insert, args()).await?;
+        let mut insert = args();
+        insert.push(ordering.as_str().into());
+        let created = exec::<D>(conn, Statement::reopen_insert, insert).await?;
         let reopened = exec::<D>(conn, Statement::reopen_update, args()).await?;
         // Deliveries already open but waiting on a retry delay become due
         // now; they were not closed, so they are not counted.
@@ -111,7 +138,10 @@ impl<D: Dialect> SqlBackend<D> {
             _ => Vec::new(),
         };
         let mut tx = self.begin(Access::Write).await?;
-        self.group_config(&mut tx, s, g).await?;
+        // Read afresh: the ordering gates what this re-opens, and another
+        // node may have changed it.
+        self.forget_group(s, g);
+        let ordering = self.group_config(&mut tx, s, g).await?.ordering;
         let positions = Self::positions(&mut tx, s, g).await?;
         let cursor = |p: u32| positions.get(&p).map_or(1, |(c, _)| *c);
         // Every (partition, after, before) range to re-open.
@@ -148,9 +178,11 @@ impl<D: Dialect> SqlBackend<D> {
         let mut count = 0;
         let mut floors = Floors::default();
         for (p, after, before) in ranges {
-            count += Self::reopen(&mut tx, (s, g), p, (after, before), &mut floors).await?;
+            let group = (s, g, ordering);
+            count += Self::reopen(&mut tx, group, p, (after, before), &mut floors).await?;
         }
         floors.apply::<D>(&mut tx, s, g).await?;
+        floors.regate::<D>(&mut tx, s, g, ordering).await?;
         self.notify_in(&mut tx, s).await?;
         Self::commit(tx).await?;
         Ok(count)
@@ -163,6 +195,18 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Write).await?;
         self.group_config(&mut tx, s, g).await?;
         let selected = req.partitions.resolve(meta.partition_count)?;
+        if let Some(ordering) = req.ordering {
+            // Every partition (`ResetRequest::validate`): its cursor rows
+            // first, so that no fetch decides under the old ordering while
+            // this one changes it and forgets every delivery it gated.
+            Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            exec::<D>(
+                &mut tx,
+                Statement::set_ordering,
+                args![s, g, ordering.as_str()],
+            )
+            .await?;
+        }
         let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &req.start).await?;
         // Deliveries first, cursor rows second: the order fetches lock them in.
         let args = args![s, g, super::partitions(&selected)];
@@ -175,6 +219,10 @@ impl<D: Dialect> SqlBackend<D> {
         let rows = Arg::Rows(vec![Column::I32(chosen), Column::I64(cursors)]);
         exec::<D>(&mut tx, Statement::set_cursors, args![s, g, rows]).await?;
         self.notify_in(&mut tx, s).await?;
-        Self::commit(tx).await
+        let committed = Self::commit(tx).await;
+        if req.ordering.is_some() {
+            self.forget_group(s, g);
+        }
+        committed
     }
 }

@@ -4,15 +4,19 @@
 
 use std::collections::HashSet;
 
-use super::engine::{exec, rows_in};
+use super::engine::{exec, rows, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
 use crate::backend::policy::{Write, plain_acks, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
-use crate::model::{GroupName, SettleTarget, Settlement, StreamName, clip_reason};
+use crate::model::{GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason};
+
+/// An acked event id, with its (partition, gate) when it has one.
+type Acked = (String, Option<(u32, String)>);
 
 impl<D: Dialect> SqlBackend<D> {
-    /// Applies a batch; returns the per-item results and whether any nack
-    /// made a delivery claimable at once.
+    /// Applies a batch; returns the per-item results and whether a
+    /// delivery became claimable at once (a nack without delay, or a
+    /// gate's next delivery let through).
     pub(super) async fn settle_tx(
         &self,
         s: &StreamName,
@@ -24,24 +28,114 @@ impl<D: Dialect> SqlBackend<D> {
         let now = self.now();
         if plain_acks(&items) {
             // One statement is atomic on its own: no transaction round trips.
+            // Not in an ordered group, whose acks also let gates through.
             let mut conn = self.conn(Access::Write).await?;
-            self.group_config(&mut conn, s, g).await?;
+            let config = self.group_config(&mut conn, s, g).await?;
+            if config.ordering != GroupOrdering::None {
+                drop(conn);
+                return self.ack_ordered(s, g, &items).await;
+            }
             let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
             // It commits on its own: a lost connection leaves it unknown.
             let acked = Self::ack_many(&mut conn, s, g, &targets, Phase::Write).await?;
-            let results = targets
-                .iter()
-                .map(|t| match acked.contains(t.event_id.as_str()) {
-                    true => Ok(()),
-                    false => Err(Error::StaleLease),
-                })
-                .collect();
-            return Ok((results, false));
+            let results = ack_results(&targets, &acked);
+            let gates: Vec<(u32, String)> =
+                acked.into_iter().filter_map(|(_, gate)| gate).collect();
+            if gates.is_empty() {
+                return Ok((results, false));
+            }
+            // A gated delivery: the group is ordered now (another node's
+            // reset changed it). Its gates let their next delivery through
+            // as an ordered ack's would, just not in the ack's transaction.
+            drop(conn);
+            self.forget_group(s, g);
+            // The acks hold whatever happens next: they are what is answered.
+            let released = match self.release_apart(s, g, gates).await {
+                Ok(released) => released,
+                Err(e) => {
+                    tracing::warn!(stream = %s, group = %g, error = %e,
+                        "acked, but letting the acked keys' next deliveries through failed");
+                    false
+                }
+            };
+            return Ok((results, released));
         }
+        self.settle_in_tx(s, g, items, now).await
+    }
+
+    /// Acks a batch of an ordered group in one transaction: one statement
+    /// for the acks, then the gates they settled let their next delivery
+    /// through.
+    async fn ack_ordered(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: &[Settlement],
+    ) -> Result<(Vec<Result<()>>, bool)> {
+        let mut tx = self.begin(Access::Write).await?;
+        let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
+        let acked = Self::ack_many(&mut tx, s, g, &targets, Phase::Read).await?;
+        let results = ack_results(&targets, &acked);
+        let gates = acked.into_iter().filter_map(|(_, gate)| gate).collect();
+        let released = self.release_settled(&mut tx, s, g, gates).await?;
+        if released {
+            self.notify_in(&mut tx, s).await?;
+        }
+        Self::commit(tx).await?;
+        Ok((results, released))
+    }
+
+    /// [`Self::release_settled`] in a transaction of its own.
+    async fn release_apart(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        gates: Vec<(u32, String)>,
+    ) -> Result<bool> {
+        let mut tx = self.begin(Access::Write).await?;
+        let released = self.release_settled(&mut tx, s, g, gates).await?;
+        if released {
+            self.notify_in(&mut tx, s).await?;
+        }
+        Self::commit(tx).await?;
+        Ok(released)
+    }
+
+    /// Lets the gates whose heads were acked or dead-lettered hand on their
+    /// next delivery; whether any did. The cursor rows first, so that no
+    /// fetch is parking behind these gates meanwhile
+    /// (docs/groups.md#ordering).
+    async fn release_settled(
+        &self,
+        tx: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        gates: Vec<(u32, String)>,
+    ) -> Result<bool> {
+        if gates.is_empty() {
+            return Ok(false);
+        }
+        let mut touched: Vec<u32> = gates.iter().map(|(p, _)| *p).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        Self::lock_cursors(tx, s, g, &touched).await?;
+        Ok(Self::release_gates(tx, s, g, gates).await? > 0)
+    }
+
+    /// Applies a batch in one transaction.
+    async fn settle_in_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: Vec<Settlement>,
+        now: crate::model::Timestamp,
+    ) -> Result<(Vec<Result<()>>, bool)> {
         let mut tx = self.begin(Access::Write).await?;
         let config = self.group_config(&mut tx, s, g).await?;
         let mut results = Vec::with_capacity(items.len());
         let mut requeued = false;
+        // Heads of ordered gates that were acked or dead-lettered.
+        let mut settled_gates = Vec::new();
         for item in items {
             if let Err(e) = item.validate() {
                 results.push(Err(e.into()));
@@ -60,11 +154,12 @@ impl<D: Dialect> SqlBackend<D> {
             // Fenced on the lease, located by the full key the fence read.
             let (p, seq) = (small(held.partition), big(held.sequence));
             let changed = match write {
-                Write::Ack => u64::from(
-                    Self::ack_many(&mut tx, s, g, &[t], Phase::Read)
-                        .await?
-                        .contains(t.event_id.as_str()),
-                ),
+                Write::Ack => {
+                    let acked = Self::ack_many(&mut tx, s, g, &[t], Phase::Read).await?;
+                    let count = acked.len() as u64;
+                    settled_gates.extend(acked.into_iter().filter_map(|(_, gate)| gate));
+                    count
+                }
                 Write::Retry { due, reason } => {
                     let (due, reason) = (Arg::OptTime(due), clip_reason(&reason));
                     let args = args![s, g, &t.event_id, &t.lease_id, due, reason, p, seq];
@@ -73,7 +168,13 @@ impl<D: Dialect> SqlBackend<D> {
                 Write::Dead(reason) => {
                     let reason = clip_reason(&reason);
                     let args = args![s, g, &t.event_id, &t.lease_id, reason, now, p, seq];
-                    exec::<D>(&mut tx, Statement::settle_dead, args).await?
+                    let dead = rows::<D>(&mut tx, Statement::settle_dead, args).await?;
+                    for row in &dead {
+                        if let Some(gate) = row.opt_text(0)? {
+                            settled_gates.push((held.partition, gate));
+                        }
+                    }
+                    dead.len() as u64
                 }
             };
             results.push(match changed {
@@ -81,6 +182,7 @@ impl<D: Dialect> SqlBackend<D> {
                 _ => Err(Error::StaleLease),
             });
         }
+        requeued |= self.release_settled(&mut tx, s, g, settled_gates).await?;
         if requeued {
             self.notify_in(&mut tx, s).await?;
         }
@@ -88,14 +190,15 @@ impl<D: Dialect> SqlBackend<D> {
         Ok((results, requeued))
     }
 
-    /// Acks the given leases (fenced); returns the event ids that were acked.
+    /// Acks the given leases (fenced); returns the event ids that were
+    /// acked, each with its (partition, gate) when it has one.
     async fn ack_many(
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
         targets: &[&SettleTarget],
         phase: Phase,
-    ) -> Result<HashSet<String>> {
+    ) -> Result<Vec<Acked>> {
         let (events, leases): (Vec<String>, Vec<String>) = targets
             .iter()
             .map(|t| {
@@ -113,7 +216,28 @@ impl<D: Dialect> SqlBackend<D> {
         rows_in::<D>(conn, Statement::settle_acks, args, phase)
             .await?
             .iter()
-            .map(|r| r.text(0))
+            .map(|r| {
+                let gate = match r.opt_text(2)? {
+                    Some(gate) => Some((r.u32(1)?, gate)),
+                    None => None,
+                };
+                Ok((r.text(0)?, gate))
+            })
             .collect()
     }
+}
+
+/// Per target of a batch ack: acked, or `stale_lease` when [`ack_many`]
+/// did not return its event id.
+///
+/// [`ack_many`]: SqlBackend::ack_many
+fn ack_results(targets: &[&SettleTarget], acked: &[Acked]) -> Vec<Result<()>> {
+    let ids: HashSet<&str> = acked.iter().map(|(id, _)| id.as_str()).collect();
+    targets
+        .iter()
+        .map(|t| match ids.contains(t.event_id.as_str()) {
+            true => Ok(()),
+            false => Err(Error::StaleLease),
+        })
+        .collect()
 }

@@ -198,8 +198,18 @@ pub(crate) struct ResetArgs {
     start_at: Option<String>,
 
     /// Only these partitions, e.g. 0,1 [default: all]
-    #[arg(long, value_name = "P,…", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "P,…",
+        value_delimiter = ',',
+        conflicts_with = "ordering"
+    )]
     partitions: Option<Vec<u32>>,
+
+    /// The group's ordering from now on: none, key or partition
+    /// (docs/groups.md#ordering); resets every partition [default: unchanged]
+    #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
+    ordering: Option<String>,
 }
 
 impl ResetArgs {
@@ -222,12 +232,19 @@ impl ResetArgs {
         if let Some(partitions) = &self.partitions {
             body.insert("partitions".into(), json!(partitions));
         }
+        if let Some(ordering) = &self.ordering {
+            body.insert("ordering".into(), json!(ordering));
+        }
         let answer = client.post(&self.target.path("/reset"), &Value::Object(body))?;
-        self.server.print(&answer, |_| {
-            format!(
+        self.server.print(&answer, |_| match &self.ordering {
+            Some(ordering) => format!(
+                "reset group {} on stream {} (ordering {ordering})\n",
+                self.target.group, self.target.stream
+            ),
+            None => format!(
                 "reset group {} on stream {}\n",
                 self.target.group, self.target.stream
-            )
+            ),
         })
     }
 }

@@ -36,6 +36,19 @@ async fn bad_deploys_are_refused_with_a_reason() {
         .await
         .unwrap_err();
     assert!(matches!(err, RegistryError::Manifest(_)), "{err}");
+    // A group keeps the ordering it was created with.
+    f.create_group("plain", 5).await;
+    let mut keyed = f.manifest("plain");
+    keyed.ordering = Some(crate::model::GroupOrdering::Key);
+    let err = f
+        .registry
+        .deploy(hn("x"), keyed, guest("echo"))
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::Backend(e) => assert_eq!(e.code(), "invalid", "{err}"),
+        other => panic!("{other}"),
+    }
     assert!(f.registry.list().await.is_empty(), "nothing was deployed");
 }
 

@@ -19,3 +19,4 @@ UPDATE rheo_deliveries d
 SET status = 'dead', reason = $6, dead_lettered_at = $3,
     lease_id = NULL, available_at = NULL
 WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM doomed))
+RETURNING d.partition, d.gate

@@ -1,6 +1,7 @@
 -- Per partition: the lowest open delivery and the open ones by kind, read
--- from the partition's floor up.
-SELECT gp.partition, c.first_open, c.leased, c.fresh, c.waiting
+-- from the partition's floor up. Parked deliveries (docs/groups.md#ordering)
+-- are open too: waiting behind their gate's head, never delivered or not.
+SELECT gp.partition, LEAST(c.first_open, k.first_parked), c.leased, c.fresh + k.fresh, c.waiting
 FROM rheo_group_partitions gp
 CROSS JOIN LATERAL (
     SELECT MIN(d.sequence) AS first_open,
@@ -12,4 +13,13 @@ CROSS JOIN LATERAL (
       AND d.partition = gp.partition AND d.sequence >= gp.floor
       AND d.status IN ('available', 'leased')
 ) c
-WHERE gp.stream = $1 AND gp.group_name = $2 AND c.first_open IS NOT NULL
+CROSS JOIN LATERAL (
+    SELECT MIN(d.sequence) AS first_parked,
+           COUNT(*) FILTER (WHERE d.attempt = 0) AS fresh
+    FROM rheo_deliveries d
+    WHERE d.stream = gp.stream AND d.group_name = gp.group_name
+      AND d.partition = gp.partition AND d.sequence >= gp.floor
+      AND d.status = 'parked'
+) k
+WHERE gp.stream = $1 AND gp.group_name = $2
+  AND (c.first_open IS NOT NULL OR k.first_parked IS NOT NULL)

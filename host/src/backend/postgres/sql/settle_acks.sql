@@ -22,4 +22,4 @@ FROM (
 WHERE d.stream = $1 AND d.group_name = $2
   AND d.partition = k.partition AND d.sequence = k.sequence
   AND d.lease_id = k.lease_id
-RETURNING d.event_id
+RETURNING d.event_id, d.partition, d.gate

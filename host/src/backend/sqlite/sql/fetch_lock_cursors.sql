@@ -1,6 +1,7 @@
 -- No row locks: BEGIN IMMEDIATE already serializes every fetch.
-SELECT gp.partition, gp.cursor, p.high_watermark
+SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering
 FROM rheo_group_partitions gp
 JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
+JOIN rheo_groups gr ON gr.stream = gp.stream AND gr.name = gp.group_name
 WHERE gp.stream = ?1 AND gp.group_name = ?2 AND gp.partition IN (SELECT value FROM json_each(?3))
 ORDER BY gp.partition

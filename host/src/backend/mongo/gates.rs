@@ -1,0 +1,787 @@
+//! Group ordering on MongoDB (`docs/groups.md#ordering`,
+//! `docs/backends.md#mongodb`).
+//!
+//! A delivery of an ordered group that has a gate (its key, or its
+//! partition) names it in `k`; a gate's head is `available` or `leased` as
+//! any delivery, its other open deliveries are `parked`, which no claim
+//! reads. Deciding whether a gate is free and letting its next delivery
+//! through touch several documents, so in an ordered group the fetch, the
+//! settles, the poison guard, replays and redrives each run as one
+//! transaction. Every one of them that changes a gate also writes that
+//! gate's document in `rheo_gates` (present while the gate has open
+//! deliveries): two transactions that decide on one gate then conflict
+//! and one runs again, so a fetch never parks an event behind a head a
+//! concurrent settle released. The walk over unseen events is the shared
+//! one ([`GateWalk`]).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use mongodb::ClientSession;
+use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use mongodb::options::ReturnDocument;
+
+use super::claims::{ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of};
+use super::groups::{GroupState, decode_state, group_key};
+use super::{
+    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, big, corrupt, int, is_duplicate_key,
+    opt_text, transaction, uint,
+};
+use crate::backend::policy::{
+    GateWalk, GroupConfig, POISON_REASON, Write, claim_capacity, round_robin, settle_write,
+};
+use crate::backend::{Error, FetchRequest, Result};
+use crate::model::{
+    Event, GroupName, GroupOrdering, LeaseId, Settlement, StreamName, Timestamp, clip_reason,
+};
+
+/// What a transaction's body returns.
+type Tx<T> = std::result::Result<T, Fail>;
+
+/// The statuses of an open delivery.
+const OPEN: [&str; 3] = [AVAILABLE, PARKED, LEASED];
+
+/// A gate document's id: stream and group names hold no control
+/// character, so the gate, last, may hold any.
+fn gate_id(s: &StreamName, g: &GroupName, p: u32, gate: &str) -> String {
+    format!("{s}\u{1f}{g}\u{1f}{p}\u{1f}{gate}")
+}
+
+/// The deliveries of one gate with one of `statuses`.
+fn of_gate(s: &StreamName, g: &GroupName, p: u32, gate: &str, statuses: &[&str]) -> Document {
+    let mut filter = deliveries_of(s, g);
+    filter.insert("p", p as i32);
+    filter.insert("k", gate);
+    filter.insert("st", doc! {"$in": statuses});
+    filter
+}
+
+/// A delivery document's partition.
+fn partition_of(d: &Document) -> Result<u32> {
+    u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))
+}
+
+/// A delivery document's `_id`.
+fn id_of(d: &Document) -> Result<Bson> {
+    d.get("_id")
+        .cloned()
+        .ok_or_else(|| corrupt("delivery", "no _id"))
+}
+
+/// How a replay or a redrive names what it re-opens.
+#[derive(Debug)]
+pub(super) enum Reopen<'a> {
+    /// Dead letters: all, or those of these events.
+    Dead(Option<Vec<&'a str>>),
+    /// Per partition, the sequences strictly between two bounds.
+    Ranges(Vec<(u32, u64, u64)>),
+}
+
+impl MongoBackend {
+    /// Writes gate `gate`'s document (creating it), so that transactions
+    /// deciding on the gate conflict.
+    async fn touch_gate(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+    ) -> Tx<()> {
+        let update = doc! {
+            "$inc": {"rev": 1_i64},
+            "$setOnInsert": {"s": s.as_str(), "g": g.as_str(), "p": p as i32},
+        };
+        let written = self
+            .coll(GATES)
+            .update_one(doc! {"_id": gate_id(s, g, p, gate)}, update)
+            .upsert(true)
+            .session(&mut *session)
+            .await;
+        match written {
+            Ok(_) => Ok(()),
+            // Another transaction created it first: decide again.
+            Err(e) if is_duplicate_key(&e) => Err(Fail::Retry),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The lowest delivery of a gate with one of `statuses`.
+    async fn lowest(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+        statuses: &[&str],
+    ) -> Tx<Option<Document>> {
+        let filter = of_gate(s, g, p, gate, statuses);
+        let found = self
+            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), 1)
+            .await?;
+        Ok(found.into_iter().next())
+    }
+
+    /// After a gate's head was acked or dead-lettered: lets its lowest
+    /// parked delivery through, or forgets the gate when nothing of it is
+    /// open. Whether a delivery became claimable.
+    async fn close_in(
+        &self,
+        session: &mut ClientSession,
+        sg: (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+    ) -> Tx<bool> {
+        match self.lowest(session, sg, p, gate, &OPEN).await? {
+            Some(next) => {
+                let parked = next.get_str("st").is_ok_and(|st| st == PARKED);
+                if parked {
+                    self.coll(DELIVERIES)
+                        .update_one(
+                            doc! {"_id": id_of(&next)?, "st": PARKED},
+                            doc! {"$set": {"st": AVAILABLE}},
+                        )
+                        .session(&mut *session)
+                        .await?;
+                }
+                self.touch_gate(session, sg, p, gate).await?;
+                Ok(parked)
+            }
+            None => {
+                self.coll(GATES)
+                    .delete_one(doc! {"_id": gate_id(sg.0, sg.1, p, gate)})
+                    .session(&mut *session)
+                    .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// An ordered group's fetch (`docs/groups.md#ordering`), in one
+    /// transaction: the poison guard (each dead head letting its gate's
+    /// next delivery through), re-claims (what is claimable is a head, or
+    /// has no gate), then per partition the shared walk over its unseen
+    /// events, asking `rheo_gates` which gates it passes are busy; the new
+    /// deliveries (leased or parked), the gates' documents and the cursors
+    /// are written with it. `None` when the group's ordering changed (read
+    /// again); else the claims and the lease times.
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn fetch_ordered(
+        &self,
+        req: &FetchRequest,
+        config: &GroupConfig,
+        selected: &[u32],
+        partition_count: u32,
+    ) -> Result<Option<(Vec<Claimed>, (Timestamp, Timestamp))>> {
+        let now = self.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let first = self.rotate(&req.stream, &req.group) % selected.len();
+        let times = (now, expires_at);
+        let claims = transaction!(self, session => {
+            self.fetch_ordered_in(&mut session, req, config, selected, (partition_count, first), times)
+                .await
+        })?;
+        let Some((claimed, woke)) = claims else {
+            return Ok(None);
+        };
+        if woke {
+            self.wake(&req.stream).await;
+        }
+        Ok(Some((claimed, times)))
+    }
+
+    async fn fetch_ordered_in(
+        &self,
+        session: &mut ClientSession,
+        req: &FetchRequest,
+        config: &GroupConfig,
+        selected: &[u32],
+        (partition_count, first): (u32, usize),
+        (now, expires_at): (Timestamp, Timestamp),
+    ) -> Tx<Option<(Vec<Claimed>, bool)>> {
+        let (s, g) = (&req.stream, &req.group);
+        let state = self.state_in(session, s, g, partition_count).await?;
+        if state.ordering != config.ordering {
+            self.forget_group(s, g);
+            return Ok(None);
+        }
+        let ordering = config.ordering;
+        let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
+        let max = i64::from(config.max_attempts);
+
+        // The poison guard.
+        let mut poison = deliveries_of(s, g);
+        poison.insert("st", LEASED);
+        poison.insert("p", doc! {"$in": &in_selected});
+        poison.insert("exp", doc! {"$lte": now.as_millis()});
+        poison.insert("a", doc! {"$gte": max});
+        let mut woke = false;
+        for d in self.find_in(session, DELIVERIES, poison, None, 0).await? {
+            self.coll(DELIVERIES)
+                .update_one(
+                    doc! {"_id": id_of(&d)?, "st": LEASED},
+                    doc! {
+                        "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
+                        "$unset": {"lid": "", "due": ""},
+                    },
+                )
+                .session(&mut *session)
+                .await?;
+            if let Some(gate) = opt_text(&d, "k") {
+                woke |= self
+                    .close_in(session, (s, g), partition_of(&d)?, &gate)
+                    .await?;
+            }
+        }
+
+        // Claimable deliveries, each partition's lowest.
+        let mut per_partition: HashMap<u32, Vec<Document>> = HashMap::new();
+        for &p in selected {
+            let [available, expired] =
+                super::claims::claimable(s, g, &[p as i32], now, config.max_attempts);
+            let mut found = Vec::new();
+            for filter in [available, expired] {
+                let sort = Some(doc! {"q": 1});
+                let limit = i64::from(req.limit);
+                found.extend(
+                    self.find_in(session, DELIVERIES, filter, sort, limit)
+                        .await?,
+                );
+            }
+            found.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
+            per_partition.insert(p, found);
+        }
+        let hw = self.high_watermarks(s).await?;
+        let capacity: Vec<usize> = selected
+            .iter()
+            .map(|p| {
+                let claimable = per_partition.get(p).map_or(0, Vec::len);
+                claim_capacity(claimable, state.cursors[*p as usize], hw[*p as usize])
+            })
+            .collect();
+        let quotas = round_robin(&capacity, req.limit as usize, first);
+
+        let consumer = req.consumer_id.as_str();
+        let mut claimed = Vec::new();
+        for (i, &p) in selected.iter().enumerate() {
+            let list = per_partition.remove(&p).unwrap_or_default();
+            let take = quotas[i].min(list.len());
+            for d in list.into_iter().take(take) {
+                let lease_id = LeaseId::generate();
+                let update = doc! {
+                    "$set": {
+                        "st": LEASED,
+                        "lid": lease_id.as_str(),
+                        "c": consumer,
+                        "lat": now.as_millis(),
+                        "exp": expires_at.as_millis(),
+                    },
+                    "$inc": {"a": 1_i64},
+                    "$unset": {"due": ""},
+                };
+                let st = d.get_str("st").map_err(|e| corrupt("status", e))?;
+                let after = self
+                    .coll(DELIVERIES)
+                    .find_one_and_update(doc! {"_id": id_of(&d)?, "st": st}, update)
+                    .return_document(ReturnDocument::After)
+                    .session(&mut *session)
+                    .await?
+                    .ok_or(Fail::Retry)?;
+                claimed.push(Claimed {
+                    partition: p,
+                    sequence: uint(&after, "q")?,
+                    attempt: u32::try_from(int(&after, "a")?).map_err(|e| corrupt("attempt", e))?,
+                    lease_id,
+                    event: None,
+                });
+            }
+            let want = quotas[i] - take;
+            if want > 0 {
+                let lease = (consumer, now, expires_at);
+                let walked = self
+                    .walk_in(
+                        session,
+                        (s, g, ordering),
+                        p,
+                        &state,
+                        hw[p as usize],
+                        want,
+                        lease,
+                    )
+                    .await?;
+                claimed.extend(walked);
+            }
+        }
+        Ok(Some((claimed, woke)))
+    }
+
+    /// The group's document, read in the transaction.
+    async fn state_in(
+        &self,
+        session: &mut ClientSession,
+        s: &StreamName,
+        g: &GroupName,
+        partition_count: u32,
+    ) -> Tx<GroupState> {
+        let d = self
+            .coll(GROUPS)
+            .find_one(group_key(s, g))
+            .session(&mut *session)
+            .await?
+            .ok_or_else(|| Error::GroupNotFound {
+                stream: s.clone(),
+                group: g.clone(),
+            })?;
+        Ok(decode_state(&d, partition_count)?)
+    }
+
+    /// Walks partition `p`'s unseen events by the shared rule and writes
+    /// what it decided: the new deliveries, leased or parked, each with its
+    /// gate; the document of every gate they joined; the cursor.
+    #[allow(clippy::too_many_arguments)]
+    async fn walk_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
+        p: u32,
+        state: &GroupState,
+        hw: u64,
+        want: usize,
+        (consumer, now, expires_at): (&str, Timestamp, Timestamp),
+    ) -> Tx<Vec<Claimed>> {
+        // Deliveries above the cursor without it moved (an unordered
+        // fetcher that died, or raced the reset that ordered the group)
+        // are stepped over, as unordered fetches do.
+        let cursor = self
+            .created_from(s, g, p, state.cursors[p as usize])
+            .await?;
+        let mut walk = GateWalk::new(ordering, cursor, want);
+        let mut busy: HashMap<String, bool> = HashMap::new();
+        let mut events: HashMap<u64, Event> = HashMap::new();
+        while let Some((first, last)) = walk.window(hw) {
+            let window = self.read_range(s, p, first, last).await?;
+            let pairs: Vec<(u64, Option<String>)> =
+                window.iter().map(|e| (e.sequence, e.key.clone())).collect();
+            let asked: Vec<String> = walk
+                .to_ask(&pairs)
+                .into_iter()
+                .filter(|gate| !busy.contains_key(gate))
+                .collect();
+            if !asked.is_empty() {
+                let ids: Vec<String> = asked.iter().map(|gate| gate_id(s, g, p, gate)).collect();
+                let filter = doc! {"_id": {"$in": ids}};
+                let found: HashSet<String> = self
+                    .find_in(session, GATES, filter, None, 0)
+                    .await?
+                    .iter()
+                    .filter_map(|d| d.get_str("_id").ok().map(str::to_owned))
+                    .collect();
+                for gate in asked {
+                    let open = found.contains(&gate_id(s, g, p, &gate));
+                    busy.insert(gate, open);
+                }
+            }
+            walk.pass(pairs, |gate| busy.get(gate).copied().unwrap_or(false));
+            events.extend(window.into_iter().map(|e| (e.sequence, e)));
+        }
+        if walk.next == state.cursors[p as usize] {
+            return Ok(Vec::new());
+        }
+        let mut docs = Vec::with_capacity(walk.lease.len() + walk.park.len());
+        let mut claimed = Vec::with_capacity(walk.lease.len());
+        let mut joined: BTreeSet<String> = BTreeSet::new();
+        for (seq, gate) in walk.lease {
+            let event = events
+                .remove(&seq)
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            let lease_id = LeaseId::generate();
+            let mut d = doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(seq),
+                "e": event.id.as_str(),
+                "st": LEASED,
+                "a": 1_i64,
+                "lid": lease_id.as_str(),
+                "c": consumer,
+                "lat": now.as_millis(),
+                "exp": expires_at.as_millis(),
+            };
+            if let Some(gate) = gate {
+                d.insert("k", gate.as_str());
+                joined.insert(gate);
+            }
+            docs.push(d);
+            claimed.push(Claimed {
+                partition: p,
+                sequence: seq,
+                attempt: 1,
+                lease_id,
+                event: Some(Arc::new(event)),
+            });
+        }
+        for (seq, gate) in walk.park {
+            let event = events
+                .get(&seq)
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            docs.push(doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(seq),
+                "e": event.id.as_str(),
+                "st": PARKED,
+                "a": 0_i64,
+                "k": gate.as_str(),
+            });
+            joined.insert(gate);
+        }
+        if !docs.is_empty() {
+            match self
+                .coll(DELIVERIES)
+                .insert_many(docs)
+                .session(&mut *session)
+                .await
+            {
+                Ok(_) => {}
+                // Another fetcher created one: read again.
+                Err(e) if is_duplicate_key(&e) => return Err(Fail::Retry),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for gate in &joined {
+            self.touch_gate(session, (s, g), p, gate).await?;
+        }
+        let mut filter = group_key(s, g);
+        filter.insert("epoch", state.epoch);
+        let moved = self
+            .coll(GROUPS)
+            .update_one(
+                filter,
+                doc! {"$set": {format!("cursor.{p}"): big(walk.next)}},
+            )
+            .session(&mut *session)
+            .await?;
+        if moved.matched_count != 1 {
+            // A reset moved the epoch on.
+            return Err(Fail::Retry);
+        }
+        Ok(claimed)
+    }
+
+    /// Settles of an ordered group, in one transaction: each item fenced
+    /// and written as the policy says; an ack or a dead letter of a head
+    /// lets its gate's next delivery through, a retry keeps the head
+    /// unless a lower delivery of the gate waits (re-opened by a replay).
+    pub(super) async fn settle_ordered(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: &[Settlement],
+        config: &GroupConfig,
+    ) -> Result<Vec<Result<()>>> {
+        let (results, woke) = transaction!(self, session => {
+            self.settle_in(&mut session, (s, g), items, config).await
+        })?;
+        if woke {
+            self.wake(s).await;
+        }
+        Ok(results)
+    }
+
+    async fn settle_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        items: &[Settlement],
+        config: &GroupConfig,
+    ) -> Tx<(Vec<Result<()>>, bool)> {
+        let now = self.now();
+        let mut results = Vec::with_capacity(items.len());
+        let mut woke = false;
+        for item in items {
+            if let Err(e) = item.validate() {
+                results.push(Err(e.into()));
+                continue;
+            }
+            let t = &item.target;
+            let mut filter = deliveries_of(s, g);
+            filter.insert("e", t.event_id.as_str());
+            filter.insert("st", LEASED);
+            filter.insert("lid", t.lease_id.as_str());
+            let held = self
+                .coll(DELIVERIES)
+                .find_one(filter)
+                .session(&mut *session)
+                .await?;
+            let Some(held) = held else {
+                results.push(Err(Error::StaleLease));
+                continue;
+            };
+            if t.receipt
+                .as_deref()
+                .is_some_and(|r| r != t.lease_id.as_str())
+            {
+                results.push(Err(Error::ReceiptMismatch));
+                continue;
+            }
+            let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
+            let (id, p, seq) = (id_of(&held)?, partition_of(&held)?, uint(&held, "q")?);
+            let gate = opt_text(&held, "k");
+            let write = settle_write(item.op.clone(), attempt, config, now);
+            let closes = matches!(write, Write::Ack | Write::Dead(_));
+            let update = match write {
+                Write::Ack => doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
+                Write::Dead(reason) => doc! {
+                    "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
+                    "$unset": {"lid": "", "due": ""},
+                },
+                Write::Retry { due, reason } => {
+                    // The head stays out next unless a lower delivery of
+                    // its gate waits: that one goes first.
+                    let mut status = AVAILABLE;
+                    if let Some(gate) = &gate {
+                        let lowest = self.lowest(session, (s, g), p, gate, &OPEN).await?;
+                        if let Some(lower) = lowest
+                            && uint(&lower, "q")? != seq
+                        {
+                            status = PARKED;
+                            self.coll(DELIVERIES)
+                                .update_one(
+                                    doc! {"_id": id_of(&lower)?, "st": PARKED},
+                                    doc! {"$set": {"st": AVAILABLE}},
+                                )
+                                .session(&mut *session)
+                                .await?;
+                            woke = true;
+                        }
+                        self.touch_gate(session, (s, g), p, gate).await?;
+                    }
+                    woke |= status == AVAILABLE && due.is_none();
+                    let mut set = doc! {"st": status, "r": clip_reason(&reason)};
+                    let mut unset = doc! {"lid": ""};
+                    match due {
+                        Some(due) => set.insert("due", due.as_millis()),
+                        None => unset.insert("due", ""),
+                    };
+                    doc! {"$set": set, "$unset": unset}
+                }
+            };
+            self.coll(DELIVERIES)
+                .update_one(doc! {"_id": id, "st": LEASED}, update)
+                .session(&mut *session)
+                .await?;
+            if closes && let Some(gate) = &gate {
+                woke |= self.close_in(session, (s, g), p, gate).await?;
+            }
+            results.push(Ok(()));
+        }
+        Ok((results, woke))
+    }
+
+    /// A replay or a redrive of an ordered group, in one transaction:
+    /// re-opens what `how` names, then gives each gate it touched one head
+    /// again (`docs/groups.md#ordering`). Returns how many were not open.
+    pub(super) async fn reopen_ordered(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        how: &Reopen<'_>,
+    ) -> Result<u64> {
+        let (partition_count, _) = self.meta(s).await?;
+        let count = transaction!(self, session => {
+            self.reopen_in(&mut session, (s, g), partition_count, how).await
+        })?;
+        Ok(count)
+    }
+
+    async fn reopen_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        partition_count: u32,
+        how: &Reopen<'_>,
+    ) -> Tx<u64> {
+        let state = self.state_in(session, s, g, partition_count).await?;
+        let ordering = state.ordering;
+        let mut count = 0;
+        let mut touched: BTreeSet<(u32, String)> = BTreeSet::new();
+        match how {
+            Reopen::Dead(events) => {
+                let mut filter = deliveries_of(s, g);
+                filter.insert("st", DEAD);
+                if let Some(events) = events {
+                    filter.insert("e", doc! {"$in": events});
+                }
+                let dead = self.find_in(session, DELIVERIES, filter, None, 0).await?;
+                for d in &dead {
+                    if let Some(gate) = opt_text(d, "k") {
+                        touched.insert((partition_of(d)?, gate));
+                    }
+                    self.coll(DELIVERIES)
+                        .update_one(
+                            doc! {"_id": id_of(d)?, "st": DEAD},
+                            doc! {
+                                "$set": {"st": AVAILABLE, "a": 0_i64},
+                                "$unset": {"due": "", "lid": "", "dat": ""},
+                            },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    count += 1;
+                }
+            }
+            Reopen::Ranges(ranges) => {
+                for &(p, after, before) in ranges {
+                    if after.saturating_add(1) >= before {
+                        continue;
+                    }
+                    let mut range = deliveries_of(s, g);
+                    range.insert("p", p as i32);
+                    range.insert("q", doc! {"$gt": big(after), "$lt": big(before)});
+                    let existing = self
+                        .find_in(session, DELIVERIES, range.clone(), None, 0)
+                        .await?;
+                    let seen: HashSet<u64> = existing
+                        .iter()
+                        .map(|d| uint(d, "q"))
+                        .collect::<Result<_>>()?;
+                    for d in &existing {
+                        if let Some(gate) = opt_text(d, "k") {
+                            touched.insert((p, gate));
+                        }
+                    }
+                    // Deliveries the group never had (before its start).
+                    let mut docs = Vec::new();
+                    if seen.len() as u64 != before - after - 1 {
+                        let filter = doc! {
+                            "s": s.as_str(),
+                            "p": p as i32,
+                            "q": {"$gt": big(after), "$lt": big(before)},
+                        };
+                        for e in self.find_in(session, EVENTS, filter, None, 0).await? {
+                            let seq = uint(&e, "q")?;
+                            if seen.contains(&seq) {
+                                continue;
+                            }
+                            let mut d = doc! {
+                                "_id": ObjectId::new(),
+                                "s": s.as_str(),
+                                "g": g.as_str(),
+                                "p": p as i32,
+                                "q": big(seq),
+                                "e": super::text(&e, "id")?,
+                                "st": AVAILABLE,
+                                "a": 0_i64,
+                            };
+                            let key = opt_text(&e, "key");
+                            if let Some(gate) = ordering.gate(key.as_deref()) {
+                                d.insert("k", gate);
+                                touched.insert((p, gate.to_owned()));
+                            }
+                            docs.push(d);
+                        }
+                    }
+                    if !docs.is_empty() {
+                        count += docs.len() as u64;
+                        match self
+                            .coll(DELIVERIES)
+                            .insert_many(docs)
+                            .session(&mut *session)
+                            .await
+                        {
+                            Ok(_) => {}
+                            Err(e) if is_duplicate_key(&e) => return Err(Fail::Retry),
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    let mut closed = range.clone();
+                    closed.insert("st", doc! {"$nin": [AVAILABLE, PARKED]});
+                    count += self
+                        .coll(DELIVERIES)
+                        .update_many(
+                            closed,
+                            doc! {"$set": {"st": AVAILABLE}, "$unset": {"due": "", "lid": "", "dat": ""}},
+                        )
+                        .session(&mut *session)
+                        .await?
+                        .modified_count;
+                    // Open ones waiting on a retry delay are due now.
+                    let mut delayed = range;
+                    delayed.insert("st", doc! {"$in": [AVAILABLE, PARKED]});
+                    delayed.insert("due", doc! {"$ne": null});
+                    self.coll(DELIVERIES)
+                        .update_many(delayed, doc! {"$unset": {"due": ""}})
+                        .session(&mut *session)
+                        .await?;
+                }
+            }
+        }
+        for (p, gate) in touched {
+            self.regate_in(session, (s, g), p, &gate).await?;
+        }
+        // Fetches that read the group meanwhile run again.
+        self.coll(GROUPS)
+            .update_one(group_key(s, g), doc! {"$inc": {"rev": 1_i64}})
+            .session(&mut *session)
+            .await?;
+        Ok(count)
+    }
+
+    /// Gives a gate one head again: its leased delivery if one is out,
+    /// else its lowest open one; parks the others.
+    async fn regate_in(
+        &self,
+        session: &mut ClientSession,
+        sg: (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+    ) -> Tx<()> {
+        let filter = of_gate(sg.0, sg.1, p, gate, &OPEN);
+        let open = self
+            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), 0)
+            .await?;
+        let status = |d: &Document| d.get_str("st").unwrap_or_default().to_owned();
+        let head = open
+            .iter()
+            .position(|d| status(d) == LEASED)
+            .or((!open.is_empty()).then_some(0));
+        for (i, d) in open.iter().enumerate() {
+            let (now, wanted) = (status(d), if Some(i) == head { AVAILABLE } else { PARKED });
+            if now != LEASED && now != wanted {
+                self.coll(DELIVERIES)
+                    .update_one(doc! {"_id": id_of(d)?}, doc! {"$set": {"st": wanted}})
+                    .session(&mut *session)
+                    .await?;
+            }
+        }
+        if open.is_empty() {
+            self.coll(GATES)
+                .delete_one(doc! {"_id": gate_id(sg.0, sg.1, p, gate)})
+                .session(&mut *session)
+                .await?;
+        } else {
+            self.touch_gate(session, sg, p, gate).await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the gates of a group's partitions (a reset).
+    pub(super) async fn forget_gates(
+        &self,
+        session: Option<&mut ClientSession>,
+        (s, g): (&StreamName, &GroupName),
+        partitions: &[i32],
+    ) -> Tx<()> {
+        let filter = doc! {"s": s.as_str(), "g": g.as_str(), "p": {"$in": partitions}};
+        let gates = self.coll(GATES);
+        let delete = gates.delete_many(filter);
+        match session {
+            Some(session) => delete.session(session).await?,
+            None => delete.await?,
+        };
+        Ok(())
+    }
+}
