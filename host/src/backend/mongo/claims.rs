@@ -56,6 +56,15 @@ pub(crate) fn deliveries_of(s: &StreamName, g: &GroupName) -> Document {
     doc! {"s": s.as_str(), "g": g.as_str()}
 }
 
+/// The delivery `target` names, while its lease is the one held.
+pub(crate) fn held_by(s: &StreamName, g: &GroupName, target: &SettleTarget) -> Document {
+    let mut filter = deliveries_of(s, g);
+    filter.insert("e", target.event_id.as_str());
+    filter.insert("st", LEASED);
+    filter.insert("lid", target.lease_id.as_str());
+    filter
+}
+
 /// What makes a delivery of the selected partitions claimable at `now`,
 /// as two filters: available and due, or leased with its lease over and
 /// attempts left (the poison guard takes the rest). Two filters rather
@@ -478,10 +487,7 @@ impl MongoBackend {
         target: &SettleTarget,
         expires_at: Timestamp,
     ) -> Result<Result<Document>> {
-        let mut filter = deliveries_of(s, g);
-        filter.insert("e", target.event_id.as_str());
-        filter.insert("st", LEASED);
-        filter.insert("lid", target.lease_id.as_str());
+        let filter = held_by(s, g, target);
         if target
             .receipt
             .as_deref()
@@ -614,10 +620,7 @@ impl MongoBackend {
                 continue;
             }
             let t = &item.target;
-            let mut filter = deliveries_of(s, g);
-            filter.insert("e", t.event_id.as_str());
-            filter.insert("st", LEASED);
-            filter.insert("lid", t.lease_id.as_str());
+            let filter = held_by(s, g, t);
             let held = self
                 .coll(DELIVERIES)
                 .find_one(filter.clone())

@@ -21,7 +21,7 @@ use mongodb::ClientSession;
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use mongodb::options::ReturnDocument;
 
-use super::claims::{ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of};
+use super::claims::{ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by};
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
     DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, big, corrupt, int, is_duplicate_key,
@@ -439,17 +439,8 @@ impl MongoBackend {
             joined.insert(gate);
         }
         if !docs.is_empty() {
-            match self
-                .coll(DELIVERIES)
-                .insert_many(docs)
-                .session(&mut *session)
-                .await
-            {
-                Ok(_) => {}
-                // Another fetcher created one: read again.
-                Err(e) if is_duplicate_key(&e) => return Err(Fail::Retry),
-                Err(e) => return Err(e.into()),
-            }
+            // Another fetcher may have created one: read again.
+            self.insert_all(session, DELIVERIES, docs).await?;
         }
         for gate in &joined {
             self.touch_gate(session, (s, g), p, gate).await?;
@@ -507,10 +498,7 @@ impl MongoBackend {
                 continue;
             }
             let t = &item.target;
-            let mut filter = deliveries_of(s, g);
-            filter.insert("e", t.event_id.as_str());
-            filter.insert("st", LEASED);
-            filter.insert("lid", t.lease_id.as_str());
+            let filter = held_by(s, g, t);
             let held = self
                 .coll(DELIVERIES)
                 .find_one(filter)
@@ -686,16 +674,7 @@ impl MongoBackend {
                     }
                     if !docs.is_empty() {
                         count += docs.len() as u64;
-                        match self
-                            .coll(DELIVERIES)
-                            .insert_many(docs)
-                            .session(&mut *session)
-                            .await
-                        {
-                            Ok(_) => {}
-                            Err(e) if is_duplicate_key(&e) => return Err(Fail::Retry),
-                            Err(e) => return Err(e.into()),
-                        }
+                        self.insert_all(session, DELIVERIES, docs).await?;
                     }
                     let mut closed = range.clone();
                     closed.insert("st", doc! {"$nin": [AVAILABLE, PARKED]});

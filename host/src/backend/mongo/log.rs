@@ -264,17 +264,8 @@ impl MongoBackend {
             known.insert(id, Arc::clone(&event));
             out.push(Ok(event));
         }
-        match self
-            .coll(EVENTS)
-            .insert_many(docs)
-            .session(&mut *session)
-            .await
-        {
-            Ok(_) => {}
-            // Another append stored one of these ids first: read again.
-            Err(e) if is_duplicate_key(&e) => return Err(Fail::Retry),
-            Err(e) => return Err(e.into()),
-        }
+        // Another append may have stored one of these ids first: read again.
+        self.insert_all(session, EVENTS, docs).await?;
         Ok((appended(out, &known), true))
     }
 

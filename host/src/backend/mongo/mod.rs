@@ -276,6 +276,22 @@ impl MongoBackend {
         self.db.collection(name)
     }
 
+    /// Inserts `docs` into `name` inside `session`'s transaction; a
+    /// duplicate key (another writer stored one of them first) runs the
+    /// transaction again, which reads what that writer stored.
+    async fn insert_all(
+        &self,
+        session: &mut ClientSession,
+        name: &str,
+        docs: Vec<Document>,
+    ) -> std::result::Result<(), Fail> {
+        match self.coll(name).insert_many(docs).session(session).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_duplicate_key(&e) => Err(Fail::Retry),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }

@@ -252,6 +252,16 @@ pub(super) struct Candidates {
     pub(super) ahead: Vec<Entry>,
 }
 
+/// How many of `limit` claims each partition's candidates get, starting
+/// the round-robin at `first`.
+pub(super) fn quotas(parts: &[Candidates], limit: usize, first: usize) -> Vec<usize> {
+    let capacity: Vec<usize> = parts
+        .iter()
+        .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
+        .collect();
+    round_robin(&capacity, limit, first)
+}
+
 /// A group partition as this process last saw it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct View {
@@ -421,11 +431,7 @@ impl RedisBackend {
         let parts = self
             .candidates(s, g, selected, (now, limit, ahead), config)
             .await?;
-        let capacity: Vec<usize> = parts
-            .iter()
-            .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
-            .collect();
-        let quotas = round_robin(&capacity, limit, first);
+        let quotas = quotas(&parts, limit, first);
 
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);

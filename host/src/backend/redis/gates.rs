@@ -17,10 +17,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::claims::{Delivery, Entry, Slot, Status};
+use super::claims::{Delivery, Entry, Slot, Status, quotas};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
-use crate::backend::policy::{GateWalk, POISON_REASON, claim_capacity, round_robin};
+use crate::backend::policy::{GateWalk, POISON_REASON};
 use crate::backend::{FetchRequest, Result};
 use crate::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName, Timestamp};
 
@@ -294,11 +294,7 @@ impl RedisBackend {
             self.bury(s, g, settings, poison, now).await?;
             return Ok(None);
         }
-        let capacity: Vec<usize> = parts
-            .iter()
-            .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
-            .collect();
-        let quotas = round_robin(&capacity, limit, first);
+        let quotas = quotas(&parts, limit, first);
 
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);
