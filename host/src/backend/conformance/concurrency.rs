@@ -417,3 +417,66 @@ pub async fn next_due_reports_expiry_and_retry_times(h: &Harness) {
     let r = h.b().next_due(&s, &gn("nope"), &Partitions::All).await;
     assert_eq!(code(r), "group_not_found");
 }
+
+/// Settles of one lease racing each other — single acks and batch settles
+/// holding it, released together — let exactly one win; every other one
+/// answers `stale_lease` (docs/groups.md#leases-and-fencing), under every
+/// ordering.
+pub async fn racing_settles_of_one_lease_let_exactly_one_win(h: &Harness) {
+    use crate::model::{GroupOrdering, GroupSpec, SettleOp, Settlement};
+    for ordering in [GroupOrdering::None, GroupOrdering::Key] {
+        let s = h.stream(&format!("race-{}", ordering.as_str()), 1).await;
+        let mut spec = GroupSpec::new(gn("g"));
+        spec.ordering = ordering;
+        let g = h.group_with(&s, spec).await;
+        const ROUNDS: usize = 6;
+        let inputs = (0..ROUNDS)
+            .map(|i| EventInput {
+                partition: Some(0),
+                key: Some(format!("k{i}")),
+                ..EventInput::default()
+            })
+            .collect();
+        h.append_inputs(&s, inputs).await;
+        let leases = h.fetch(&s, &g, ROUNDS as u32).await;
+        assert_eq!(leases.len(), ROUNDS);
+        for (round, lease) in leases.iter().enumerate() {
+            let racers = 2 + round % 3;
+            let barrier = Arc::new(Barrier::new(racers));
+            let tasks: Vec<JoinHandle<Result<()>>> = (0..racers)
+                .map(|i| {
+                    let (b, barrier, lease) =
+                        (Arc::clone(&h.backend), Arc::clone(&barrier), lease.clone());
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        if i % 2 == 0 {
+                            ack_on(&*b, &lease).await
+                        } else {
+                            let item = Settlement {
+                                target: lease.target(),
+                                op: SettleOp::Ack,
+                            };
+                            let results = b.settle(&lease.stream, &lease.group, vec![item]);
+                            results.await?.pop().expect("one result")
+                        }
+                    })
+                })
+                .collect();
+            let mut won = 0;
+            let mut stale = 0;
+            for task in tasks {
+                match task.await.expect("racer") {
+                    Ok(()) => won += 1,
+                    Err(e) if e.code() == "stale_lease" => stale += 1,
+                    Err(e) => panic!("{ordering:?} round {round}: {e}"),
+                }
+            }
+            assert_eq!(
+                (won, stale),
+                (1, racers - 1),
+                "{ordering:?} round {round}: {racers} racing acks of one lease"
+            );
+        }
+        assert_eq!(h.lag(&s, &g).await.lag, 0, "{ordering:?}");
+    }
+}

@@ -380,6 +380,7 @@ macro_rules! __conformance_list {
             concurrency::append_wakes_subscribers,
             concurrency::immediate_nack_wakes_subscribers,
             concurrency::next_due_reports_expiry_and_retry_times,
+            concurrency::racing_settles_of_one_lease_let_exactly_one_win,
             // ordering per key and per partition
             ordering::groups_show_their_ordering,
             ordering::key_ordering_holds_a_keys_next_event_until_it_settles,

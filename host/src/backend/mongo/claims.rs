@@ -678,9 +678,13 @@ impl MongoBackend {
     /// Acks of distinct leases: the deliveries are read by event, those
     /// still leased under the item's lease id are acked by one
     /// `update_many` (lease ids are unique, so `lid ∈ {…}` picks exactly
-    /// them), and only if fewer changed than expected (another writer got
-    /// in between) are they read again to see which. `None` (nothing
-    /// written) when a delivery has a gate: the group is ordered now.
+    /// them) that also stamps them with this call's own token (`ab`), and
+    /// only if fewer changed than expected (another writer got in between:
+    /// a racing ack of the same lease, a nack, a replay) are they read
+    /// again to see which this call acked — those carrying its token, so
+    /// of two racing acks of one lease exactly one succeeds. `None`
+    /// (nothing written) when a delivery has a gate: the group is ordered
+    /// now.
     async fn ack_all(
         &self,
         s: &StreamName,
@@ -709,6 +713,7 @@ impl MongoBackend {
                 })
         };
         let valid: Vec<&Settlement> = items.iter().filter(|i| fenced(i)).collect();
+        let token = ObjectId::new().to_hex();
         let mut modified = 0;
         if !valid.is_empty() {
             let mut filter = deliveries_of(s, g);
@@ -717,7 +722,7 @@ impl MongoBackend {
             filter.insert("e", doc! {"$in": ids});
             filter.insert("st", LEASED);
             filter.insert("lid", doc! {"$in": leases});
-            let update = doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}};
+            let update = doc! {"$set": {"st": ACKED, "acked_at": now.as_millis(), "ab": &token}};
             modified = self
                 .coll(DELIVERIES)
                 .update_many(filter, update)
@@ -728,12 +733,13 @@ impl MongoBackend {
         let after = if modified as usize == valid.len() {
             None
         } else {
-            // Acked under the item's lease: by this call (a delivery keeps
-            // the lease id that acked it).
+            // Acked by this call: stamped with its token. The lease id the
+            // delivery keeps says which lease was acked, not by which call.
             let docs = self.find_all(DELIVERIES, by_event, None, 0).await?;
             let acked: HashSet<(String, String)> = docs
                 .iter()
                 .filter(|d| d.get_str("st").is_ok_and(|st| st == ACKED))
+                .filter(|d| d.get_str("ab").is_ok_and(|ab| ab == token))
                 .filter_map(|d| Some((opt_text(d, "e")?, opt_text(d, "lid")?)))
                 .collect();
             Some(acked)
