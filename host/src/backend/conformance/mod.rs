@@ -394,6 +394,9 @@ macro_rules! __conformance_list {
             ordering::partition_ordering_hands_out_each_partitions_lowest_alone,
             ordering::competing_consumers_never_hold_two_of_one_key,
             ordering::a_reset_of_every_partition_changes_the_ordering,
+            ordering::a_partition_held_by_its_gates_leaves_its_share_to_the_others,
+            ordering::an_ordered_fetch_is_as_long_as_the_claimable_heads_allow,
+            ordering::key_ordering_a_retry_goes_behind_a_lower_reopened_delivery,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

@@ -424,3 +424,152 @@ pub async fn a_reset_of_every_partition_changes_the_ordering(h: &Harness) {
     assert_eq!(h.fetch(&s, &g, 10).await.len(), 4);
     assert_eq!(h.ack(&next[0]).await.unwrap_err().code(), "stale_lease");
 }
+
+/// The leases as (partition, sequence).
+fn positions(leases: &[Lease]) -> Vec<(u32, u64)> {
+    leases
+        .iter()
+        .map(|l| (l.event.partition, l.event.sequence))
+        .collect()
+}
+
+/// Appends one event per key, in order, to `partition`.
+async fn keys_to(h: &Harness, s: &StreamName, partition: u32, keys: &[&str]) {
+    let inputs = keys
+        .iter()
+        .map(|k| EventInput {
+            partition: Some(partition),
+            key: Some((*k).to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    h.append_inputs(s, inputs).await;
+}
+
+/// A partition whose unclaimed events all wait behind a busy gate leaves
+/// its share of a fetch to the others (docs/groups.md#fairness): fetches of
+/// one come back full while another partition has claimable heads.
+pub async fn a_partition_held_by_its_gates_leaves_its_share_to_the_others(h: &Harness) {
+    for ordering in [GroupOrdering::Key, GroupOrdering::Partition] {
+        let s = h.stream(&format!("s-{}", ordering.as_str()), 2).await;
+        let g = ordered(h, &s, "g", ordering, 5).await;
+        keys_to(h, &s, 0, &["a", "a"]).await;
+        let eight = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
+        keys_to(h, &s, 1, &eight).await;
+        // Lease partition 0's first event: its second waits behind it.
+        let mut req = h.fetch_req(&s, &g, 1);
+        req.partitions = Partitions::Only(vec![0]);
+        let head = h.b().fetch(req).await.expect("fetch");
+        assert_eq!(positions(&head), [(0, 1)]);
+        // Under `key` every event of partition 1 is a head of its own key;
+        // under `partition` only its lowest is, one at a time.
+        let mut got = Vec::new();
+        for _ in 0..8 {
+            let one = h.fetch(&s, &g, 1).await;
+            assert_eq!(
+                one.len(),
+                1,
+                "{ordering:?}: partition 1 still has a claimable head, after {got:?}"
+            );
+            got.extend(positions(&one));
+            if ordering == GroupOrdering::Partition {
+                h.ack(&one[0]).await.unwrap();
+            }
+        }
+        let want: Vec<(u32, u64)> = (1..=8).map(|seq| (1, seq)).collect();
+        assert_eq!(got, want, "{ordering:?}");
+        assert!(h.fetch(&s, &g, 1).await.is_empty(), "{ordering:?}");
+    }
+}
+
+/// A fetch over several partitions gives as many leases as there are
+/// claimable heads, up to its limit, whatever holds some partitions back.
+pub async fn an_ordered_fetch_is_as_long_as_the_claimable_heads_allow(h: &Harness) {
+    let s = h.stream("s", 3).await;
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
+    // Partition 0: one key, 30 events (one claimable head). Partition 1:
+    // 30 events of 30 keys. Partition 2: 10 keys twice (10 heads).
+    keys_to(h, &s, 0, &["hot"; 30]).await;
+    let thirty: Vec<String> = (0..30).map(|k| format!("p1-{k}")).collect();
+    keys_to(
+        h,
+        &s,
+        1,
+        &thirty.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let twice: Vec<String> = (0..20).map(|k| format!("p2-{}", k % 10)).collect();
+    keys_to(
+        h,
+        &s,
+        2,
+        &twice.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let leases = h.fetch(&s, &g, 50).await;
+    let per = |p: u32| leases.iter().filter(|l| l.event.partition == p).count();
+    assert_eq!(
+        (leases.len(), per(0), per(1), per(2)),
+        (41, 1, 30, 10),
+        "every claimable head: {:?}",
+        positions(&leases)
+    );
+    // And a limit below that is filled, shared round-robin: the held
+    // partition gives its one, the others share the rest evenly.
+    h.b()
+        .reset(ResetRequest {
+            stream: s.clone(),
+            group: g.clone(),
+            confirm: true,
+            start: StartPosition::Beginning,
+            partitions: Partitions::All,
+            ordering: None,
+        })
+        .await
+        .expect("reset");
+    let leases = h.fetch(&s, &g, 21).await;
+    let per = |p: u32| leases.iter().filter(|l| l.event.partition == p).count();
+    assert_eq!((leases.len(), per(0), per(1), per(2)), (21, 1, 10, 10));
+}
+
+/// A retried head goes back behind a lower delivery of its key that a
+/// replay or a redrive re-opened while it was out (docs/groups.md#ordering:
+/// re-opened deliveries go before the rest of the key once the holder
+/// settles — a nack settles it too).
+pub async fn key_ordering_a_retry_goes_behind_a_lower_reopened_delivery(h: &Harness) {
+    for (i, dead) in [false, true].into_iter().enumerate() {
+        let s = h.stream(&format!("s{i}"), 1).await;
+        let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
+        append_keys(h, &s, &["a", "a", "a"]).await;
+        let one = h.fetch(&s, &g, 10).await;
+        assert_eq!(held(&one), pairs(&[("a", 1)]));
+        if dead {
+            h.reject(&one[0], "poison").await.unwrap();
+        } else {
+            h.ack(&one[0]).await.unwrap();
+        }
+        let two = h.fetch(&s, &g, 10).await;
+        assert_eq!(held(&two), pairs(&[("a", 2)]));
+        let reopened = if dead {
+            h.b().redrive(&s, &g, Redrive::All).await.unwrap()
+        } else {
+            let ids = vec![one[0].event.id.clone()];
+            h.b().replay(&s, &g, Replay::EventIds(ids)).await.unwrap()
+        };
+        assert_eq!(reopened, 1);
+        assert!(h.fetch(&s, &g, 10).await.is_empty(), "2 is out");
+        h.nack(&two[0], "again", None).await.unwrap();
+        let next = h.fetch(&s, &g, 10).await;
+        assert_eq!(
+            held(&next),
+            pairs(&[("a", 1)]),
+            "redrive {dead}: the re-opened 1 goes before the retried 2"
+        );
+        h.ack(&next[0]).await.unwrap();
+        let next = h.fetch(&s, &g, 10).await;
+        assert_eq!(held(&next), pairs(&[("a", 2)]));
+        assert_eq!(next[0].attempt, 2);
+        h.ack(&next[0]).await.unwrap();
+        assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 3)]));
+    }
+}

@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GroupConfig, OpenCounts, POISON_REASON, WALK_PER_CLAIM, Write, claim_capacity, poisoned,
-    round_robin, settle_write,
+    GateView, GroupConfig, Held as Fenced, OpenCounts, POISON_REASON, Share, WALK_PER_CLAIM, Write,
+    claim_capacity, fence, poisoned, regate, settle_write,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -243,31 +243,39 @@ impl PartState {
         Some(gate_name)
     }
 
-    /// When none of `gate`'s deliveries is out, hands its lowest open one
-    /// to the claim indexes (parking again one released before it that is
-    /// no longer the lowest: a replay re-opened a lower one); whether a
-    /// delivery became claimable.
+    /// Gives `gate` the head the shared rule gives it ([`regate`]): none
+    /// while one of its deliveries is out, else its lowest open one
+    /// (parking again one released before it that is no longer the
+    /// lowest: a replay re-opened a lower one). Whether a delivery became
+    /// claimable.
     fn release(&mut self, gate_name: &Arc<str>) -> bool {
         let Some(gate) = self.gates.get_mut(gate_name) else {
             return false;
         };
-        if gate.leased > 0 {
-            return false;
-        }
-        let Some(&head) = gate.open.first() else {
+        let step = regate(GateView {
+            out: gate.leased > 0,
+            head: gate.released,
+            lowest: gate.open.first().copied(),
+        });
+        if gate.open.is_empty() {
             self.gates.remove(gate_name);
-            return false;
-        };
-        if gate.released == Some(head) {
-            return false;
         }
-        let before = gate.released.replace(head);
-        if let Some(before) = before {
+        if let Some(before) = step.park {
+            if let Some(gate) = self.gates.get_mut(gate_name) {
+                gate.released = None;
+            }
             let due = self.slot(before).and_then(|s| s.due);
             self.unindex(before);
             self.park(before);
             self.slot_mut(before).expect("slot exists").due = due;
         }
+        let Some(head) = step.release else {
+            return false;
+        };
+        self.gates
+            .get_mut(gate_name)
+            .expect("a gate with a head")
+            .released = Some(head);
         let slot = self.slot_mut(head).expect("slot exists");
         debug_assert!(slot.parked, "a gate's unreleased open delivery is parked");
         slot.parked = false;
@@ -406,20 +414,22 @@ impl PartState {
         Some((seq, attempt, lease_id, expires_at))
     }
 
-    /// The fencing check: the slot must be leased under `target`.
+    /// The fencing check ([`fence`]): the slot must be leased under
+    /// `target`.
     fn check_fence(&self, seq: u64, target: &SettleTarget) -> Result<&Held> {
         let held = self
             .slot(seq)
             .filter(|s| s.status == Status::Leased)
-            .and_then(|s| s.lease.as_deref())
-            .ok_or(Error::StaleLease)?;
-        if held.lease_id != target.lease_id {
-            return Err(Error::StaleLease);
-        }
-        match &target.receipt {
-            Some(r) if r != held.lease_id.as_str() => Err(Error::ReceiptMismatch),
-            _ => Ok(held),
-        }
+            .and_then(|s| s.lease.as_deref());
+        let id = held.map(|h| h.lease_id.as_str());
+        fence(
+            id.map(|id| Fenced {
+                lease_id: id,
+                receipt: id,
+            }),
+            target,
+        )?;
+        held.ok_or(Error::StaleLease)
     }
 
     /// Makes a slot for `seq` exist, adding `Outside` placeholders below
@@ -544,43 +554,35 @@ impl GroupState {
                 expires_at,
             })
         };
-        if ordering == GroupOrdering::None {
-            let capacity: Vec<usize> = partitions
-                .iter()
-                .map(|&p| {
-                    let part = &self.parts[p as usize];
-                    let claimable = part.ready.len() + part.expired.len();
-                    claim_capacity(claimable, part.cursor(), high_watermark(p))
-                })
-                .collect();
-            let quotas = round_robin(&capacity, limit, first);
-            for (&p, quota) in partitions.iter().zip(quotas) {
+        // What a partition can give is bounded by its claimable deliveries
+        // and unseen events; under an ordering, only claiming tells how
+        // many of them are heads. The shared rule asks each partition for
+        // its share and hands what a spent one could not give to the
+        // others.
+        let bound: Vec<usize> = partitions
+            .iter()
+            .map(|&p| {
+                let part = &self.parts[p as usize];
+                let claimable = part.ready.len() + part.expired.len();
+                claim_capacity(claimable, part.cursor(), high_watermark(p))
+            })
+            .collect();
+        let mut share = Share::new(bound, limit, first);
+        loop {
+            let asks = share.asks();
+            if asks.iter().all(|a| *a == 0) {
+                break;
+            }
+            for (i, (&p, ask)) in partitions.iter().zip(asks).enumerate() {
                 let part = &mut self.parts[p as usize];
-                for _ in 0..quota {
+                let before = out.len();
+                for _ in 0..ask {
                     let Some(claimed) = claim(part, p) else {
                         break;
                     };
                     out.push(claimed);
                 }
-            }
-            return out;
-        }
-        // Ordered: what a partition can give is only known by claiming, so
-        // the same rule runs as rounds of one claim per partition.
-        let mut open: Vec<bool> = vec![true; partitions.len()];
-        while out.len() < limit && open.contains(&true) {
-            for i in (0..partitions.len()).map(|i| (first + i) % partitions.len()) {
-                if out.len() == limit {
-                    break;
-                }
-                if !open[i] {
-                    continue;
-                }
-                let p = partitions[i];
-                match claim(&mut self.parts[p as usize], p) {
-                    Some(claimed) => out.push(claimed),
-                    None => open[i] = false,
-                }
+                share.gave(i, ask, out.len() - before);
             }
         }
         out.sort_unstable_by_key(|c| (c.partition, c.sequence));

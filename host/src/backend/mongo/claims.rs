@@ -33,7 +33,8 @@ use super::{
     uint,
 };
 use crate::backend::policy::{
-    GroupConfig, POISON_REASON, Write, claim_capacity, plain_acks, round_robin, settle_write,
+    GroupConfig, Held, POISON_REASON, Write, claim_capacity, fence, plain_acks, round_robin,
+    settle_write,
 };
 use crate::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
@@ -56,7 +57,44 @@ pub(crate) fn deliveries_of(s: &StreamName, g: &GroupName) -> Document {
     doc! {"s": s.as_str(), "g": g.as_str()}
 }
 
-/// The delivery `target` names, while its lease is the one held.
+/// The update that claims a delivery under `lease_id` for `consumer`.
+pub(crate) fn lease_update(
+    lease_id: &LeaseId,
+    consumer: &str,
+    (now, expires_at): (Timestamp, Timestamp),
+) -> Document {
+    doc! {
+        "$set": {
+            "st": LEASED,
+            "lid": lease_id.as_str(),
+            "c": consumer,
+            "lat": now.as_millis(),
+            "exp": expires_at.as_millis(),
+        },
+        "$inc": {"a": 1_i64},
+        "$unset": {"due": ""},
+    }
+}
+
+/// The delivery `target` names, leased or not.
+pub(crate) fn named_by(s: &StreamName, g: &GroupName, target: &SettleTarget) -> Document {
+    let mut filter = deliveries_of(s, g);
+    filter.insert("e", target.event_id.as_str());
+    filter
+}
+
+/// The lease a delivery document is held under, as the fence sees it
+/// ([`fence`]): its lease id while leased (the receipt is the lease id).
+pub(crate) fn held_of(d: &Document) -> Option<Held<'_>> {
+    let lid = d.get_str("lid").ok()?;
+    (d.get_str("st").ok()? == LEASED).then_some(Held {
+        lease_id: lid,
+        receipt: lid,
+    })
+}
+
+/// The delivery `target` names, while its lease is the one held: the
+/// guard of a write the fence allowed.
 pub(crate) fn held_by(s: &StreamName, g: &GroupName, target: &SettleTarget) -> Document {
     let mut filter = deliveries_of(s, g);
     filter.insert("e", target.event_id.as_str());
@@ -96,6 +134,19 @@ pub(super) struct Claimed {
     pub(super) attempt: u32,
     pub(super) lease_id: LeaseId,
     pub(super) event: Option<Arc<Event>>,
+}
+
+impl Claimed {
+    /// A delivery document just claimed under `lease_id`.
+    pub(super) fn of(d: &Document, lease_id: LeaseId) -> Result<Self> {
+        Ok(Claimed {
+            partition: u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?,
+            sequence: uint(d, "q")?,
+            attempt: u32::try_from(int(d, "a")?).map_err(|e| corrupt("attempt", e))?,
+            lease_id,
+            event: None,
+        })
+    }
 }
 
 /// How many documents of an ordered `insert_many` went in before it failed
@@ -344,31 +395,13 @@ impl MongoBackend {
             guard.insert("due", doc! {"$not": {"$gt": now.as_millis()}});
         }
         let lease_id = LeaseId::generate();
-        let update = doc! {
-            "$set": {
-                "st": LEASED,
-                "lid": lease_id.as_str(),
-                "c": consumer,
-                "lat": now.as_millis(),
-                "exp": expires_at.as_millis(),
-            },
-            "$inc": {"a": 1_i64},
-            "$unset": {"due": ""},
-        };
         let after = self
             .coll(DELIVERIES)
-            .find_one_and_update(guard, update)
+            .find_one_and_update(guard, lease_update(&lease_id, consumer, (now, expires_at)))
             .return_document(ReturnDocument::After)
             .await
             .map_err(|e| map_error(e, Phase::Write))?;
-        let Some(after) = after else { return Ok(None) };
-        Ok(Some(Claimed {
-            partition: u32::try_from(int(&after, "p")?).map_err(|e| corrupt("partition", e))?,
-            sequence: uint(&after, "q")?,
-            attempt: u32::try_from(int(&after, "a")?).map_err(|e| corrupt("attempt", e))?,
-            lease_id,
-            event: None,
-        }))
+        after.map(|after| Claimed::of(&after, lease_id)).transpose()
     }
 
     /// Creates up to `n` deliveries of partition `p` from `cursor` on (up
@@ -487,23 +520,19 @@ impl MongoBackend {
         target: &SettleTarget,
         expires_at: Timestamp,
     ) -> Result<Result<Document>> {
-        let filter = held_by(s, g, target);
-        if target
-            .receipt
-            .as_deref()
-            .is_some_and(|r| r != target.lease_id.as_str())
-        {
-            // Fenced first: a stale lease is stale whatever its receipt.
-            let held = self
+        if target.receipt.is_some() {
+            // A receipt is checked on what is read; the write is guarded on
+            // the lease alone.
+            let found = self
                 .coll(DELIVERIES)
-                .find_one(filter)
+                .find_one(named_by(s, g, target))
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?;
-            return Ok(Err(match held {
-                Some(_) => Error::ReceiptMismatch,
-                None => Error::StaleLease,
-            }));
+            if let Err(e) = fence(found.as_ref().and_then(held_of), target) {
+                return Ok(Err(e));
+            }
         }
+        let filter = held_by(s, g, target);
         let after = self
             .coll(DELIVERIES)
             .find_one_and_update(filter, doc! {"$set": {"exp": expires_at.as_millis()}})
@@ -620,24 +649,19 @@ impl MongoBackend {
                 continue;
             }
             let t = &item.target;
-            let filter = held_by(s, g, t);
-            let held = self
+            let found = self
                 .coll(DELIVERIES)
-                .find_one(filter.clone())
-                .projection(doc! {"a": 1})
+                .find_one(named_by(s, g, t))
+                .projection(doc! {"a": 1, "st": 1, "lid": 1})
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?;
-            let Some(held) = held else {
-                results.push(Err(Error::StaleLease));
-                continue;
-            };
-            if t.receipt
-                .as_deref()
-                .is_some_and(|r| r != t.lease_id.as_str())
-            {
-                results.push(Err(Error::ReceiptMismatch));
+            if let Err(e) = fence(found.as_ref().and_then(held_of), t) {
+                results.push(Err(e));
                 continue;
             }
+            let (Some(held), filter) = (found, held_by(s, g, t)) else {
+                unreachable!("the fence holds only on a delivery found");
+            };
             let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
             let write = settle_write(item.op, attempt, config, now);
             requeued |= write.requeues();

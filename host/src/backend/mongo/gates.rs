@@ -21,19 +21,21 @@ use mongodb::ClientSession;
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use mongodb::options::ReturnDocument;
 
-use super::claims::{ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by};
+use super::claims::{
+    ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by, held_of, lease_update,
+    named_by,
+};
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
     DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, big, corrupt, int, is_duplicate_key,
     opt_text, transaction, uint,
 };
 use crate::backend::policy::{
-    GateWalk, GroupConfig, POISON_REASON, Write, claim_capacity, round_robin, settle_write,
+    GateView, GateWalk, GroupConfig, POISON_REASON, Share, Write, claim_capacity, fence, regate,
+    settle_write,
 };
 use crate::backend::{Error, FetchRequest, Result};
-use crate::model::{
-    Event, GroupName, GroupOrdering, LeaseId, Settlement, StreamName, Timestamp, clip_reason,
-};
+use crate::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
 
 /// What a transaction's body returns.
 type Tx<T> = std::result::Result<T, Fail>;
@@ -66,6 +68,17 @@ fn id_of(d: &Document) -> Result<Bson> {
     d.get("_id")
         .cloned()
         .ok_or_else(|| corrupt("delivery", "no _id"))
+}
+
+/// One partition's walk over its unseen events in an ordered fetch, with
+/// what it read.
+#[derive(Debug)]
+struct Walking {
+    walk: GateWalk,
+    /// Whether each gate asked has a delivery open.
+    busy: HashMap<String, bool>,
+    /// The events its windows read, by sequence.
+    events: HashMap<u64, Event>,
 }
 
 /// How a replay or a redrive names what it re-opens.
@@ -102,57 +115,6 @@ impl MongoBackend {
             // Another transaction created it first: decide again.
             Err(e) if is_duplicate_key(&e) => Err(Fail::Retry),
             Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The lowest delivery of a gate with one of `statuses`.
-    async fn lowest(
-        &self,
-        session: &mut ClientSession,
-        (s, g): (&StreamName, &GroupName),
-        p: u32,
-        gate: &str,
-        statuses: &[&str],
-    ) -> Tx<Option<Document>> {
-        let filter = of_gate(s, g, p, gate, statuses);
-        let found = self
-            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), 1)
-            .await?;
-        Ok(found.into_iter().next())
-    }
-
-    /// After a gate's head was acked or dead-lettered: lets its lowest
-    /// parked delivery through, or forgets the gate when nothing of it is
-    /// open. Whether a delivery became claimable.
-    async fn close_in(
-        &self,
-        session: &mut ClientSession,
-        sg: (&StreamName, &GroupName),
-        p: u32,
-        gate: &str,
-    ) -> Tx<bool> {
-        match self.lowest(session, sg, p, gate, &OPEN).await? {
-            Some(next) => {
-                let parked = next.get_str("st").is_ok_and(|st| st == PARKED);
-                if parked {
-                    self.coll(DELIVERIES)
-                        .update_one(
-                            doc! {"_id": id_of(&next)?, "st": PARKED},
-                            doc! {"$set": {"st": AVAILABLE}},
-                        )
-                        .session(&mut *session)
-                        .await?;
-                }
-                self.touch_gate(session, sg, p, gate).await?;
-                Ok(parked)
-            }
-            None => {
-                self.coll(GATES)
-                    .delete_one(doc! {"_id": gate_id(sg.0, sg.1, p, gate)})
-                    .session(&mut *session)
-                    .await?;
-                Ok(false)
-            }
         }
     }
 
@@ -228,7 +190,7 @@ impl MongoBackend {
                 .await?;
             if let Some(gate) = opt_text(&d, "k") {
                 woke |= self
-                    .close_in(session, (s, g), partition_of(&d)?, &gate)
+                    .regate_in(session, (s, g), partition_of(&d)?, &gate, true)
                     .await?;
             }
         }
@@ -251,64 +213,77 @@ impl MongoBackend {
             per_partition.insert(p, found);
         }
         let hw = self.high_watermarks(s).await?;
-        let capacity: Vec<usize> = selected
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable heads first, then a walk over its unseen events; a
+        // walk that comes back short has no more, and its share goes to the
+        // others, whose walks go on.
+        let bound: Vec<usize> = selected
             .iter()
             .map(|p| {
                 let claimable = per_partition.get(p).map_or(0, Vec::len);
                 claim_capacity(claimable, state.cursors[*p as usize], hw[*p as usize])
             })
             .collect();
-        let quotas = round_robin(&capacity, req.limit as usize, first);
-
+        let mut share = Share::new(bound, req.limit as usize, first);
         let consumer = req.consumer_id.as_str();
         let mut claimed = Vec::new();
-        for (i, &p) in selected.iter().enumerate() {
-            let list = per_partition.remove(&p).unwrap_or_default();
-            let take = quotas[i].min(list.len());
-            for d in list.into_iter().take(take) {
-                let lease_id = LeaseId::generate();
-                let update = doc! {
-                    "$set": {
-                        "st": LEASED,
-                        "lid": lease_id.as_str(),
-                        "c": consumer,
-                        "lat": now.as_millis(),
-                        "exp": expires_at.as_millis(),
-                    },
-                    "$inc": {"a": 1_i64},
-                    "$unset": {"due": ""},
-                };
-                let st = d.get_str("st").map_err(|e| corrupt("status", e))?;
-                let after = self
-                    .coll(DELIVERIES)
-                    .find_one_and_update(doc! {"_id": id_of(&d)?, "st": st}, update)
-                    .return_document(ReturnDocument::After)
-                    .session(&mut *session)
-                    .await?
-                    .ok_or(Fail::Retry)?;
-                claimed.push(Claimed {
-                    partition: p,
-                    sequence: uint(&after, "q")?,
-                    attempt: u32::try_from(int(&after, "a")?).map_err(|e| corrupt("attempt", e))?,
-                    lease_id,
-                    event: None,
-                });
+        let mut walks: Vec<Option<Walking>> = selected.iter().map(|_| None).collect();
+        while !share.done() {
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let p = selected[i];
+                let list = per_partition.entry(p).or_default();
+                let take = ask.min(list.len());
+                for d in list.drain(..take) {
+                    let lease_id = LeaseId::generate();
+                    let update = lease_update(&lease_id, consumer, (now, expires_at));
+                    let st = d.get_str("st").map_err(|e| corrupt("status", e))?;
+                    let after = self
+                        .coll(DELIVERIES)
+                        .find_one_and_update(doc! {"_id": id_of(&d)?, "st": st}, update)
+                        .return_document(ReturnDocument::After)
+                        .session(&mut *session)
+                        .await?
+                        .ok_or(Fail::Retry)?;
+                    claimed.push(Claimed::of(&after, lease_id)?);
+                }
+                let mut walked = 0;
+                if ask > take {
+                    let w = match &mut walks[i] {
+                        Some(w) => w,
+                        slot => {
+                            // Deliveries above the cursor without it moved
+                            // (an unordered fetcher that died, or raced the
+                            // reset that ordered the group) are stepped
+                            // over, as unordered fetches do.
+                            let cursor = self
+                                .created_from(s, g, p, state.cursors[p as usize])
+                                .await?;
+                            slot.insert(Walking {
+                                walk: GateWalk::new(ordering, cursor, 0),
+                                busy: HashMap::new(),
+                                events: HashMap::new(),
+                            })
+                        }
+                    };
+                    let before = w.walk.lease.len();
+                    w.walk.want_more(ask - take);
+                    self.walk_on(session, (s, g), p, w, hw[p as usize]).await?;
+                    walked = w.walk.lease.len() - before;
+                }
+                share.gave(i, ask, take + walked);
             }
-            let want = quotas[i] - take;
-            if want > 0 {
+        }
+        for (i, w) in walks.into_iter().enumerate() {
+            if let Some(w) = w {
+                let p = selected[i];
                 let lease = (consumer, now, expires_at);
-                let walked = self
-                    .walk_in(
-                        session,
-                        (s, g, ordering),
-                        p,
-                        &state,
-                        hw[p as usize],
-                        want,
-                        lease,
-                    )
-                    .await?;
-                claimed.extend(walked);
+                claimed.extend(
+                    self.write_walk(session, (s, g), p, &state, w, lease)
+                        .await?,
+                );
             }
         }
         Ok(Some((claimed, woke)))
@@ -334,29 +309,19 @@ impl MongoBackend {
         Ok(decode_state(&d, partition_count)?)
     }
 
-    /// Walks partition `p`'s unseen events by the shared rule and writes
-    /// what it decided: the new deliveries, leased or parked, each with its
-    /// gate; the document of every gate they joined; the cursor.
-    #[allow(clippy::too_many_arguments)]
-    async fn walk_in(
+    /// Walks partition `p`'s unseen events on by the shared rule, until
+    /// the walk has what it wants or is over, asking `rheo_gates` which
+    /// gates it passes are busy. Reads only: [`Self::write_walk`] writes
+    /// what it decided.
+    async fn walk_on(
         &self,
         session: &mut ClientSession,
-        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
+        (s, g): (&StreamName, &GroupName),
         p: u32,
-        state: &GroupState,
+        w: &mut Walking,
         hw: u64,
-        want: usize,
-        (consumer, now, expires_at): (&str, Timestamp, Timestamp),
-    ) -> Tx<Vec<Claimed>> {
-        // Deliveries above the cursor without it moved (an unordered
-        // fetcher that died, or raced the reset that ordered the group)
-        // are stepped over, as unordered fetches do.
-        let cursor = self
-            .created_from(s, g, p, state.cursors[p as usize])
-            .await?;
-        let mut walk = GateWalk::new(ordering, cursor, want);
-        let mut busy: HashMap<String, bool> = HashMap::new();
-        let mut events: HashMap<u64, Event> = HashMap::new();
+    ) -> Tx<()> {
+        let Walking { walk, busy, events } = w;
         while let Some((first, last)) = walk.window(hw) {
             let window = self.read_range(s, p, first, last).await?;
             let pairs: Vec<(u64, Option<String>)> =
@@ -383,6 +348,23 @@ impl MongoBackend {
             walk.pass(pairs, |gate| busy.get(gate).copied().unwrap_or(false));
             events.extend(window.into_iter().map(|e| (e.sequence, e)));
         }
+        Ok(())
+    }
+
+    /// Writes what partition `p`'s walk decided: the new deliveries, leased
+    /// or parked, each with its gate; the document of every gate they
+    /// joined; the cursor.
+    async fn write_walk(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        state: &GroupState,
+        Walking {
+            walk, mut events, ..
+        }: Walking,
+        (consumer, now, expires_at): (&str, Timestamp, Timestamp),
+    ) -> Tx<Vec<Claimed>> {
         if walk.next == state.cursors[p as usize] {
             return Ok(Vec::new());
         }
@@ -498,28 +480,22 @@ impl MongoBackend {
                 continue;
             }
             let t = &item.target;
-            let filter = held_by(s, g, t);
-            let held = self
+            let found = self
                 .coll(DELIVERIES)
-                .find_one(filter)
+                .find_one(named_by(s, g, t))
                 .session(&mut *session)
                 .await?;
-            let Some(held) = held else {
-                results.push(Err(Error::StaleLease));
-                continue;
-            };
-            if t.receipt
-                .as_deref()
-                .is_some_and(|r| r != t.lease_id.as_str())
-            {
-                results.push(Err(Error::ReceiptMismatch));
+            if let Err(e) = fence(found.as_ref().and_then(held_of), t) {
+                results.push(Err(e));
                 continue;
             }
+            let Some(held) = found else {
+                unreachable!("the fence holds only on a delivery found");
+            };
             let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
-            let (id, p, seq) = (id_of(&held)?, partition_of(&held)?, uint(&held, "q")?);
+            let (id, p) = (id_of(&held)?, partition_of(&held)?);
             let gate = opt_text(&held, "k");
             let write = settle_write(item.op.clone(), attempt, config, now);
-            let closes = matches!(write, Write::Ack | Write::Dead(_));
             let update = match write {
                 Write::Ack => doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
                 Write::Dead(reason) => doc! {
@@ -527,27 +503,11 @@ impl MongoBackend {
                     "$unset": {"lid": "", "due": ""},
                 },
                 Write::Retry { due, reason } => {
-                    // The head stays out next unless a lower delivery of
-                    // its gate waits: that one goes first.
-                    let mut status = AVAILABLE;
-                    if let Some(gate) = &gate {
-                        let lowest = self.lowest(session, (s, g), p, gate, &OPEN).await?;
-                        if let Some(lower) = lowest
-                            && uint(&lower, "q")? != seq
-                        {
-                            status = PARKED;
-                            self.coll(DELIVERIES)
-                                .update_one(
-                                    doc! {"_id": id_of(&lower)?, "st": PARKED},
-                                    doc! {"$set": {"st": AVAILABLE}},
-                                )
-                                .session(&mut *session)
-                                .await?;
-                            woke = true;
-                        }
-                        self.touch_gate(session, (s, g), p, gate).await?;
-                    }
-                    woke |= status == AVAILABLE && due.is_none();
+                    // A gated delivery is parked, and its gate hands out
+                    // its lowest open one below: itself, or one a replay
+                    // re-opened below it.
+                    let status = if gate.is_some() { PARKED } else { AVAILABLE };
+                    woke |= gate.is_none() && due.is_none();
                     let mut set = doc! {"st": status, "r": clip_reason(&reason)};
                     let mut unset = doc! {"lid": ""};
                     match due {
@@ -557,12 +517,14 @@ impl MongoBackend {
                     doc! {"$set": set, "$unset": unset}
                 }
             };
+            let mut guard = held_by(s, g, t);
+            guard.insert("_id", id);
             self.coll(DELIVERIES)
-                .update_one(doc! {"_id": id, "st": LEASED}, update)
+                .update_one(guard, update)
                 .session(&mut *session)
                 .await?;
-            if closes && let Some(gate) = &gate {
-                woke |= self.close_in(session, (s, g), p, gate).await?;
+            if let Some(gate) = &gate {
+                woke |= self.regate_in(session, (s, g), p, gate, true).await?;
             }
             results.push(Ok(()));
         }
@@ -605,14 +567,17 @@ impl MongoBackend {
                 }
                 let dead = self.find_in(session, DELIVERIES, filter, None, 0).await?;
                 for d in &dead {
+                    // A gated one is parked; its gate then gets its head.
+                    let mut status = AVAILABLE;
                     if let Some(gate) = opt_text(d, "k") {
                         touched.insert((partition_of(d)?, gate));
+                        status = PARKED;
                     }
                     self.coll(DELIVERIES)
                         .update_one(
                             doc! {"_id": id_of(d)?, "st": DEAD},
                             doc! {
-                                "$set": {"st": AVAILABLE, "a": 0_i64},
+                                "$set": {"st": status, "a": 0_i64},
                                 "$unset": {"due": "", "lid": "", "dat": ""},
                             },
                         )
@@ -667,6 +632,7 @@ impl MongoBackend {
                             let key = opt_text(&e, "key");
                             if let Some(gate) = ordering.gate(key.as_deref()) {
                                 d.insert("k", gate);
+                                d.insert("st", PARKED);
                                 touched.insert((p, gate.to_owned()));
                             }
                             docs.push(d);
@@ -676,17 +642,22 @@ impl MongoBackend {
                         count += docs.len() as u64;
                         self.insert_all(session, DELIVERIES, docs).await?;
                     }
-                    let mut closed = range.clone();
-                    closed.insert("st", doc! {"$nin": [AVAILABLE, PARKED]});
-                    count += self
-                        .coll(DELIVERIES)
-                        .update_many(
-                            closed,
-                            doc! {"$set": {"st": AVAILABLE}, "$unset": {"due": "", "lid": "", "dat": ""}},
-                        )
-                        .session(&mut *session)
-                        .await?
-                        .modified_count;
+                    // What is not open re-opens: parked when it has a
+                    // gate (its gate then gets its head), else available.
+                    for (gated, status) in [(false, AVAILABLE), (true, PARKED)] {
+                        let mut closed = range.clone();
+                        closed.insert("st", doc! {"$nin": [AVAILABLE, PARKED]});
+                        closed.insert("k", doc! {"$exists": gated});
+                        count += self
+                            .coll(DELIVERIES)
+                            .update_many(
+                                closed,
+                                doc! {"$set": {"st": status}, "$unset": {"due": "", "lid": "", "dat": ""}},
+                            )
+                            .session(&mut *session)
+                            .await?
+                            .modified_count;
+                    }
                     // Open ones waiting on a retry delay are due now.
                     let mut delayed = range;
                     delayed.insert("st", doc! {"$in": [AVAILABLE, PARKED]});
@@ -699,7 +670,7 @@ impl MongoBackend {
             }
         }
         for (p, gate) in touched {
-            self.regate_in(session, (s, g), p, &gate).await?;
+            self.regate_in(session, (s, g), p, &gate, false).await?;
         }
         // Fetches that read the group meanwhile run again.
         self.coll(GROUPS)
@@ -709,42 +680,65 @@ impl MongoBackend {
         Ok(count)
     }
 
-    /// Gives a gate one head again: its leased delivery if one is out,
-    /// else its lowest open one; parks the others.
+    /// Gives a gate the head the shared rule gives it ([`regate`],
+    /// `docs/groups.md#ordering`) — none while one of its deliveries is
+    /// out, else its lowest open one — parking the one handed out before
+    /// if it is no longer the head; forgets the gate when nothing of it is
+    /// open. After a settle of its head (`settled`: acked, dead-lettered,
+    /// or retried and parked) nothing of the gate is out or handed out, so
+    /// its lowest open delivery is all there is to read. Whether a delivery
+    /// was let through.
     async fn regate_in(
         &self,
         session: &mut ClientSession,
         sg: (&StreamName, &GroupName),
         p: u32,
         gate: &str,
-    ) -> Tx<()> {
+        settled: bool,
+    ) -> Tx<bool> {
         let filter = of_gate(sg.0, sg.1, p, gate, &OPEN);
+        let limit = if settled { 1 } else { 0 };
         let open = self
-            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), 0)
+            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), limit)
             .await?;
-        let status = |d: &Document| d.get_str("st").unwrap_or_default().to_owned();
-        let head = open
-            .iter()
-            .position(|d| status(d) == LEASED)
-            .or((!open.is_empty()).then_some(0));
-        for (i, d) in open.iter().enumerate() {
-            let (now, wanted) = (status(d), if Some(i) == head { AVAILABLE } else { PARKED });
-            if now != LEASED && now != wanted {
-                self.coll(DELIVERIES)
-                    .update_one(doc! {"_id": id_of(d)?}, doc! {"$set": {"st": wanted}})
-                    .session(&mut *session)
-                    .await?;
-            }
-        }
         if open.is_empty() {
             self.coll(GATES)
                 .delete_one(doc! {"_id": gate_id(sg.0, sg.1, p, gate)})
                 .session(&mut *session)
                 .await?;
-        } else {
-            self.touch_gate(session, sg, p, gate).await?;
+            return Ok(false);
         }
-        Ok(())
+        let with = |status: &str| -> Result<Option<u64>> {
+            match open
+                .iter()
+                .find(|d| d.get_str("st").is_ok_and(|st| st == status))
+            {
+                Some(d) => Ok(Some(uint(d, "q")?)),
+                None => Ok(None),
+            }
+        };
+        let step = regate(GateView {
+            out: with(LEASED)?.is_some(),
+            head: with(AVAILABLE)?,
+            lowest: open.first().map(|d| uint(d, "q")).transpose()?,
+        });
+        for (seq, from, to) in [
+            (step.park, AVAILABLE, PARKED),
+            (step.release, PARKED, AVAILABLE),
+        ] {
+            if let Some(seq) = seq {
+                let mut filter = deliveries_of(sg.0, sg.1);
+                filter.insert("p", p as i32);
+                filter.insert("q", big(seq));
+                filter.insert("st", from);
+                self.coll(DELIVERIES)
+                    .update_one(filter, doc! {"$set": {"st": to}})
+                    .session(&mut *session)
+                    .await?;
+            }
+        }
+        self.touch_gate(session, sg, p, gate).await?;
+        Ok(step.release.is_some())
     }
 
     /// Forgets the gates of a group's partitions (a reset).

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::gates::Regate;
 use super::*;
 use crate::model::{EventId, EventInput, SettleOp, StartAfter, StartPosition, Timestamp};
 
@@ -293,4 +294,135 @@ fn a_partition_walk_stops_at_its_first_busy_event() {
     busy.pass(events, |_| true);
     assert!(busy.lease.is_empty() && busy.park.is_empty());
     assert_eq!(busy.next, 1, "the cursor stays");
+}
+
+/// What claiming one delivery at a time, partition by partition in
+/// rotation from `first`, takes from partitions that hold `have` each:
+/// the rule `Share` must match without knowing `have` up front.
+fn one_at_a_time(have: &[usize], limit: usize, first: usize) -> Vec<usize> {
+    let n = have.len();
+    let mut took = vec![0; n];
+    let mut open = vec![true; n];
+    let mut total = 0;
+    while total < limit && open.contains(&true) {
+        for i in (0..n).map(|i| (first + i) % n) {
+            if total == limit {
+                break;
+            }
+            if !open[i] {
+                continue;
+            }
+            if took[i] < have[i] {
+                took[i] += 1;
+                total += 1;
+            } else {
+                open[i] = false;
+            }
+        }
+    }
+    took
+}
+
+/// Drives a `Share` over partitions that truly hold `have`, bounded by
+/// `bound` (at least `have`): each asked partition gives what it can.
+fn share_out(have: &[usize], bound: &[usize], limit: usize, first: usize) -> (Vec<usize>, usize) {
+    let mut share = Share::new(bound.to_vec(), limit, first);
+    let mut given = vec![0; have.len()];
+    let mut rounds = 0;
+    while !share.done() {
+        rounds += 1;
+        for (i, ask) in share.asks().into_iter().enumerate() {
+            let got = ask.min(have[i] - given[i]);
+            given[i] += got;
+            share.gave(i, ask, got);
+        }
+        assert!(
+            rounds <= have.len() + 1,
+            "a share ends in a round per partition"
+        );
+    }
+    (given, rounds)
+}
+
+#[test]
+fn a_share_hands_a_spent_partitions_part_to_the_others() {
+    // Exact bounds: one round, the plain round-robin.
+    assert_eq!(share_out(&[10, 10], &[10, 10], 3, 0), (vec![2, 1], 1));
+    // Partition 0 looked like 30 but has 1 (all its events wait behind a
+    // busy key): its share goes to the others.
+    let (given, rounds) = share_out(&[1, 30, 10], &[30, 30, 20], 50, 0);
+    assert_eq!((given, rounds), (vec![1, 30, 10], 2));
+    assert_eq!(share_out(&[0, 8], &[2, 8], 1, 0).0, [0, 1]);
+    assert_eq!(share_out(&[1, 30, 10], &[30, 30, 20], 21, 2).0, [1, 10, 10]);
+    assert_eq!(share_out(&[0, 0], &[5, 5], 4, 1), (vec![0, 0], 1));
+    assert_eq!(share_out(&[], &[], 4, 0), (vec![], 0));
+}
+
+#[test]
+fn a_share_gives_what_one_claim_at_a_time_in_rotation_gives() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..2_000 {
+        let n = rng.random_range(1..=5);
+        let have: Vec<usize> = (0..n).map(|_| rng.random_range(0..=6)).collect();
+        let bound: Vec<usize> = have.iter().map(|h| h + rng.random_range(0..=6)).collect();
+        let limit = rng.random_range(0..=25);
+        let first = rng.random_range(0..n);
+        let want = one_at_a_time(&have, limit, first);
+        assert_eq!(
+            share_out(&have, &bound, limit, first).0,
+            want,
+            "have {have:?}, bound {bound:?}, limit {limit}, first {first}"
+        );
+        assert_eq!(round_robin(&have, limit, first), want);
+    }
+}
+
+#[test]
+fn a_gate_hands_out_its_lowest_open_delivery_unless_one_is_out() {
+    let view = |out, head, lowest| GateView { out, head, lowest };
+    let step = |release, park| Regate { release, park };
+    // After an ack or a dead letter of the head: its lowest parked one.
+    assert_eq!(regate(view(false, None, Some(7))), step(Some(7), None));
+    assert_eq!(regate(view(false, None, None)), step(None, None), "empty");
+    // A retried head parked at 5, nothing lower: it is the head again.
+    assert_eq!(regate(view(false, None, Some(5))), step(Some(5), None));
+    // A replay re-opened 2 while 5 is out: nothing changes until 5 settles.
+    assert_eq!(regate(view(true, None, Some(2))), step(None, None));
+    // A replay re-opened 2 below the head 5 not yet claimed: 2 goes first.
+    assert_eq!(
+        regate(view(false, Some(5), Some(2))),
+        step(Some(2), Some(5))
+    );
+    // The head is the lowest already.
+    assert_eq!(regate(view(false, Some(2), Some(2))), step(None, None));
+    // Out and handed out at once breaks the rule: the handed out one parks.
+    assert_eq!(regate(view(true, Some(4), Some(2))), step(None, Some(4)));
+}
+
+#[test]
+fn a_settle_or_renewal_holds_only_under_the_current_lease() {
+    use crate::model::{LeaseId, SettleTarget};
+    let target = |lease: &str, receipt: Option<&str>| SettleTarget {
+        event_id: EventId::parse("e").unwrap(),
+        lease_id: LeaseId::parse(lease).unwrap(),
+        receipt: receipt.map(str::to_owned),
+    };
+    let held = |lease_id, receipt| Some(Held { lease_id, receipt });
+    let code = |r: Result<()>| r.map_err(|e| e.code());
+    assert_eq!(code(fence(held("l1", "r1"), &target("l1", None))), Ok(()));
+    assert_eq!(
+        code(fence(held("l1", "r1"), &target("l1", Some("r1")))),
+        Ok(())
+    );
+    let mismatch = fence(held("l1", "r1"), &target("l1", Some("r2")));
+    assert_eq!(code(mismatch), Err("receipt_mismatch"));
+    // A lease taken over, or a delivery no longer leased, is stale
+    // whatever the receipt says.
+    let stale = fence(held("l2", "r1"), &target("l1", Some("r2")));
+    assert_eq!(code(stale), Err("stale_lease"));
+    assert_eq!(
+        code(fence(None, &target("l1", Some("r1")))),
+        Err("stale_lease")
+    );
 }

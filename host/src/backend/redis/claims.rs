@@ -15,7 +15,9 @@ use std::sync::Arc;
 use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
-use crate::backend::policy::{GroupConfig, POISON_REASON, claim_capacity, poisoned, round_robin};
+use crate::backend::policy::{
+    GroupConfig, Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin,
+};
 use crate::backend::{Error, FetchRequest, Result, validate_renewals};
 use crate::model::{
     ConsumerId, Event, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName,
@@ -941,8 +943,8 @@ impl RedisBackend {
         Ok(located)
     }
 
-    /// The fencing check of each target: the delivery must be leased under
-    /// its lease id (and receipt). Per target: where it is, its record as
+    /// The fencing check ([`fence`]) of each target: the delivery must be
+    /// leased under its lease id (and receipt: the log entry id). Per target: where it is, its record as
     /// read, or the item's error.
     pub(super) async fn held(
         &self,
@@ -991,14 +993,17 @@ impl RedisBackend {
                 continue;
             };
             let delivery = Delivery::decode(raw)?;
-            if delivery.status != Status::Leased
-                || delivery.lease_id.as_deref() != Some(target.lease_id.as_str())
-            {
-                out.push(Err(Error::StaleLease));
-                continue;
-            }
-            if target.receipt.as_ref().is_some_and(|r| *r != entry_id(seq)) {
-                out.push(Err(Error::ReceiptMismatch));
+            let receipt = entry_id(seq);
+            let held = delivery
+                .lease_id
+                .as_deref()
+                .filter(|_| delivery.status == Status::Leased)
+                .map(|id| Held {
+                    lease_id: id,
+                    receipt: &receipt,
+                });
+            if let Err(e) = fence(held, target) {
+                out.push(Err(e));
                 continue;
             }
             out.push(Ok((p, seq, raw.clone(), delivery)));

@@ -17,10 +17,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::claims::{Delivery, Entry, Slot, Status, quotas};
+use super::claims::{Delivery, Entry, Slot, Status};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
-use crate::backend::policy::{GateWalk, POISON_REASON};
+use crate::backend::policy::{
+    GateView as Gate, GateWalk, POISON_REASON, Share, claim_capacity, regate,
+};
 use crate::backend::{FetchRequest, Result};
 use crate::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName, Timestamp};
 
@@ -67,6 +69,11 @@ pub(super) struct Reopened {
     pub(super) raw: Option<String>,
     pub(super) new: Delivery,
 }
+
+/// One partition asked for claims in a round of an ordered fetch: its
+/// index, the ask, how many it re-claimed, and its walk (an index into the
+/// fetch's walks) with what that walk had leased before the round.
+type Asked = (usize, usize, usize, Option<(usize, usize)>);
 
 /// One partition's walk over its unseen events in an ordered fetch.
 struct Walking {
@@ -208,12 +215,12 @@ impl RedisBackend {
 
     /// Keeps the gate's rule when its head at `seq` is settled to `new`
     /// (the record the settle policy made), guarded on `view`: an ack or a
-    /// dead letter takes the head out of its gate and lets the gate's
-    /// lowest parked delivery through; a retry keeps the head unless a
-    /// lower delivery of the gate waits (re-opened by a replay), which
-    /// then goes first and the retried one is parked. Returns the record
-    /// to place for the head, and whether a parked delivery was let
-    /// through (claimable now or at its due time).
+    /// dead letter takes the head out of its gate, a retry parks it, and
+    /// the gate then gets the head the shared rule gives it ([`regate`]) —
+    /// its lowest open delivery: the retried one itself, or the gate's
+    /// lowest parked one. Returns the record to place for the settled
+    /// delivery, and whether another delivery was let through (claimable
+    /// now or at its due time).
     pub(super) fn settle_gated(
         &self,
         cas: &mut Cas,
@@ -229,23 +236,43 @@ impl RedisBackend {
         }
         let mine = member(&view.gate, seq);
         let closes = matches!(new.status, Status::Acked | Status::Dead);
-        let lowest = view.firsts.first() == Some(&mine);
         if closes {
             cas.write(&["ZREM", &k.gates, &mine]);
         }
+        let other = view
+            .other
+            .as_ref()
+            .map(|(other, record)| (*other, record.as_ref().map(|(_, d)| d)));
+        let status =
+            |want: Status| other.and_then(|(o, d)| d.filter(|d| d.status == want).map(|_| o));
+        let step = regate(Gate {
+            out: status(Status::Leased).is_some(),
+            head: status(Status::Available),
+            lowest: match other.map(|(o, _)| o) {
+                Some(o) if closes || o < seq => Some(o),
+                _ if closes => None,
+                _ => Some(seq),
+            },
+        });
         let mut released = false;
-        if (closes || !lowest)
-            && let Some((other, Some((_, parked)))) = &view.other
-            && parked.status == Status::Parked
-        {
-            let through = Delivery {
-                status: Status::Available,
-                ..parked.clone()
+        if let Some((o, Some(d))) = other {
+            let status = if step.release == Some(o) {
+                released = true;
+                Status::Available
+            } else if step.park == Some(o) {
+                Status::Parked
+            } else {
+                d.status
             };
-            self.place(cas, k, *other, Some(Slot::of(parked)), &through);
-            released = true;
+            if status != d.status {
+                let moved = Delivery {
+                    status,
+                    ..d.clone()
+                };
+                self.place(cas, k, o, Some(Slot::of(d)), &moved);
+            }
         }
-        if !closes && !lowest {
+        if !closes && step.release != Some(seq) {
             let parked = Delivery {
                 status: Status::Parked,
                 ..new
@@ -294,36 +321,72 @@ impl RedisBackend {
             self.bury(s, g, settings, poison, now).await?;
             return Ok(None);
         }
-        let quotas = quotas(&parts, limit, first);
-
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable heads first, then a walk over its unseen events; a
+        // walk that comes back short has no more, and its share goes to the
+        // others, whose walks go on.
+        let bound: Vec<usize> = parts
+            .iter()
+            .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
+            .collect();
+        let mut share = Share::new(bound, limit, first);
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);
         let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
-        let mut walks = Vec::new();
-        for (i, ((&p, part), &quota)) in selected.iter().zip(parts).zip(&quotas).enumerate() {
-            let k = self.keys.partition(s, g, p);
-            let take = quota.min(part.claimable.len());
-            for (seq, raw, delivery) in &part.claimable[..take] {
-                cas.hget_is(&k.records, &seq.to_string(), Some(raw));
-                let lease_id = LeaseId::generate();
-                let leased = delivery
-                    .clone()
-                    .leased(&lease_id, &req.consumer_id, now, expires_at);
-                self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &leased);
-                claimed.push((p, *seq, leased.attempt, lease_id));
-            }
-            if quota > take {
-                walks.push(Walking {
-                    at: i,
-                    walk: GateWalk::new(ordering, part.cursor, quota - take),
-                    cursor: part.cursor,
-                    cursor_raw: part.cursor_raw,
-                    high_watermark: part.high_watermark,
-                    ahead: part.ahead,
+        let mut reclaimed = vec![0; parts.len()];
+        let mut walks: Vec<Walking> = Vec::new();
+        let mut events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
+        let mut probed: HashMap<(u32, String), Option<String>> = HashMap::new();
+        while !share.done() {
+            // Per partition asked: its index, the ask, how many it
+            // re-claimed now, and its walk with what the walk had leased
+            // before.
+            let mut asked: Vec<Asked> = Vec::new();
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let (p, part) = (selected[i], &mut parts[i]);
+                let k = self.keys.partition(s, g, p);
+                let take = ask.min(part.claimable.len() - reclaimed[i]);
+                for (seq, raw, delivery) in &part.claimable[reclaimed[i]..reclaimed[i] + take] {
+                    cas.hget_is(&k.records, &seq.to_string(), Some(raw));
+                    let lease_id = LeaseId::generate();
+                    let leased =
+                        delivery
+                            .clone()
+                            .leased(&lease_id, &req.consumer_id, now, expires_at);
+                    self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &leased);
+                    claimed.push((p, *seq, leased.attempt, lease_id));
+                }
+                reclaimed[i] += take;
+                let walk = (ask > take).then(|| {
+                    let w = match walks.iter().position(|w| w.at == i) {
+                        Some(w) => w,
+                        None => {
+                            walks.push(Walking {
+                                at: i,
+                                walk: GateWalk::new(ordering, part.cursor, 0),
+                                cursor: part.cursor,
+                                cursor_raw: part.cursor_raw.clone(),
+                                high_watermark: part.high_watermark,
+                                ahead: std::mem::take(&mut part.ahead),
+                            });
+                            walks.len() - 1
+                        }
+                    };
+                    walks[w].walk.want_more(ask - take);
+                    (w, walks[w].walk.lease.len())
                 });
+                asked.push((i, ask, take, walk));
+            }
+            self.walk(s, g, selected, &mut walks, &mut events, &mut probed)
+                .await?;
+            for (i, ask, take, walk) in asked {
+                let walked = walk.map_or(0, |(w, before)| walks[w].walk.lease.len() - before);
+                share.gave(i, ask, take + walked);
             }
         }
-        let (events, probed) = self.walk(s, g, selected, &mut walks).await?;
         let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
         let mut cursors_after = Vec::new();
         for w in walks {
@@ -376,11 +439,12 @@ impl RedisBackend {
             .map(Some)
     }
 
-    /// Runs the walks of an ordered fetch in rounds: each round reads the
-    /// next window of every walk not over (one pipeline, from what was read
-    /// ahead where it covers the window), then asks the gates they pass
-    /// (one pipeline) and passes the windows. Returns the events read and
-    /// each asked gate's first member as found (`None`: free).
+    /// Runs the walks of an ordered fetch on in rounds, until each has what
+    /// it wants or is over: each round reads the next window of every walk
+    /// (one pipeline, from what was read ahead where it covers the window),
+    /// then asks the gates they pass (one pipeline) and passes the windows.
+    /// Adds the events read to `events`, and each asked gate's first member
+    /// as found (`None`: free) to `probed`.
     #[allow(clippy::type_complexity)]
     async fn walk(
         &self,
@@ -388,12 +452,9 @@ impl RedisBackend {
         g: &GroupName,
         selected: &[u32],
         walks: &mut [Walking],
-    ) -> Result<(
-        HashMap<(u32, u64), Arc<Event>>,
-        HashMap<(u32, String), Option<String>>,
-    )> {
-        let mut events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
-        let mut probed: HashMap<(u32, String), Option<String>> = HashMap::new();
+        events: &mut HashMap<(u32, u64), Arc<Event>>,
+        probed: &mut HashMap<(u32, String), Option<String>>,
+    ) -> Result<()> {
         loop {
             // This round's window of each walk: (walk, events), read ahead
             // or to read.
@@ -471,7 +532,7 @@ impl RedisBackend {
                 walks[i].walk.pass(pairs, busy);
             }
         }
-        Ok((events, probed))
+        Ok(())
     }
 
     /// Dead-letters expired last attempts of an ordered group (the poison
@@ -532,9 +593,10 @@ impl RedisBackend {
     }
 
     /// Gives each gate that re-opened deliveries of partition `k` belong to
-    /// one head again (`docs/groups.md#ordering`): the gate's leased
-    /// delivery if one is out and was not re-opened, else its lowest open
-    /// one; the gate's other open deliveries are parked. Sets each
+    /// the one head the shared rule gives it ([`regate`],
+    /// `docs/groups.md#ordering`): none while a delivery not re-opened is
+    /// out, else its lowest open one; the gate's other open deliveries are
+    /// parked. Sets each
     /// re-opened record's status, adds the re-opened deliveries to their
     /// gates and writes the changes of the gates' other members, guarded
     /// on their records (the caller guards the cursor).
@@ -582,16 +644,25 @@ impl RedisBackend {
                 .collect();
             open.sort_unstable();
             open.dedup();
-            let leased = open.iter().copied().find(|q| {
-                records
-                    .get(q)
-                    .and_then(|(_, d)| d.as_ref())
-                    .is_some_and(|d| d.status == Status::Leased)
+            // The re-opened deliveries are parked to start with; the gate
+            // then gets the head the shared rule gives it.
+            let standing = |want: Status| {
+                open.iter().copied().find(|q| {
+                    !reopened_seqs.contains(q)
+                        && records
+                            .get(q)
+                            .and_then(|(_, d)| d.as_ref())
+                            .is_some_and(|d| d.status == want)
+                })
+            };
+            let step = regate(Gate {
+                out: standing(Status::Leased).is_some(),
+                head: standing(Status::Available),
+                lowest: open.first().copied(),
             });
-            let head = leased.or_else(|| open.first().copied());
             for &i in indexes {
                 let r = &mut reopened[i];
-                r.new.status = if Some(r.seq) == head {
+                r.new.status = if step.release == Some(r.seq) {
                     Status::Available
                 } else {
                     Status::Parked
@@ -604,19 +675,18 @@ impl RedisBackend {
                 };
                 cas.hget_is(&k.records, &q.to_string(), raw.as_deref());
                 let Some(delivery) = delivery else { continue };
-                let wanted = if Some(*q) == head {
+                let wanted = if step.release == Some(*q) {
                     Status::Available
-                } else {
+                } else if step.park == Some(*q) {
                     Status::Parked
+                } else {
+                    continue;
                 };
-                let movable = matches!(delivery.status, Status::Available | Status::Parked);
-                if movable && delivery.status != wanted {
-                    let new = Delivery {
-                        status: wanted,
-                        ..delivery.clone()
-                    };
-                    self.place(cas, k, *q, Some(Slot::of(delivery)), &new);
-                }
+                let new = Delivery {
+                    status: wanted,
+                    ..delivery.clone()
+                };
+                self.place(cas, k, *q, Some(Slot::of(delivery)), &new);
             }
         }
         Ok(())

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
-use crate::backend::policy::{GateWalk, POISON_REASON, claim_capacity, round_robin};
+use crate::backend::policy::{
+    GateWalk, Held as Fenced, POISON_REASON, Share, claim_capacity, fence,
+};
 use crate::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use crate::model::{
     ConsumerId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
@@ -123,37 +125,69 @@ impl<D: Dialect> SqlBackend<D> {
             self.same_ordering((s, g), ordering, stored)?;
         }
 
-        let capacity: Vec<usize> = claimable
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable deliveries first, then unseen events — all of which
+        // an unordered group takes, and which an ordered group walks,
+        // leasing free gates' events and parking the others. A walk that
+        // comes back short has no more: its share goes to the others.
+        let bound: Vec<usize> = claimable
             .iter()
             .zip(&cursors)
             .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
             .collect();
         let first = self.rotate(s, g) % selected.len();
-        let quotas = round_robin(&capacity, req.limit as usize, first);
-
+        let mut share = Share::new(bound, req.limit as usize, first);
+        let mut reclaimed = vec![0; selected.len()];
+        let mut fresh_to: Vec<u64> = cursors.iter().map(|(cursor, _)| *cursor).collect();
+        let mut walks: Vec<Option<GateWalk>> = selected.iter().map(|_| None).collect();
         let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
+        while !share.done() {
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let p = selected[i];
+                let take = ask.min(claimable[i].len() - reclaimed[i]);
+                for &seq in &claimable[i][reclaimed[i]..reclaimed[i] + take] {
+                    reclaim.push(p, seq);
+                }
+                reclaimed[i] += take;
+                let want = ask - take;
+                let (cursor, hw) = cursors[i];
+                let walked = if want == 0 {
+                    0
+                } else if ordering == GroupOrdering::None {
+                    let unseen = hw.saturating_sub(fresh_to[i].saturating_sub(1));
+                    let n = (want as u64).min(unseen);
+                    for seq in fresh_to[i]..fresh_to[i] + n {
+                        fresh.push(p, seq);
+                    }
+                    fresh_to[i] += n;
+                    n as usize
+                } else {
+                    let walk = walks[i].get_or_insert_with(|| GateWalk::new(ordering, cursor, 0));
+                    let before = walk.lease.len();
+                    walk.want_more(want);
+                    Self::walk(&mut tx, (s, g), p, walk, hw).await?;
+                    walk.lease.len() - before
+                };
+                share.gave(i, ask, take + walked);
+            }
+        }
+
         let (mut moved, mut to) = (Vec::new(), Vec::new());
         let mut parked = (Vec::new(), Vec::new());
         for (i, &p) in selected.iter().enumerate() {
-            let take = quotas[i].min(claimable[i].len());
-            for &seq in &claimable[i][..take] {
-                reclaim.push(p, seq);
-            }
-            let (cursor, hw) = cursors[i];
-            let want = quotas[i] - take;
-            let next = if ordering == GroupOrdering::None {
-                for seq in cursor..cursor + want as u64 {
-                    fresh.push(p, seq);
+            let next = match walks[i].take() {
+                None => fresh_to[i],
+                Some(walk) => {
+                    for (seq, _) in walk.lease {
+                        fresh.push(p, seq);
+                    }
+                    parked.0.extend(walk.park.iter().map(|_| p as i32));
+                    parked.1.extend(walk.park.iter().map(|(seq, _)| int(*seq)));
+                    walk.next
                 }
-                cursor + want as u64
-            } else {
-                let walk = Self::walk(&mut tx, (s, g), p, ordering, (cursor, hw), want).await?;
-                for (seq, _) in walk.lease {
-                    fresh.push(p, seq);
-                }
-                parked.0.extend(walk.park.iter().map(|_| p as i32));
-                parked.1.extend(walk.park.iter().map(|(seq, _)| int(*seq)));
-                walk.next
             };
             moved.push(p as i32);
             to.push(int(next));
@@ -262,18 +296,17 @@ impl<D: Dialect> SqlBackend<D> {
         }
     }
 
-    /// Walks an ordered group's unseen events of partition `p` from the
-    /// cursor, by the shared rule ([`GateWalk`]): the store reads each
-    /// window's keys and says which of its gates have a delivery open.
+    /// Walks an ordered group's unseen events of partition `p` on, by the
+    /// shared rule ([`GateWalk`]), until it has what it wants or is over:
+    /// the store reads each window's keys and says which of its gates have
+    /// a delivery open.
     async fn walk(
         conn: &mut Conn<D>,
         (s, g): (&StreamName, &GroupName),
         p: u32,
-        ordering: GroupOrdering,
-        (cursor, hw): (u64, u64),
-        want: usize,
-    ) -> Result<GateWalk> {
-        let mut walk = GateWalk::new(ordering, cursor, want);
+        walk: &mut GateWalk,
+        hw: u64,
+    ) -> Result<()> {
         while let Some((first, last)) = walk.window(hw) {
             let args = args![s, small(p), big(first), big(last)];
             let mut events = Vec::new();
@@ -291,7 +324,7 @@ impl<D: Dialect> SqlBackend<D> {
             }
             walk.pass(events, |gate| busy.contains(gate));
         }
-        Ok(walk)
+        Ok(())
     }
 
     /// Lets each (partition, gate) left without a head hand its lowest
@@ -313,7 +346,8 @@ impl<D: Dialect> SqlBackend<D> {
         exec::<D>(conn, Statement::release_gates, args![s, g, pairs]).await
     }
 
-    /// The fencing check: the delivery must be leased under `target`.
+    /// The fencing check ([`fence`]): the delivery must be leased under
+    /// `target`.
     /// The outer error is the call's; the inner one the item's.
     pub(super) async fn fence(
         conn: &mut Conn<D>,
@@ -327,13 +361,15 @@ impl<D: Dialect> SqlBackend<D> {
         };
         let status = row.text(2)?;
         let lease_id = row.opt_text(4)?;
-        if status != "leased" || lease_id.as_deref() != Some(target.lease_id.as_str()) {
-            return Ok(Err(Error::StaleLease));
-        }
-        if let Some(receipt) = &target.receipt
-            && receipt != target.lease_id.as_str()
-        {
-            return Ok(Err(Error::ReceiptMismatch));
+        let held = lease_id
+            .as_deref()
+            .filter(|_| status == "leased")
+            .map(|id| Fenced {
+                lease_id: id,
+                receipt: id,
+            });
+        if let Err(e) = fence(held, target) {
+            return Ok(Err(e));
         }
         Ok(Ok(Held {
             partition: row.u32(0)?,

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::engine::{exec, rows, rows_in};
+use super::engine::{rows, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
 use crate::backend::policy::{Write, plain_acks, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
@@ -101,8 +101,9 @@ impl<D: Dialect> SqlBackend<D> {
         Ok(released)
     }
 
-    /// Lets the gates whose heads were acked or dead-lettered hand on their
-    /// next delivery; whether any did. The cursor rows first, so that no
+    /// Lets the gates whose heads were settled (acked, dead-lettered, or
+    /// retried and parked) hand out their lowest open delivery; whether
+    /// any did. The cursor rows first, so that no
     /// fetch is parking behind these gates meanwhile
     /// (docs/groups.md#ordering).
     async fn release_settled(
@@ -134,7 +135,8 @@ impl<D: Dialect> SqlBackend<D> {
         let config = self.group_config(&mut tx, s, g).await?;
         let mut results = Vec::with_capacity(items.len());
         let mut requeued = false;
-        // Heads of ordered gates that were acked or dead-lettered.
+        // Heads of ordered gates that were settled: each gate then hands
+        // out its lowest open delivery (docs/groups.md#ordering).
         let mut settled_gates = Vec::new();
         for item in items {
             if let Err(e) = item.validate() {
@@ -161,9 +163,18 @@ impl<D: Dialect> SqlBackend<D> {
                     count
                 }
                 Write::Retry { due, reason } => {
+                    // A gated delivery is parked, and its gate hands out its
+                    // lowest open delivery below: itself, or one a replay
+                    // re-opened below it.
                     let (due, reason) = (Arg::OptTime(due), clip_reason(&reason));
                     let args = args![s, g, &t.event_id, &t.lease_id, due, reason, p, seq];
-                    exec::<D>(&mut tx, Statement::settle_retry, args).await?
+                    let retried = rows::<D>(&mut tx, Statement::settle_retry, args).await?;
+                    for row in &retried {
+                        if let Some(gate) = row.opt_text(0)? {
+                            settled_gates.push((held.partition, gate));
+                        }
+                    }
+                    retried.len() as u64
                 }
                 Write::Dead(reason) => {
                     let reason = clip_reason(&reason);

@@ -3,13 +3,22 @@
 //! A backend stores and makes atomic; it decides nothing on its own. Where a
 //! batch of events lands and which of its ids are new, where a group starts,
 //! what an ack, nack or reject writes, when an expired lease is poison, how
-//! claims are shared among partitions, where the frontier stands and how lag
-//! adds up: each is decided here once, table-tested here, and called by the
-//! memory backend and the SQL engine alike (and by any store added later).
+//! claims are shared among partitions ([`Share`]), which delivery heads a
+//! gate ([`regate`], [`GateWalk`]), whether a lease still holds
+//! ([`fence`]), where the frontier stands and how lag adds up: each is
+//! decided here once, table-tested here, and called by every store.
 //! The rules themselves are described in `docs/groups.md` and `docs/log.md`.
+
+mod fence;
+mod gates;
+mod share;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+
+pub(crate) use fence::{Held, fence};
+pub(crate) use gates::{GateView, GateWalk, WALK_PER_CLAIM, regate};
+pub(crate) use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};
 use crate::model::{
@@ -254,164 +263,6 @@ pub(crate) const POISON_REASON: &str = "max_attempts_expired";
 /// same comparison in their statement (`attempt >= max_attempts`).
 pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
     attempt >= max_attempts
-}
-
-/// Shares `limit` claims among partitions one at a time in rotation,
-/// starting at `first` (an index into `capacity`): `capacity[i]` is how
-/// many partition `i` can give. Returns how many to take from each
-/// (`docs/groups.md#claims`).
-pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec<usize> {
-    let n = capacity.len();
-    let mut take = vec![0; n];
-    let mut left = limit;
-    let mut progressed = true;
-    while left > 0 && progressed {
-        progressed = false;
-        for step in 0..n {
-            let i = (first + step) % n;
-            if left > 0 && take[i] < capacity[i] {
-                take[i] += 1;
-                left -= 1;
-                progressed = true;
-            }
-        }
-    }
-    take
-}
-
-/// How many deliveries a partition can give a fetch: its claimable ones
-/// plus the events past the cursor that have none yet.
-pub(crate) fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64) -> usize {
-    let unseen = high_watermark.saturating_sub(cursor.saturating_sub(1));
-    claimable.saturating_add(usize::try_from(unseen).unwrap_or(usize::MAX))
-}
-
-/// The most unseen events one claim looks at in a partition before it
-/// gives up for this fetch (`docs/groups.md#ordering`): under an ordering,
-/// events whose gate is busy are parked as the cursor passes them, and a
-/// long run of one busy key is parked over several fetches rather than in
-/// one.
-pub(crate) const WALK_PER_CLAIM: usize = 4096;
-
-/// A fetch's walk over the unseen events of one partition of an ordered
-/// group, from its cursor (`docs/groups.md#ordering`): an event whose gate
-/// is free is leased, and its gate is busy from then on; one whose gate is
-/// busy is parked behind its head; until `want` are leased, the high
-/// watermark is passed or [`WALK_PER_CLAIM`] events were looked at. Under
-/// `partition` every event shares one gate, so the walk stops at the first
-/// busy one instead of parking the whole partition.
-///
-/// The store reads the events in the windows [`GateWalk::window`] names,
-/// says which of the gates [`GateWalk::to_ask`] lists have a delivery open,
-/// and hands both to [`GateWalk::pass`]; what to lease, what to park and
-/// where the cursor goes are then in the walk.
-#[derive(Debug)]
-pub(crate) struct GateWalk {
-    ordering: crate::model::GroupOrdering,
-    want: usize,
-    /// The walk looks at sequences below this.
-    limit: u64,
-    /// The next window's length.
-    span: u64,
-    /// Stopped at a busy event under `partition` ordering.
-    stopped: bool,
-    /// Gates this walk leased an event of.
-    taken: HashSet<String>,
-    /// Sequences to lease now, with their gate.
-    pub(crate) lease: Vec<(u64, Option<String>)>,
-    /// Sequences to park behind their gate's head.
-    pub(crate) park: Vec<(u64, String)>,
-    /// The cursor after the walk.
-    pub(crate) next: u64,
-}
-
-impl GateWalk {
-    /// The longest window read at once.
-    const MAX_SPAN: u64 = 1024;
-
-    /// A walk from `cursor` that wants `want` leases.
-    pub(crate) fn new(ordering: crate::model::GroupOrdering, cursor: u64, want: usize) -> Self {
-        Self {
-            ordering,
-            want,
-            limit: cursor.saturating_add(WALK_PER_CLAIM as u64),
-            // The first window holds what is wanted; each next one, after
-            // parked events, twice as many.
-            span: want.max(16) as u64,
-            stopped: false,
-            taken: HashSet::new(),
-            lease: Vec::new(),
-            park: Vec::new(),
-            next: cursor,
-        }
-    }
-
-    /// The next sequences to read, both included, or `None` when the walk
-    /// is over (it has what it wants, passed `high_watermark` or looked at
-    /// as many events as one claim may).
-    pub(crate) fn window(&mut self, high_watermark: u64) -> Option<(u64, u64)> {
-        if self.stopped
-            || self.lease.len() >= self.want
-            || self.next > high_watermark
-            || self.next >= self.limit
-        {
-            return None;
-        }
-        let last = (self.next + self.span - 1)
-            .min(high_watermark)
-            .min(self.limit - 1);
-        self.span = (self.span * 2).min(Self::MAX_SPAN);
-        Some((self.next, last))
-    }
-
-    /// The gates of a window's events, given as (sequence, key), whose
-    /// state the store must give [`GateWalk::pass`]: those this walk has
-    /// not leased an event of.
-    pub(crate) fn to_ask<'a>(
-        &self,
-        events: impl IntoIterator<Item = &'a (u64, Option<String>)>,
-    ) -> HashSet<String> {
-        events
-            .into_iter()
-            .filter_map(|(_, key)| self.ordering.gate(key.as_deref()))
-            .filter(|gate| !self.taken.contains(*gate))
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// Passes a window's events, (sequence, key) in sequence order from
-    /// [`GateWalk::next`] on; `busy` says whether an asked gate has a
-    /// delivery open. A window without events ends the walk.
-    pub(crate) fn pass(
-        &mut self,
-        events: impl IntoIterator<Item = (u64, Option<String>)>,
-        busy: impl Fn(&str) -> bool,
-    ) {
-        let mut events = events.into_iter().peekable();
-        if events.peek().is_none() {
-            self.stopped = true;
-        }
-        for (seq, key) in events {
-            if self.lease.len() == self.want {
-                return;
-            }
-            match self.ordering.gate(key.as_deref()).map(str::to_owned) {
-                None => self.lease.push((seq, None)),
-                Some(gate) if self.taken.contains(&gate) || busy(&gate) => {
-                    if self.ordering == crate::model::GroupOrdering::Partition {
-                        self.stopped = true;
-                        return;
-                    }
-                    self.park.push((seq, gate));
-                }
-                Some(gate) => {
-                    self.taken.insert(gate.clone());
-                    self.lease.push((seq, Some(gate)));
-                }
-            }
-            self.next = seq + 1;
-        }
-    }
 }
 
 /// The frontier of a partition (`docs/groups.md#frontier-and-lag`): one
