@@ -61,6 +61,13 @@ pub(super) struct GateView {
     other: Option<(u64, Option<(String, Delivery)>)>,
 }
 
+impl GateView {
+    /// Whether the gate has another open delivery than the settled one.
+    pub(super) fn is_crowded(&self) -> bool {
+        self.other.is_some()
+    }
+}
+
 /// A re-opened delivery, decided but not written yet.
 #[derive(Debug)]
 pub(super) struct Reopened {
@@ -166,51 +173,58 @@ impl RedisBackend {
     }
 
     /// The gate of each of `items` — (partition, sequence, gate) — as a
-    /// settle needs it ([`GateView`]), in two round trips at most.
+    /// settle needs it ([`GateView`]), in one round trip (`gate_view.lua`).
     pub(super) async fn gate_views(
         &self,
         s: &StreamName,
         g: &GroupName,
         items: &[(u32, u64, String)],
     ) -> Result<Vec<GateView>> {
-        let gates: Vec<(u32, &str)> = items
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.gate_view.prepare_invoke();
+        for (p, seq, gate) in items {
+            let [min, max] = range(gate);
+            invocation
+                .arg(self.keys.gates(s, g, *p))
+                .arg(self.keys.deliveries(s, g, *p))
+                .arg(min)
+                .arg(max)
+                .arg(member(gate, *seq));
+        }
+        let replies: Vec<(Vec<String>, Option<String>)> = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        if replies.len() != items.len() {
+            return Err(corrupt("gate view", format!("{} replies", replies.len())));
+        }
+        items
             .iter()
-            .map(|(p, _, gate)| (*p, gate.as_str()))
-            .collect();
-        let firsts = self.members(s, g, &gates, Some(2)).await?;
-        let mut views = Vec::with_capacity(items.len());
-        let mut wanted: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for ((p, seq, gate), firsts) in items.iter().zip(firsts) {
-            let mine = member(gate, *seq);
-            let other = match firsts.iter().find(|m| **m != mine) {
-                Some(m) => Some(sequence_of(m)?),
-                None => None,
-            };
-            if let Some(other) = other {
-                wanted.entry(*p).or_default().push(other);
-            }
-            views.push(GateView {
-                gate: gate.clone(),
-                firsts,
-                other: other.map(|o| (o, None)),
-            });
-        }
-        let mut found: HashMap<(u32, u64), (String, Delivery)> = HashMap::new();
-        for (p, seqs) in wanted {
-            let raws = self.records(s, g, p, &seqs).await?;
-            for (seq, raw) in seqs.into_iter().zip(raws) {
-                if let Some(raw) = raw {
-                    let delivery = Delivery::decode(&raw)?;
-                    found.insert((p, seq), (raw, delivery));
-                }
-            }
-        }
-        for ((p, ..), view) in items.iter().zip(&mut views) {
-            if let Some((seq, record)) = &mut view.other {
-                *record = found.get(&(*p, *seq)).cloned();
-            }
-        }
-        Ok(views)
+            .zip(replies)
+            .map(|((_, seq, gate), (firsts, raw))| {
+                let mine = member(gate, *seq);
+                let other = match firsts.iter().find(|m| **m != mine) {
+                    Some(m) => {
+                        let record = match raw {
+                            Some(raw) => {
+                                let delivery = Delivery::decode(&raw)?;
+                                Some((raw, delivery))
+                            }
+                            None => None,
+                        };
+                        Some((sequence_of(m)?, record))
+                    }
+                    None => None,
+                };
+                Ok(GateView {
+                    gate: gate.clone(),
+                    firsts,
+                    other,
+                })
+            })
+            .collect()
     }
 
     /// Keeps the gate's rule when its head at `seq` is settled to `new`

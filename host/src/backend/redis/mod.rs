@@ -420,6 +420,8 @@ pub(crate) struct RedisBackend {
     keys: Keys,
     clock: SharedClock,
     cas: Arc<redis::Script>,
+    /// `gate_view.lua`: what a settle of a gate's head reads of its gate.
+    gate_view: Arc<redis::Script>,
     /// Wake-ups of this process; fed by the pub/sub listener, so an append
     /// on any node wakes waiters on every node.
     notifier: Arc<Notifier>,
@@ -440,6 +442,10 @@ pub(crate) struct RedisBackend {
     /// Where the events this process fetched are: a settle of them need
     /// not read the id index.
     positions: Arc<parking_lot::Mutex<Positions>>,
+    /// Ordered groups whose last batch of plain acks found a delivery
+    /// parked behind a head it acked: their next batch reads its gates
+    /// first instead of guessing that each head is alone (`settle.rs`).
+    crowded: Arc<parking_lot::Mutex<HashSet<(StreamName, GroupName)>>>,
     /// Each group partition as this process last read or wrote it: a fetch
     /// reads the log ahead from that cursor, or claims in one round trip
     /// when the view allows it (`claims`).
@@ -630,6 +636,7 @@ impl RedisBackend {
             keys,
             clock,
             cas: Arc::new(redis::Script::new(include_str!("cas.lua"))),
+            gate_view: Arc::new(redis::Script::new(include_str!("gate_view.lua"))),
             notifier,
             _listener: Arc::new(listener),
             cluster,
@@ -637,6 +644,7 @@ impl RedisBackend {
             streams: Arc::default(),
             groups: Arc::default(),
             positions: Arc::default(),
+            crowded: Arc::default(),
             views: Arc::default(),
             #[cfg(test)]
             janitor: None,

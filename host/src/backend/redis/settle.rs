@@ -11,8 +11,10 @@
 //!
 //! In an ordered group (`docs/groups.md#ordering`) a settle of a gate's
 //! head also reads the gate, and lets its next delivery through
-//! (`gates::RedisBackend::settle_gated`); the plain-ack path guards that
-//! the head is its gate's only delivery instead.
+//! (`gates::RedisBackend::settle_gated`). The plain-ack path first
+//! guards that each head is its gate's only delivery; when one is not, it
+//! reads the gates (one round trip, `gate_view.lua`), still not the
+//! records.
 
 use std::collections::{HashMap, HashSet};
 
@@ -176,10 +178,11 @@ impl RedisBackend {
         Ok((views, later))
     }
 
-    /// Acks `items` without reading them first, if all are acks of leases
-    /// whose events this process fetched; `false` (nothing written) when
-    /// the batch needs the general path. Under an ordering each acked head
-    /// must be its gate's only open delivery (nothing to let through).
+    /// Acks `items` without reading their records first, if all are acks
+    /// of leases whose events this process fetched; `false` (nothing
+    /// written) when the batch needs the general path. Under an ordering
+    /// an acked head whose gate has other open deliveries lets the next
+    /// through, as the general path would, from a read of the gates alone.
     async fn settle_acks(
         &self,
         s: &StreamName,
@@ -194,10 +197,10 @@ impl RedisBackend {
         {
             return Ok(false);
         }
+        // Each item: partition, sequence, attempt, the lease's prefix and
+        // its gate.
+        let mut acks: Vec<(u32, u64, u32, String, Option<String>)> = Vec::new();
         let mut seen = HashSet::new();
-        let mut cas = Cas::default();
-        self.guard_settings(&mut cas, s, g, settings);
-        let mut keys: Vec<super::PartitionKeys> = Vec::new();
         for item in items {
             let t = &item.target;
             let Some(at) = self.positions.lock().get(&(s.clone(), t.event_id.clone())) else {
@@ -207,33 +210,101 @@ impl RedisBackend {
             if !seen.insert((p, seq)) || t.receipt.as_ref().is_some_and(|r| *r != entry_id(seq)) {
                 return Ok(false);
             }
-            let k = match keys.iter().find(|k| k.partition == p) {
-                Some(k) => k,
-                None => {
-                    keys.push(self.keys.partition(s, g, p));
-                    keys.last().expect("just pushed")
-                }
+            let gate = match (ordering, &at.key) {
+                (GroupOrdering::None, _) => None,
+                (_, None) => return Ok(false),
+                (_, Some(key)) => ordering.gate(key.as_deref()).map(str::to_owned),
             };
             // The attempt is this process's latest lease of the event; the
             // guard checks it with the lease id.
             let prefix = leased_prefix(t.lease_id.as_str(), at.attempt);
-            cas.hget_starts(&k.records, &seq.to_string(), &prefix);
-            if ordering != GroupOrdering::None {
-                let Some(key) = &at.key else { return Ok(false) };
-                if let Some(gate) = ordering.gate(key.as_deref()) {
-                    let mine = member(gate, seq);
+            acks.push((p, seq, at.attempt, prefix, gate));
+        }
+        // As if each acked head were its gate's only open delivery (guarded
+        // on it: nothing to let through), the usual case when the consumer
+        // keeps up — unless the group's last batch found otherwise; then
+        // (or when that guess fails) with the gates read.
+        let group = (s.clone(), g.clone());
+        let crowded = self.crowded.lock().contains(&group);
+        if !crowded && self.write_acks(s, g, settings, &acks, None).await? {
+            return Ok(true);
+        }
+        let gated: Vec<(u32, u64, String)> = acks
+            .iter()
+            .filter_map(|(p, seq, _, _, gate)| Some((*p, *seq, gate.clone()?)))
+            .collect();
+        if gated.is_empty() {
+            return Ok(false);
+        }
+        let shared: Vec<(usize, u32, String)> = gated
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _, gate))| (i, *p, gate.clone()))
+            .collect();
+        if !later_of_shared_gates(&shared).is_empty() {
+            return Ok(false);
+        }
+        let views = self.gate_views(s, g, &gated).await?;
+        if views.iter().any(GateView::is_crowded) {
+            self.crowded.lock().insert(group);
+        } else if crowded {
+            self.crowded.lock().remove(&group);
+        }
+        self.write_acks(s, g, settings, &acks, Some(views)).await
+    }
+
+    /// Writes the acks of [`settle_acks`](Self::settle_acks), each guarded
+    /// on its lease; a gated one guarded on its gate as `views` read it (one
+    /// per gated ack, in order), or without `views` on being its gate's
+    /// only member. `false` when a guard failed (nothing written).
+    async fn write_acks(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        settings: &Settings,
+        acks: &[(u32, u64, u32, String, Option<String>)],
+        views: Option<Vec<GateView>>,
+    ) -> Result<bool> {
+        let mut views = views.map(Vec::into_iter);
+        let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
+        let mut keys: Vec<super::PartitionKeys> = Vec::new();
+        let mut released = false;
+        for (p, seq, attempt, prefix, gate) in acks {
+            let k = match keys.iter().position(|k| k.partition == *p) {
+                Some(i) => &keys[i],
+                None => {
+                    keys.push(self.keys.partition(s, g, *p));
+                    keys.last().expect("just pushed")
+                }
+            };
+            cas.hget_starts(&k.records, &seq.to_string(), prefix);
+            let mut new = Delivery::acked(*attempt);
+            match (gate, &mut views) {
+                (None, _) => {}
+                (Some(gate), None) => {
+                    let mine = member(gate, *seq);
                     cas.lex_first_are(&k.gates, range(gate), 2, vec![mine.clone()]);
                     cas.write(&["ZREM", &k.gates, &mine]);
                 }
+                (Some(_), Some(views)) => {
+                    let view = views.next().expect("a view per gated ack");
+                    let through;
+                    (new, through) = self.settle_gated(&mut cas, k, *seq, &view, new);
+                    released |= through;
+                }
             }
-            self.place(
-                &mut cas,
-                k,
-                seq,
-                Some(Slot::LEASED),
-                &Delivery::acked(at.attempt),
-            );
+            self.place(&mut cas, k, *seq, Some(Slot::LEASED), &new);
         }
-        Ok(self.apply(&cas).await? == Applied::Yes)
+        if released {
+            self.publish_wake(&mut cas, s);
+        }
+        if self.apply(&cas).await? != Applied::Yes {
+            return Ok(false);
+        }
+        if released {
+            self.notifier.notify(s);
+        }
+        Ok(true)
     }
 }
