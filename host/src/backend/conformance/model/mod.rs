@@ -145,8 +145,9 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         }
     }
     eprintln!(
-        "model check on {}: seed {seed}, {steps} steps in {:.1?}",
+        "model check on {}: seed {seed}, {steps} steps ({} restarts) in {:.1?}",
         h.b().kind(),
+        run.restarts,
         started.elapsed()
     );
 }

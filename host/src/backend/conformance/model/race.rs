@@ -179,5 +179,6 @@ impl Run<'_> {
         let reopen = self.h.reopen.clone().expect("a store that reopens");
         self.note("restart: drop the backend, open the store again".into());
         self.backend = reopen.open().await;
+        self.restarts += 1;
     }
 }

@@ -90,6 +90,8 @@ pub(super) struct Run<'h> {
     pub(super) next_id: u64,
     /// One line per step so far.
     pub(super) steps: Vec<String>,
+    /// Restarts so far (see [`Run::restart`]), for the summary line.
+    pub(super) restarts: usize,
     /// Set by a fetch of an ordered group: (group, partitions) whose
     /// cursors the backend may have moved past events it parked (the
     /// store's choice, see [`Model::pass`]); [`Run::compare`] follows it.
@@ -110,6 +112,7 @@ impl<'h> Run<'h> {
             lease_ids: HashSet::new(),
             next_id: 0,
             steps: Vec::new(),
+            restarts: 0,
             passed: None,
         }
     }
@@ -630,7 +633,8 @@ impl Run<'_> {
         let confirm = self.rng.random_bool(0.95);
         let gname = self.group_name(g);
         self.note(format!(
-            "reset {gname} confirm {confirm} start {start:?} partitions {partitions:?} ordering {ordering:?}"
+            "reset {gname} confirm {confirm} start {start:?} partitions {partitions:?}{}",
+            ordering.map_or(String::new(), |o| format!(" ordering {}", o.as_str()))
         ));
         let req = ResetRequest {
             stream: self.stream.clone(),
