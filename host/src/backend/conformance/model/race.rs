@@ -159,6 +159,13 @@ impl Run<'_> {
                 if live { "is" } else { "is not" }
             ));
         }
+        // A batch applies its items in order: its second settle of the
+        // lease cannot win when its first lost.
+        if winners.iter().any(|&(_, k)| k > 0) {
+            return Err(format!(
+                "race: a batch's second settle of the lease won, not its first; answers {codes:?}"
+            ));
+        }
         let mut want: Vec<Vec<Code>> = codes.iter().map(|c| vec!["stale_lease"; c.len()]).collect();
         if let Some(&(r, k)) = winners.first() {
             want[r][k] = "ok";
