@@ -29,6 +29,7 @@ pub mod outage;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
@@ -46,18 +47,82 @@ pub const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 pub struct Harness {
     pub backend: Arc<dyn Backend>,
     pub clock: Arc<FrozenClock>,
+    /// For a store whose state outlives the process (a database file):
+    /// how to restart on it. `None`: the store has no restart to check.
+    pub reopen: Option<Reopen>,
+}
+
+/// Restarts a backend on the same store, as a restarted server would: it
+/// closes the backend it opened last (the harness's at first) so that
+/// nothing of it is used again, and opens a new one on the same store,
+/// reading the same clock. Checks that use it switch to the new backend.
+#[derive(Clone)]
+pub struct Reopen(Arc<dyn Fn() -> BoxFuture<'static, Arc<dyn Backend>> + Send + Sync>);
+
+impl Reopen {
+    /// Wraps the closure that closes the last backend and opens the next.
+    pub fn new(
+        reopen: impl Fn() -> BoxFuture<'static, Arc<dyn Backend>> + Send + Sync + 'static,
+    ) -> Self {
+        Reopen(Arc::new(reopen))
+    }
+
+    /// Closes the last backend and opens the store again.
+    pub async fn open(&self) -> Arc<dyn Backend> {
+        (self.0)().await
+    }
+}
+
+impl std::fmt::Debug for Reopen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reopen(..)")
+    }
+}
+
+/// What a backend factory opened: the backend and, for a store that can
+/// be restarted on, how ([`Harness::reopen`]). A factory may return a
+/// plain `Arc<dyn Backend>` instead.
+#[derive(Debug)]
+pub struct Opened {
+    /// The backend the checks start on.
+    pub backend: Arc<dyn Backend>,
+    /// How to restart on its store, if it can be.
+    pub reopen: Option<Reopen>,
+}
+
+impl From<Arc<dyn Backend>> for Opened {
+    fn from(backend: Arc<dyn Backend>) -> Self {
+        Opened {
+            backend,
+            reopen: None,
+        }
+    }
 }
 
 impl Harness {
     /// Builds a harness from a backend factory; `None` when the factory skips.
-    pub async fn start<F, Fut>(factory: F) -> Option<Harness>
+    pub async fn start<F, Fut, O>(factory: F) -> Option<Harness>
     where
         F: FnOnce(SharedClock) -> Fut,
-        Fut: Future<Output = Option<Arc<dyn Backend>>>,
+        Fut: Future<Output = Option<O>>,
+        O: Into<Opened>,
     {
         let clock = FrozenClock::new(START);
-        let backend = factory(clock.clone()).await?;
-        Some(Harness { backend, clock })
+        let opened: Opened = factory(clock.clone()).await?.into();
+        Some(Harness {
+            backend: opened.backend,
+            clock,
+            reopen: opened.reopen,
+        })
+    }
+
+    /// A harness on `backend` and `clock`, with no restart.
+    pub fn on(backend: Arc<dyn Backend>, clock: Arc<FrozenClock>) -> Harness {
+        Harness {
+            backend,
+            clock,
+            reopen: None,
+        }
     }
 
     pub fn b(&self) -> &dyn Backend {

@@ -35,10 +35,7 @@ impl Nodes {
     {
         let clock = FrozenClock::new(START);
         let (a, b) = factory(clock.clone()).await?;
-        let harness = |backend| Harness {
-            backend,
-            clock: clock.clone(),
-        };
+        let harness = |backend| Harness::on(backend, clock.clone());
         Some(Nodes {
             a: harness(a),
             b: harness(b),

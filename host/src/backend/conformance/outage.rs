@@ -89,10 +89,7 @@ pub async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers<F, Fut>(
 {
     let relay = Relay::start(service_url).await;
     let clock = FrozenClock::new(START);
-    let h = Harness {
-        backend: open(relay.url.clone(), clock.clone()).await,
-        clock,
-    };
+    let h = Harness::on(open(relay.url.clone(), clock.clone()).await, clock);
     let s = h.stream("s", 1).await;
     let g = h.group(&s, "g").await;
     h.append_n(&s, 3).await;

@@ -3,16 +3,45 @@
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use super::SqliteBackend;
+use crate::backend::conformance::{Opened, Reopen};
 use crate::backend::{Backend, CreateStream, DeadLettersRequest, FetchRequest, Partitions};
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName, Timestamp};
 
-async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
-    let backend = SqliteBackend::open_temporary(clock)
+/// A backend on a new database file, and how to restart on that file:
+/// close the last backend's connections (as a process exit would) and
+/// open the file again, so the model check can restart at random steps.
+async fn factory(clock: SharedClock) -> Option<Opened> {
+    let folder = Arc::new(tempfile::tempdir().expect("a temporary folder"));
+    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let first = SqliteBackend::open(&url, clock.clone(), true)
         .await
         .expect("open a SQLite database file");
-    Some(Arc::new(backend))
+    let last = Arc::new(Mutex::new(Arc::new(first)));
+    let backend: Arc<dyn Backend> = last.lock().clone();
+    let reopen = Reopen::new(move || {
+        // The folder goes with the harness, after every backend on it.
+        let _folder = &folder;
+        let (url, clock, last) = (url.clone(), clock.clone(), Arc::clone(&last));
+        Box::pin(async move {
+            let previous = last.lock().clone();
+            previous.dialect.writer.close().await;
+            previous.dialect.reader.close().await;
+            let next = SqliteBackend::open(&url, clock, true)
+                .await
+                .expect("open the SQLite database file again");
+            let next = Arc::new(next);
+            *last.lock() = Arc::clone(&next);
+            next as Arc<dyn Backend>
+        })
+    });
+    Some(Opened {
+        backend,
+        reopen: Some(reopen),
+    })
 }
 
 crate::backend_conformance!(factory);
