@@ -462,6 +462,8 @@ macro_rules! __conformance_list {
             ordering::a_partition_held_by_its_gates_leaves_its_share_to_the_others,
             ordering::an_ordered_fetch_is_as_long_as_the_claimable_heads_allow,
             ordering::key_ordering_a_retry_goes_behind_a_lower_reopened_delivery,
+            ordering::key_ordering_a_replay_counts_only_what_it_reopened,
+            ordering::key_ordering_a_poisoned_head_lets_a_due_retry_out_in_the_same_fetch,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

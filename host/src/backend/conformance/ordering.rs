@@ -573,3 +573,61 @@ pub async fn key_ordering_a_retry_goes_behind_a_lower_reopened_delivery(h: &Harn
         assert_eq!(held(&h.fetch(&s, &g, 10).await), pairs(&[("a", 3)]));
     }
 }
+
+/// A replay counts what it re-opened: a delivery parked behind its key's
+/// head is open already, however far the store's cursor has gone.
+pub async fn key_ordering_a_replay_counts_only_what_it_reopened(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 5).await;
+    let events = append_keys(h, &s, &["a", "a"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1)]));
+    let second = vec![events[1].id.clone()];
+    let replayed = h.b().replay(&s, &g, Replay::EventIds(second)).await;
+    assert_eq!(replayed.unwrap(), 0, "2 waits open behind 1");
+    let all = Replay::FromSequence {
+        after: 0,
+        partitions: Partitions::All,
+    };
+    assert_eq!(
+        h.b().replay(&s, &g, all).await.unwrap(),
+        1,
+        "only 1 was out"
+    );
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 1)]));
+    assert_eq!(next[0].attempt, 2);
+}
+
+/// When the poison guard dead-letters a head at the start of a fetch, the
+/// key's next delivery goes out in that same fetch if its retry is due.
+pub async fn key_ordering_a_poisoned_head_lets_a_due_retry_out_in_the_same_fetch(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = ordered(h, &s, "g", GroupOrdering::Key, 2).await;
+    let events = append_keys(h, &s, &["a", "a"]).await;
+    let one = h.fetch(&s, &g, 10).await;
+    h.ack(&one[0]).await.unwrap();
+    let two = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&two), pairs(&[("a", 2)]));
+    h.nack(&two[0], "later", Some(1_000)).await.unwrap();
+    let ids = vec![events[0].id.clone()];
+    assert_eq!(
+        h.b().replay(&s, &g, Replay::EventIds(ids)).await.unwrap(),
+        1
+    );
+    h.clock.advance(1_000);
+    let again = h.fetch_as(&s, &g, 10, "c1", 1_000).await;
+    assert_eq!(held(&again), pairs(&[("a", 1)]), "the re-opened 1 first");
+    assert_eq!(again[0].attempt, 2, "its last attempt");
+    h.clock.advance(1_000);
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 2)]), "1 is poison: 2 goes out");
+    assert_eq!(next[0].attempt, 2);
+    let dead = h
+        .b()
+        .group_info(&s, &g)
+        .await
+        .expect("group info")
+        .dead_letters;
+    assert_eq!(dead, 1);
+}

@@ -524,8 +524,17 @@ impl GroupState {
     ) -> Vec<Claimed> {
         let max_attempts = self.group.max_attempts;
         for &p in partitions {
-            for seq in self.parts[p as usize].promote(now, max_attempts) {
-                self.kill(p, seq, POISON_REASON.into(), now);
+            // A dead-lettered head lets its gate's next delivery through,
+            // into `delayed` if it waits on a retry: promote again, so one
+            // whose time has come is claimable in this fetch.
+            loop {
+                let poison = self.parts[p as usize].promote(now, max_attempts);
+                if poison.is_empty() {
+                    break;
+                }
+                for seq in poison {
+                    self.kill(p, seq, POISON_REASON.into(), now);
+                }
             }
         }
         if partitions.is_empty() {

@@ -33,7 +33,8 @@ pub(crate) struct GateWalk {
     want: usize,
     /// The walk looks at sequences below this.
     limit: u64,
-    /// The next window's length.
+    /// The next window's length; 0 before the first window, which holds
+    /// what the walk wants by then (at least 16 events).
     span: u64,
     /// Stopped at a busy event under `partition` ordering.
     stopped: bool,
@@ -57,9 +58,10 @@ impl GateWalk {
             ordering,
             want,
             limit: cursor.saturating_add(WALK_PER_CLAIM as u64),
-            // The first window holds what is wanted; each next one, after
-            // parked events, twice as many.
-            span: want.max(16) as u64,
+            // The first window holds what is wanted when it is read (a
+            // fetch's share may have grown by then: `want_more`); each next
+            // one, after parked events, twice as many.
+            span: 0,
             stopped: false,
             taken: HashSet::new(),
             lease: Vec::new(),
@@ -90,6 +92,9 @@ impl GateWalk {
     pub(crate) fn window(&mut self, high_watermark: u64) -> Option<(u64, u64)> {
         if self.lease.len() >= self.want || self.is_over(high_watermark) {
             return None;
+        }
+        if self.span == 0 {
+            self.span = self.want.max(16) as u64;
         }
         let last = (self.next + self.span - 1)
             .min(high_watermark)

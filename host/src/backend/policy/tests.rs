@@ -426,3 +426,13 @@ fn a_settle_or_renewal_holds_only_under_the_current_lease() {
         Err("stale_lease")
     );
 }
+
+#[test]
+fn a_walk_whose_share_grew_before_it_started_reads_it_in_one_window() {
+    use crate::model::GroupOrdering;
+    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 0);
+    walk.want_more(50);
+    assert_eq!(walk.window(1_000), Some((1, 50)));
+    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 3);
+    assert_eq!(walk.window(1_000), Some((1, 16)), "at least 16");
+}

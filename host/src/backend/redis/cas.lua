@@ -13,7 +13,11 @@
 --                    no member scored at most that;
 --                    or "l", a sorted set's key, a lex range (min, max), a
 --                    count n, a count m and m members: the range's first
---                    n members (ZRANGEBYLEX ... LIMIT 0 n) are exactly those
+--                    n members (ZRANGEBYLEX ... LIMIT 0 n) are exactly those;
+--                    or "e", a sorted set's key, a count n and n lex ranges
+--                    (min, max): each range has no member;
+--                    or "s", a sorted set's key, a count n and n triples
+--                    (min, max, member): each range holds that member alone
 --   then the writes  each: its argument count n, then n arguments (the
 --                    command, one of those below, and its arguments)
 -- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
@@ -48,6 +52,25 @@ for g = 1, groups do
       return g
     end
     i = i + 3
+  elseif ARGV[i] == 'e' then
+    local n = tonumber(ARGV[i + 2])
+    for j = 0, n - 1 do
+      local at = i + 3 + 2 * j
+      if redis.call('ZLEXCOUNT', key, ARGV[at], ARGV[at + 1]) ~= 0 then
+        return g
+      end
+    end
+    i = i + 3 + 2 * n
+  elseif ARGV[i] == 's' then
+    local n = tonumber(ARGV[i + 2])
+    for j = 0, n - 1 do
+      local at = i + 3 + 3 * j
+      if redis.call('ZLEXCOUNT', key, ARGV[at], ARGV[at + 1]) ~= 1
+          or not redis.call('ZSCORE', key, ARGV[at + 2]) then
+        return g
+      end
+    end
+    i = i + 3 + 3 * n
   elseif ARGV[i] == 'l' then
     local found = redis.call('ZRANGEBYLEX', key, ARGV[i + 2], ARGV[i + 3], 'LIMIT', 0, tonumber(ARGV[i + 4]))
     local m = tonumber(ARGV[i + 5])

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::planned::View;
 use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
@@ -264,16 +265,6 @@ pub(super) fn quotas(parts: &[Candidates], limit: usize, first: usize) -> Vec<us
     round_robin(&capacity, limit, first)
 }
 
-/// A group partition as this process last saw it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct View {
-    cursor: u64,
-    high_watermark: u64,
-    /// Nothing was ready, due or expired (a later fetch guards that it
-    /// still is, see [`RedisBackend::fetch_planned`]).
-    quiet: bool,
-}
-
 /// A log entry as `XRANGE` gives it: entry id and fields.
 pub(super) type Entry = (String, Vec<String>);
 
@@ -390,6 +381,12 @@ impl RedisBackend {
             // Read again after a conflict that found them changed.
             let settings = self.settings(&req.stream, &req.group).await?;
             if settings.config.ordering != GroupOrdering::None {
+                if let Some(leases) = self
+                    .fetch_ordered_planned(&req, &settings, &selected, first)
+                    .await?
+                {
+                    return Ok(leases);
+                }
                 if let Some(leases) = self
                     .fetch_ordered(&req, &settings, &selected, first)
                     .await?
@@ -531,7 +528,7 @@ impl RedisBackend {
     /// The leases of a fetch's claims, in partition and sequence order;
     /// their events' positions (and under an ordering their keys) are kept
     /// for the settles.
-    fn leases(
+    pub(super) fn leases(
         &self,
         req: &FetchRequest,
         claimed: Vec<(u32, u64, u32, LeaseId)>,
@@ -568,132 +565,6 @@ impl RedisBackend {
         }
         leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
         Ok(leases)
-    }
-
-    /// A fetch in one round trip, planned from the views this process
-    /// keeps: when every selected partition was last seen with nothing
-    /// ready, due or expired and at least `limit` new events, the policy
-    /// shares the limit over those views exactly as it would over a fresh
-    /// read (no partition can run short, so the larger true high watermarks
-    /// change nothing), the claims are sent guarded by what the plan
-    /// assumed (each cursor unchanged; no member of `ready`, none due in
-    /// `delayed` or expired in `leased`), and the events and the high
-    /// watermarks are read in the same pipeline. `None` when there is no
-    /// such view or it no longer holds: the caller reads.
-    async fn fetch_planned(
-        &self,
-        req: &FetchRequest,
-        settings: &Settings,
-        selected: &[u32],
-        first: usize,
-    ) -> Result<Option<Vec<Lease>>> {
-        let (s, g) = (&req.stream, &req.group);
-        let limit = req.limit as usize;
-        let views: Option<Vec<View>> = {
-            let views = self.views.lock();
-            selected
-                .iter()
-                .map(|&p| views.get(&(s.clone(), g.clone(), p)).copied())
-                .collect()
-        };
-        let Some(views) = views else { return Ok(None) };
-        let capacity: Vec<usize> = views
-            .iter()
-            .map(|v| claim_capacity(0, v.cursor, v.high_watermark))
-            .collect();
-        if views
-            .iter()
-            .zip(&capacity)
-            .any(|(v, &c)| !v.quiet || c < limit)
-        {
-            return Ok(None);
-        }
-        let quotas = round_robin(&capacity, limit, first);
-        let now = self.clock.now();
-        let expires_at = now.add_ms(req.lease_ms);
-        let now_ms = now.as_millis().to_string();
-        let cursors = self.keys.cursors(s, g);
-        let mut cas = Cas::default();
-        self.guard_settings(&mut cas, s, g, settings);
-        let mut claimed = Vec::with_capacity(limit);
-        let mut pipe_reads = Vec::new();
-        for ((&p, view), &quota) in selected.iter().zip(&views).zip(&quotas) {
-            let k = self.keys.partition(s, g, p);
-            cas.zset_none_until(&k.ready, "+inf");
-            cas.zset_none_until(&k.delayed, &now_ms);
-            cas.zset_none_until(&k.leased, &now_ms);
-            if quota == 0 {
-                continue;
-            }
-            let field = p.to_string();
-            cas.hget_is(&cursors, &field, Some(&view.cursor.to_string()));
-            let next = view.cursor + quota as u64;
-            for seq in view.cursor..next {
-                let lease_id = LeaseId::generate();
-                let new = Delivery::fresh().leased(&lease_id, &req.consumer_id, now, expires_at);
-                self.place(&mut cas, &k, seq, None, &new);
-                claimed.push((p, seq, 1, lease_id));
-            }
-            cas.write(&["HSET", &cursors, &field, &next.to_string()]);
-            pipe_reads.push((p, view.cursor, quota, next));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_command(&cas));
-        for &(p, cursor, quota, _) in &pipe_reads {
-            pipe.cmd("XRANGE")
-                .arg(self.keys.log(s, p))
-                .arg(entry_id(cursor))
-                .arg("+")
-                .arg("COUNT")
-                .arg(quota);
-            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
-        }
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
-            Ok(replies) => replies,
-            Err(e) if super::is_noscript(&e) => {
-                // Redis lost its scripts (a restart): load it, then read.
-                self.load_cas().await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(map_error(e, Phase::Write)),
-        };
-        let mut replies = replies.into_iter();
-        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
-        let failed: i64 = value(next()?)?;
-        let key = |p: u32| (s.clone(), g.clone(), p);
-        if self.outcome(&cas, failed) == Applied::Conflict {
-            let mut views = self.views.lock();
-            for &p in selected {
-                views.remove(&key(p));
-            }
-            return Ok(None);
-        }
-        let mut events = HashMap::with_capacity(claimed.len());
-        let mut seen = Vec::with_capacity(pipe_reads.len());
-        for &(p, _, _, cursor) in &pipe_reads {
-            let entries: Vec<Entry> = value(next()?)?;
-            let high_watermark: Option<u64> = value(next()?)?;
-            for (entry, fields) in entries {
-                let event = super::decode_event(s, p, &entry, fields)?;
-                events.insert((p, event.sequence), Arc::new(event));
-            }
-            seen.push((p, cursor, high_watermark.unwrap_or(0)));
-        }
-        {
-            let mut views = self.views.lock();
-            for (p, cursor, high_watermark) in seen {
-                views.insert(
-                    key(p),
-                    View {
-                        cursor,
-                        high_watermark,
-                        quiet: true,
-                    },
-                );
-            }
-        }
-        let leases = self.leases(req, claimed, events, (now, expires_at), GroupOrdering::None)?;
-        Ok(Some(leases))
     }
 
     /// What each selected partition can give a fetch, in one round trip
@@ -777,6 +648,7 @@ impl RedisBackend {
                     cursor,
                     high_watermark: high_watermark.unwrap_or(0),
                     quiet: seqs.is_empty(),
+                    ahead: Arc::default(),
                 },
             );
             if !seqs.is_empty() {
@@ -1018,7 +890,7 @@ pub(super) fn entry_id(seq: u64) -> String {
 }
 
 /// A reply converted, or the reply's shape reported as corrupt.
-fn value<T: redis::FromRedisValue>(v: redis::Value) -> Result<T> {
+pub(super) fn value<T: redis::FromRedisValue>(v: redis::Value) -> Result<T> {
     redis::from_redis_value(v).map_err(|e| corrupt("reply", e))
 }
 

@@ -17,7 +17,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::claims::{Delivery, Entry, Slot, Status};
+use super::claims::{Delivery, Entry, Slot, Status, entry_id, value};
+use super::planned::{ahead_of, read_ahead};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use crate::backend::policy::{
@@ -344,6 +345,12 @@ impl RedisBackend {
             .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
             .collect();
         let mut share = Share::new(bound, limit, first);
+        // Gates are asked before deciding only in a group where they were
+        // lately found busy; elsewhere each is taken to be free and the
+        // write guarded on it, which saves a round trip when consumers
+        // keep up (`docs/backends.md#redis`).
+        let group = (s.clone(), g.clone());
+        let optimistic = !self.crowded.lock().contains(&group);
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);
         let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
@@ -394,8 +401,16 @@ impl RedisBackend {
                 });
                 asked.push((i, ask, take, walk));
             }
-            self.walk(s, g, selected, &mut walks, &mut events, &mut probed)
-                .await?;
+            self.walk(
+                s,
+                g,
+                selected,
+                &mut walks,
+                &mut events,
+                &mut probed,
+                optimistic,
+            )
+            .await?;
             for (i, ask, take, walk) in asked {
                 let walked = walk.map_or(0, |(w, before)| walks[w].walk.lease.len() - before);
                 share.gave(i, ask, take + walked);
@@ -437,6 +452,7 @@ impl RedisBackend {
             cas.write(&["HSET", &cursors, &p.to_string(), &w.walk.next.to_string()]);
             cursors_after.push((p, w.walk.next));
         }
+        let busy = probed.values().any(Option::is_some);
         for ((p, gate), first) in probed {
             let k = self.keys.gates(s, g, p);
             cas.lex_first_are(&k, range(&gate), 1, first.into_iter().collect());
@@ -444,8 +460,36 @@ impl RedisBackend {
         if cas.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        if self.apply(&cas).await? == Applied::Conflict {
+        // Where gates are taken to be free, the events past each new
+        // cursor are read ahead in the same round trip, for the next fetch
+        // to plan over (`planned.rs`).
+        let ahead = if optimistic {
+            read_ahead(limit, selected.len())
+        } else {
+            0
+        };
+        let (applied, read) = self.apply_reading(&cas, s, &cursors_after, ahead).await?;
+        if applied == Applied::Conflict {
+            // Something changed since the read; when gates were only taken
+            // to be free, the next round asks them.
+            if optimistic {
+                self.crowded.lock().insert(group);
+            }
             return Ok(None);
+        }
+        {
+            let mut views = self.views.lock();
+            for ((p, cursor), (entries, high_watermark)) in cursors_after.iter().zip(read) {
+                if let Some(view) = views.get_mut(&(s.clone(), g.clone(), *p)) {
+                    view.high_watermark = view.high_watermark.max(high_watermark);
+                    view.ahead = ahead_of(s, *p, *cursor, entries)?;
+                }
+            }
+        }
+        if !optimistic && !busy {
+            self.crowded.lock().remove(&group);
+        } else if busy {
+            self.crowded.lock().insert(group);
         }
         let times = (now, expires_at);
         self.claimed(req, claimed, fresh_events, cursors_after, times, ordering)
@@ -458,8 +502,9 @@ impl RedisBackend {
     /// (one pipeline, from what was read ahead where it covers the window),
     /// then asks the gates they pass (one pipeline) and passes the windows.
     /// Adds the events read to `events`, and each asked gate's first member
-    /// as found (`None`: free) to `probed`.
-    #[allow(clippy::type_complexity)]
+    /// as found (`None`: free) to `probed` — or, `optimistic`, each asked
+    /// gate as free without asking: the caller's write is guarded on it.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     async fn walk(
         &self,
         s: &StreamName,
@@ -468,6 +513,7 @@ impl RedisBackend {
         walks: &mut [Walking],
         events: &mut HashMap<(u32, u64), Arc<Event>>,
         probed: &mut HashMap<(u32, String), Option<String>>,
+        optimistic: bool,
     ) -> Result<()> {
         loop {
             // This round's window of each walk: (walk, events), read ahead
@@ -530,11 +576,17 @@ impl RedisBackend {
                 }
                 keyed.push((i, pairs));
             }
-            let gates: Vec<(u32, &str)> =
-                asked.iter().map(|(p, gate)| (*p, gate.as_str())).collect();
-            let firsts = self.members(s, g, &gates, Some(1)).await?;
-            for ((p, gate), first) in asked.into_iter().zip(firsts) {
-                probed.insert((p, gate), first.into_iter().next());
+            if optimistic {
+                // Every gate passed is taken to be free; the fetch's write
+                // is guarded on each being so.
+                probed.extend(asked.into_iter().map(|pg| (pg, None)));
+            } else {
+                let gates: Vec<(u32, &str)> =
+                    asked.iter().map(|(p, gate)| (*p, gate.as_str())).collect();
+                let firsts = self.members(s, g, &gates, Some(1)).await?;
+                for ((p, gate), first) in asked.into_iter().zip(firsts) {
+                    probed.insert((p, gate), first.into_iter().next());
+                }
             }
             for (i, pairs) in keyed {
                 let p = selected[walks[i].at];
@@ -704,6 +756,59 @@ impl RedisBackend {
             }
         }
         Ok(())
+    }
+}
+
+impl RedisBackend {
+    /// Applies `cas` and, when `ahead` > 0, reads in the same round trip
+    /// `ahead` events of the log from each (partition, new cursor) and the
+    /// partition's high watermark (nothing read otherwise, or when the
+    /// script did not apply).
+    async fn apply_reading(
+        &self,
+        cas: &Cas,
+        s: &StreamName,
+        from: &[(u32, u64)],
+        ahead: usize,
+    ) -> Result<(Applied, Vec<(Vec<Entry>, u64)>)> {
+        if ahead == 0 || from.is_empty() {
+            return Ok((self.apply(cas).await?, Vec::new()));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cas_command(cas));
+        for &(p, cursor) in from {
+            pipe.cmd("XRANGE")
+                .arg(self.keys.log(s, p))
+                .arg(entry_id(cursor))
+                .arg("+")
+                .arg("COUNT")
+                .arg(ahead);
+            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
+        }
+        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
+            Ok(replies) => replies,
+            Err(e) if super::is_noscript(&e) => {
+                // Redis lost its scripts (a restart): load them, then run
+                // the script alone.
+                self.load_cas().await?;
+                return Ok((self.apply(cas).await?, Vec::new()));
+            }
+            Err(e) => return Err(map_error(e, Phase::Write)),
+        };
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
+        let failed: i64 = value(next()?)?;
+        let applied = self.outcome(cas, failed);
+        if applied == Applied::Conflict {
+            return Ok((applied, Vec::new()));
+        }
+        let mut read = Vec::with_capacity(from.len());
+        for _ in from {
+            let entries: Vec<Entry> = value(next()?)?;
+            let high_watermark: Option<u64> = value(next()?)?;
+            read.push((entries, high_watermark.unwrap_or(0)));
+        }
+        Ok((applied, read))
     }
 }
 

@@ -22,6 +22,7 @@ mod gates;
 mod groups;
 mod impl_backend;
 mod inspect;
+mod planned;
 mod rewind;
 mod settle;
 #[cfg(test)]
@@ -260,6 +261,12 @@ struct Cas {
     /// The guard group on a group's settings, and the group: when it
     /// fails, the settings this process keeps are stale.
     settings: Option<(usize, (StreamName, GroupName))>,
+    /// Per kind of guard group that takes many guards (`h`, `e`, `s`) and
+    /// key, the group's index: guards of one key join one group, in
+    /// whatever order they come (all are checked before any write), so a
+    /// batch of 50 settles of one partition checks its records with one
+    /// `HMGET` and its gates with one group.
+    joinable: HashMap<(char, String), usize, foldhash::fast::RandomState>,
 }
 
 /// A guard group of `cas.lua`.
@@ -273,6 +280,12 @@ enum Guard {
     /// The first members (at most a count) of a sorted set in a lex range
     /// (min, max) are exactly these.
     LexFirst(String, [String; 2], usize, Vec<String>),
+    /// Each of these lex ranges of a sorted set has no member (a gate with
+    /// nothing open): one guard for many, cheaper to send and to check.
+    LexEmpty(String, Vec<[String; 2]>),
+    /// Each of these lex ranges of a sorted set holds the given member
+    /// alone (a gate whose head is its only open delivery).
+    LexAlone(String, Vec<[String; 3]>),
 }
 
 impl Cas {
@@ -283,16 +296,34 @@ impl Cas {
     /// `unpack` has a limit).
     const MAX_ARGS: usize = 1000;
 
+    /// The group of kind `kind` on `key` that can take one more guard of
+    /// `width` arguments, if there is one.
+    fn joinable(&mut self, kind: char, key: &str, width: usize) -> Option<&mut Guard> {
+        let at = *self.joinable.get(&(kind, key.to_owned()))?;
+        let guard = &mut self.guards[at];
+        let len = match guard {
+            Guard::Hash(_, fields) => fields.len(),
+            Guard::LexEmpty(_, ranges) => ranges.len(),
+            Guard::LexAlone(_, alone) => alone.len(),
+            Guard::ZsetNoneUntil(..) | Guard::LexFirst(..) => return None,
+        };
+        ((len + 1) * width <= Self::MAX_ARGS).then_some(guard)
+    }
+
+    /// Adds a new group that later guards of its kind and key may join.
+    fn push_joinable(&mut self, kind: char, key: &str, guard: Guard) {
+        self.joinable
+            .insert((kind, key.to_owned()), self.guards.len());
+        self.guards.push(guard);
+    }
+
     fn hash_guard(&mut self, key: &str, field: &str, kind: &str, value: &str) {
         let guard = [field, kind, value].map(str::to_owned);
-        if let Some(Guard::Hash(last, fields)) = self.guards.last_mut()
-            && last == key
-            && fields.len() < Self::MAX_ARGS / 2
-        {
+        if let Some(Guard::Hash(_, fields)) = self.joinable('h', key, 3) {
             fields.push(guard);
             return;
         }
-        self.guards.push(Guard::Hash(key.to_owned(), vec![guard]));
+        self.push_joinable('h', key, Guard::Hash(key.to_owned(), vec![guard]));
     }
 
     /// Holds only if `HGET key field` is still `expected` (`None`: absent).
@@ -318,8 +349,33 @@ impl Cas {
     /// Holds only if `ZRANGEBYLEX key min max LIMIT 0 count` still gives
     /// exactly `members`.
     fn lex_first_are(&mut self, key: &str, range: [String; 2], count: usize, members: Vec<String>) {
-        self.guards
-            .push(Guard::LexFirst(key.to_owned(), range, count, members));
+        match (count, <[String; 1]>::try_from(members)) {
+            (_, Err(members)) if members.is_empty() => {
+                if let Some(Guard::LexEmpty(_, ranges)) = self.joinable('e', key, 2) {
+                    ranges.push(range);
+                } else {
+                    let guard = Guard::LexEmpty(key.to_owned(), vec![range]);
+                    self.push_joinable('e', key, guard);
+                }
+            }
+            (2, Ok([member])) => {
+                let [min, max] = range;
+                if let Some(Guard::LexAlone(_, alone)) = self.joinable('s', key, 3) {
+                    alone.push([min, max, member]);
+                } else {
+                    let guard = Guard::LexAlone(key.to_owned(), vec![[min, max, member]]);
+                    self.push_joinable('s', key, guard);
+                }
+            }
+            (_, Ok(member)) => {
+                let guard = Guard::LexFirst(key.to_owned(), range, count, member.into());
+                self.guards.push(guard);
+            }
+            (_, Err(members)) => {
+                let guard = Guard::LexFirst(key.to_owned(), range, count, members);
+                self.guards.push(guard);
+            }
+        }
     }
 
     /// Holds only if group `g`'s settings in hash `groups` are still `raw`
@@ -333,7 +389,11 @@ impl Cas {
         group: (StreamName, GroupName),
     ) {
         debug_assert!(self.guards.is_empty(), "the settings guard comes first");
-        self.hget_is(groups, g.as_str(), Some(raw));
+        // A group of its own, which no other guard joins: its failure alone
+        // says the settings changed.
+        let guard = [g.as_str(), "1", raw].map(str::to_owned);
+        self.guards
+            .push(Guard::Hash(groups.to_owned(), vec![guard]));
         self.settings = Some((self.guards.len(), group));
     }
 
@@ -375,6 +435,18 @@ impl Cas {
                 Guard::LexFirst(key, [min, max], count, members) => {
                     to.arg("l").arg(key).arg(min).arg(max).arg(*count);
                     to.arg(members.len()).arg(members);
+                }
+                Guard::LexEmpty(key, ranges) => {
+                    to.arg("e").arg(key).arg(ranges.len());
+                    for range in ranges {
+                        to.arg(range);
+                    }
+                }
+                Guard::LexAlone(key, alone) => {
+                    to.arg("s").arg(key).arg(alone.len());
+                    for triple in alone {
+                        to.arg(triple);
+                    }
                 }
             }
         }
@@ -442,9 +514,12 @@ pub(crate) struct RedisBackend {
     /// Where the events this process fetched are: a settle of them need
     /// not read the id index.
     positions: Arc<parking_lot::Mutex<Positions>>,
-    /// Ordered groups whose last batch of plain acks found a delivery
-    /// parked behind a head it acked: their next batch reads its gates
-    /// first instead of guessing that each head is alone (`settle.rs`).
+    /// Ordered groups whose gates were lately found crowded: a fetch that
+    /// found a gate busy, or failed on one taken to be free, or a batch of
+    /// plain acks that found a delivery parked behind a head it acked.
+    /// Their fetches and acks read the gates before deciding; the others
+    /// take each gate to be free (or each acked head to be alone) and
+    /// guard the write on it (`gates.rs`, `settle.rs`).
     crowded: Arc<parking_lot::Mutex<HashSet<(StreamName, GroupName)>>>,
     /// Each group partition as this process last read or wrote it: a fetch
     /// reads the log ahead from that cursor, or claims in one round trip
@@ -456,7 +531,7 @@ pub(crate) struct RedisBackend {
 }
 
 /// [`claims::View`]s by stream, group and partition.
-type Views = HashMap<(StreamName, GroupName, u32), claims::View>;
+type Views = HashMap<(StreamName, GroupName, u32), planned::View>;
 
 /// Where an event is, and the attempt of this process's latest lease of it.
 #[derive(Debug, Clone)]
