@@ -646,6 +646,8 @@ impl RedisBackend {
                 .arg(quota);
             pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
         }
+        // The claims go out with the reads.
+        super::mark(Phase::Write);
         let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
             Ok(replies) => replies,
             Err(e) if super::is_noscript(&e) => {
@@ -749,7 +751,7 @@ impl RedisBackend {
                 .arg(ahead);
         }
         let replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let mut replies = replies.into_iter();
@@ -796,7 +798,7 @@ impl RedisBackend {
             pipe.cmd("HMGET").arg(k.deliveries(s, g, *p)).arg(seqs);
         }
         let raws: Vec<Vec<Option<String>>> = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         for ((p, seqs), raws) in wanted.into_iter().zip(raws) {
@@ -968,7 +970,7 @@ impl RedisBackend {
         let raws: Vec<Vec<Option<String>>> = if by_partition.is_empty() {
             Vec::new()
         } else {
-            pipe.query_async(&mut self.conn.clone())
+            pipe.query_async(&mut self.read_conn())
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?
         };

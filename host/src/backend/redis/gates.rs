@@ -105,7 +105,7 @@ impl RedisBackend {
                 cmd.arg("LIMIT").arg(0).arg(count);
             }
         }
-        pipe.query_async(&mut self.conn.clone())
+        pipe.query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))
     }
@@ -429,7 +429,7 @@ impl RedisBackend {
                         .arg(super::claims::entry_id(last));
                 }
                 let replies: Vec<Vec<Entry>> = pipe
-                    .query_async(&mut self.conn.clone())
+                    .query_async(&mut self.read_conn())
                     .await
                     .map_err(|e| map_error(e, Phase::Read))?;
                 for ((i, ..), entries) in reads.into_iter().zip(replies) {
