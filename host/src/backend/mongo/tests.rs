@@ -167,6 +167,30 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
     drop(janitor);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = service_url("TEST_MONGODB_URL", "mongodb") else {
+        return;
+    };
+    let database = fresh_database();
+    let janitor = Janitor {
+        url: url.clone(),
+        database: database.clone(),
+    };
+    // The stand-in takes tens of milliseconds a write: a roomier timeout.
+    crate::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        std::time::Duration::from_secs(3),
+        |relayed, clock, timeout| async move {
+            let url = with_database(&relayed, &database);
+            let b = MongoBackend::connect(&url, clock, true, timeout).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
 #[test]
 fn a_url_gets_the_database_it_is_given() {
     let url = "mongodb://127.0.0.1:27018/?directConnection=true";
