@@ -26,6 +26,8 @@
 //! log_format = "text"       # or "json": one object per line
 //! otlp_endpoint = "http://127.0.0.1:4318"  # export traces (OTLP over HTTP)
 //! metrics_interval_ms = 5000  # how often the group series of /metrics are sampled
+//! store_timeout_ms = 10000  # every store call answers within this
+//! request_timeout_ms = 30000  # every request answers within this (or 503)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -58,6 +60,11 @@ const MAX_NODE_TIMEOUT_MS: u64 = 3_600_000;
 /// Group sampling intervals accepted for `/metrics`.
 const MIN_METRICS_INTERVAL_MS: u64 = 100;
 const MAX_METRICS_INTERVAL_MS: u64 = 3_600_000;
+
+/// Store timeouts accepted (`docs/cluster.md#a-node-cut-off-from-the-store`).
+const STORE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 500..=600_000;
+/// Request timeouts accepted (`docs/http.md#request-timeout`).
+const REQUEST_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 500..=3_600_000;
 
 /// Smallest body limit accepted: below this even a small batch fails.
 const MIN_BODY_LIMIT: usize = 1024;
@@ -108,6 +115,10 @@ pub struct ServeOptions {
     pub otlp_endpoint: Option<String>,
     /// How often the group series of `/metrics` are sampled, in ms.
     pub metrics_interval_ms: Option<u64>,
+    /// How long a store call may take, in ms.
+    pub store_timeout_ms: Option<u64>,
+    /// How long a request may take, in ms.
+    pub request_timeout_ms: Option<u64>,
 }
 
 impl ServeOptions {
@@ -147,6 +158,8 @@ impl ServeOptions {
             log_format: self.log_format.or(fallback.log_format),
             otlp_endpoint: self.otlp_endpoint.or(fallback.otlp_endpoint),
             metrics_interval_ms: self.metrics_interval_ms.or(fallback.metrics_interval_ms),
+            store_timeout_ms: self.store_timeout_ms.or(fallback.store_timeout_ms),
+            request_timeout_ms: self.request_timeout_ms.or(fallback.request_timeout_ms),
         }
     }
 }
@@ -193,6 +206,9 @@ pub struct ServeConfig {
     pub otlp_endpoint: Option<String>,
     /// How often the group series of `/metrics` are sampled.
     pub metrics_interval: std::time::Duration,
+    /// Every store call answers within this
+    /// (`docs/cluster.md#a-node-cut-off-from-the-store`).
+    pub store_timeout: std::time::Duration,
 }
 
 impl ServeConfig {
@@ -310,6 +326,18 @@ impl ServeConfig {
                 ),
             ));
         }
+        let store_timeout = millis(
+            "store_timeout_ms",
+            options.store_timeout_ms,
+            crate::backend::DEFAULT_STORE_TIMEOUT,
+            STORE_TIMEOUT_MS,
+        )?;
+        let request_timeout = millis(
+            "request_timeout_ms",
+            options.request_timeout_ms,
+            crate::api::DEFAULT_REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT_MS,
+        )?;
         let handler_log_lines = options.handler_log_lines.unwrap_or(DEFAULT_LOG_LINES);
         if !(1..=MAX_LOG_LINES).contains(&handler_log_lines) {
             return Err(invalid(
@@ -322,6 +350,7 @@ impl ServeConfig {
             log_format: options.log_format.unwrap_or_default(),
             otlp_endpoint: options.otlp_endpoint,
             metrics_interval: std::time::Duration::from_millis(metrics_interval_ms),
+            store_timeout,
             backend,
             listen,
             tls,
@@ -341,9 +370,31 @@ impl ServeConfig {
                 body_limit,
                 default_lease_ms,
                 default_max_attempts,
+                request_timeout,
             },
         })
     }
+}
+
+/// A duration in milliseconds (`default` when unset) within `range`.
+fn millis(
+    key: &'static str,
+    value: Option<u64>,
+    default: std::time::Duration,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<std::time::Duration, ConfigError> {
+    let ms = value.unwrap_or(default.as_millis() as u64);
+    if !range.contains(&ms) {
+        return Err(invalid(
+            key,
+            format!(
+                "must be between {} and {} (got {ms})",
+                range.start(),
+                range.end()
+            ),
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 /// `host:port` as given, or `127.0.0.1:port` for `:port`; the port must be a number.
@@ -533,6 +584,28 @@ mod tests {
         );
         let c = ServeConfig::resolve(given(|o| o.handler_log_lines = Some(MAX_LOG_LINES)));
         assert_eq!(c.unwrap().handler_log_lines, MAX_LOG_LINES);
+        assert_eq!(
+            key(given(|o| o.store_timeout_ms = Some(499))),
+            "store_timeout_ms"
+        );
+        assert_eq!(
+            key(given(|o| o.request_timeout_ms = Some(3_600_001))),
+            "request_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn timeouts_default_and_read_from_their_keys() {
+        let c = ServeConfig::resolve(ServeOptions::default()).unwrap();
+        assert_eq!(c.store_timeout, crate::backend::DEFAULT_STORE_TIMEOUT);
+        assert_eq!(c.api.request_timeout, crate::api::DEFAULT_REQUEST_TIMEOUT);
+        let c = ServeConfig::resolve(given(|o| {
+            o.store_timeout_ms = Some(2_500);
+            o.request_timeout_ms = Some(500);
+        }))
+        .unwrap();
+        assert_eq!(c.store_timeout, std::time::Duration::from_millis(2_500));
+        assert_eq!(c.api.request_timeout, std::time::Duration::from_millis(500));
     }
 
     #[test]

@@ -16,12 +16,26 @@
 //!   and once space is freed the same server takes appends again and the
 //!   handler catches up.
 //!
+//! * **Network partitions** on PostgreSQL and on Redis
+//!   (`chaos/partition.rs`): one node's traffic to the store is dropped
+//!   silently by a proxy — while idle, inside a fetch, inside an append,
+//!   with a write in flight, under a handler workload — and healed; the
+//!   other node never stalls, the cut node answers within its deadlines
+//!   and serves again, and nothing is lost.
+//!
 //! The servers run on frozen test clocks: leases pass only when the test
 //! moves a clock, never by waiting. `CHAOS_SEED` repeats a run's random
 //! choices; CI (`REQUIRE_BACKENDS`) fails rather than skips a test whose
 //! service or fault cannot be set up.
 
 mod support;
+
+#[path = "chaos/cuts.rs"]
+mod cuts;
+#[path = "chaos/partition.rs"]
+mod partition;
+#[path = "chaos/proxy.rs"]
+mod proxy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -8,24 +8,9 @@ mod support;
 use std::time::Duration;
 
 use rheo_e2e::service_url;
-use support::rand_suffix;
+use support::{delete_redis_keys, rand_suffix};
 
 const EVENTS: usize = 5_000;
-
-/// Deletes every key under `prefix` (best effort, with `redis-cli`).
-fn delete_keys(url: &str, prefix: &str) {
-    let keys = std::process::Command::new("redis-cli")
-        .args(["-u", url, "--scan", "--pattern", &format!("{prefix}:*")])
-        .output();
-    let Ok(keys) = keys else { return };
-    let keys = String::from_utf8_lossy(&keys.stdout);
-    for chunk in keys.lines().collect::<Vec<_>>().chunks(500) {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["-u", url, "del"])
-            .args(chunk)
-            .output();
-    }
-}
 
 #[test]
 fn two_servers_on_one_redis_ack_every_event_exactly_once() {
@@ -36,5 +21,5 @@ fn two_servers_on_one_redis_ack_every_event_exactly_once() {
     let sep = if url.contains('?') { '&' } else { '?' };
     let backend = format!("{url}{sep}prefix={prefix}");
     support::two_servers_ack_each_event_once(backend, EVENTS, Duration::from_secs(60));
-    delete_keys(&url, &prefix);
+    delete_redis_keys(&url, &prefix);
 }

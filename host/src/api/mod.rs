@@ -30,6 +30,7 @@ mod nodes;
 mod openapi;
 mod state;
 mod streams;
+mod timeout;
 pub mod tls;
 mod ui;
 
@@ -49,6 +50,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use error::ApiError;
 pub use state::{ApiSettings, AppState, DEFAULT_BODY_LIMIT, NamedToken};
+pub use timeout::{DEFAULT_REQUEST_TIMEOUT, HANDLER_CHANGE_FACTOR};
 
 /// The whole application: every route, the fallbacks, and the middleware.
 pub fn router(state: AppState) -> Router {
@@ -89,10 +91,11 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         // The last layer added runs first: tracing, metrics (so every
         // answer is counted, 401s and 413s included, and 5xx detail is
-        // logged), auth, a panic turned into a 500 JSON answer, and the body
-        // limit the JSON extractors enforce.
+        // logged), auth, the request timeout, a panic turned into a 500
+        // JSON answer, and the body limit the JSON extractors enforce.
         .layer(DefaultBodyLimit::max(state.settings.body_limit))
         .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(from_fn_with_state(state.clone(), timeout::bound))
         .layer(from_fn_with_state(state.clone(), auth::require_token))
         .layer(from_fn_with_state(state.metrics.clone(), metrics::track))
         .layer(TraceLayer::new_for_http())

@@ -35,6 +35,8 @@ pub struct ApiSettings {
     pub default_lease_ms: u64,
     /// `max_attempts` of groups created without one.
     pub default_max_attempts: u32,
+    /// Every request answers within this, or 503 (`docs/http.md#request-timeout`).
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for ApiSettings {
@@ -46,6 +48,7 @@ impl Default for ApiSettings {
             body_limit: DEFAULT_BODY_LIMIT,
             default_lease_ms: DEFAULT_LEASE_MS,
             default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+            request_timeout: super::timeout::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -124,6 +127,7 @@ impl std::fmt::Debug for ApiSettings {
             .field("body_limit", &self.body_limit)
             .field("default_lease_ms", &self.default_lease_ms)
             .field("default_max_attempts", &self.default_max_attempts)
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }

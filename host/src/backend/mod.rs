@@ -8,6 +8,7 @@
 //! is refused with [`Error::Invalid`] (or a more specific code) before
 //! anything is written.
 
+mod deadline;
 #[cfg(any(feature = "redis", feature = "mongodb"))]
 mod entry;
 mod error;
@@ -34,6 +35,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use deadline::{DEFAULT_STORE_TIMEOUT, bounded};
+pub(crate) use deadline::{sending_read, sending_write};
 pub use error::{Error, Result};
 pub use redact::{redact_url, redact_urls_in};
 pub use wakeup::{Notifier, Wakeup};
@@ -522,14 +525,38 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// Opens the backend a URL names — `memory://`, `sqlite://path.db` (or
 /// `sqlite::memory:`), `postgres://…[?schema=name]`,
 /// `redis://host:port[/db][?prefix=name]`, `mongodb://host:port/[database][?options]`
-/// — applying pending migrations.
+/// — applying pending migrations, with the default store timeout.
 pub async fn open(url: &str, clock: SharedClock) -> Result<Arc<dyn Backend>> {
     connect(url, clock, true).await
 }
 
 /// Opens the backend a URL names; with `migrate` false the schema is left
-/// as it is (see [`Backend::migrate`]).
+/// as it is (see [`Backend::migrate`]). Calls have the default store
+/// timeout ([`connect_with`]).
 pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc<dyn Backend>> {
+    connect_with(url, clock, migrate, DEFAULT_STORE_TIMEOUT).await
+}
+
+/// Opens the backend a URL names, every call of it [`bounded`] by
+/// `timeout` (`--store-timeout-ms`); a networked store also derives its
+/// driver's and server's timeouts from it
+/// (`docs/cluster.md#a-node-cut-off-from-the-store`).
+pub async fn connect_with(
+    url: &str,
+    clock: SharedClock,
+    migrate: bool,
+    timeout: std::time::Duration,
+) -> Result<Arc<dyn Backend>> {
+    let store = connect_store(url, clock, migrate, timeout).await?;
+    Ok(bounded(store, timeout))
+}
+
+async fn connect_store(
+    url: &str,
+    clock: SharedClock,
+    migrate: bool,
+    #[allow(unused_variables)] timeout: std::time::Duration,
+) -> Result<Arc<dyn Backend>> {
     let scheme = url
         .split_once("://")
         .map(|(s, _)| s)
@@ -542,13 +569,15 @@ pub async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Arc
         )),
         #[cfg(feature = "postgres")]
         Some("postgres" | "postgresql") => Ok(Arc::new(
-            postgres::PostgresBackend::connect(url, clock, migrate).await?,
+            postgres::PostgresBackend::connect(url, clock, migrate, timeout).await?,
         )),
         #[cfg(feature = "redis")]
-        Some("redis") => Ok(Arc::new(redis::RedisBackend::connect(url, clock).await?)),
+        Some("redis") => Ok(Arc::new(
+            redis::RedisBackend::connect(url, clock, timeout).await?,
+        )),
         #[cfg(feature = "mongodb")]
         Some("mongodb") => Ok(Arc::new(
-            mongo::MongoBackend::connect(url, clock, migrate).await?,
+            mongo::MongoBackend::connect(url, clock, migrate, timeout).await?,
         )),
         Some(other) => Err(Error::invalid(
             "backend",

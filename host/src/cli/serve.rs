@@ -160,6 +160,20 @@ pub(crate) struct ServeArgs {
     /// …) are sampled; a scrape reads the last sample [default: 5000]
     #[arg(long, env = "RHEO_METRICS_INTERVAL_MS", value_name = "MS")]
     metrics_interval_ms: Option<u64>,
+
+    /// Every call to the backend answers within this, else
+    /// backend_unavailable (nothing written) or ambiguous; the backend's
+    /// own timeouts (PostgreSQL's lock and idle-in-transaction timeouts,
+    /// Redis's response timeout) are derived from it (500–600000)
+    /// [default: 10000]
+    #[arg(long, env = "RHEO_STORE_TIMEOUT_MS", value_name = "MS")]
+    store_timeout_ms: Option<u64>,
+
+    /// Every request answers within this, else 503 with Retry-After; a
+    /// long poll's wait_ms comes on top, and handler changes get ten times
+    /// as long (500–3600000) [default: 30000]
+    #[arg(long, env = "RHEO_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    request_timeout_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -186,6 +200,8 @@ impl ServeArgs {
             log_format: self.log_format,
             otlp_endpoint: self.otlp_endpoint.clone(),
             metrics_interval_ms: self.metrics_interval_ms,
+            store_timeout_ms: self.store_timeout_ms,
+            request_timeout_ms: self.request_timeout_ms,
         }
     }
 
@@ -226,7 +242,7 @@ async fn serve(
         None => SystemClock::shared(),
     };
     let url = redact(&config.backend);
-    let store = backend::connect(&config.backend, clock, false)
+    let store = backend::connect_with(&config.backend, clock, false, config.store_timeout)
         .await
         .with_context(|| format!("cannot open backend {url}"))?;
     if config.migrate {

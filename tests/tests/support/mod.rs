@@ -387,3 +387,19 @@ pub(crate) fn rand_suffix() -> u32 {
         .unwrap();
     t.subsec_nanos() ^ (t.as_secs() as u32)
 }
+
+/// Deletes every key under `prefix` on the Redis at `url` (best effort,
+/// with `redis-cli`).
+pub(crate) fn delete_redis_keys(url: &str, prefix: &str) {
+    let keys = std::process::Command::new("redis-cli")
+        .args(["-u", url, "--scan", "--pattern", &format!("{prefix}:*")])
+        .output();
+    let Ok(keys) = keys else { return };
+    let keys = String::from_utf8_lossy(&keys.stdout);
+    for chunk in keys.lines().collect::<Vec<_>>().chunks(500) {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-u", url, "del"])
+            .args(chunk)
+            .output();
+    }
+}

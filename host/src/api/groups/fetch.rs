@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -23,6 +23,7 @@ use crate::api::dto::{self, FetchBody, LeaseBody, LeaseListBody};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{GroupPath, JsonOrEmpty};
 use crate::api::state::AppState;
+use crate::api::timeout::Budget;
 use crate::backend::{self, FetchRequest, Partitions};
 use crate::model::{ConsumerId, DEFAULT_FETCH_LIMIT, Lease};
 
@@ -56,6 +57,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 async fn lease_fetch(
     State(state): State<AppState>,
     GroupPath(stream, group): GroupPath,
+    budget: Option<Extension<Budget>>,
     JsonOrEmpty(body): JsonOrEmpty<FetchBody>,
 ) -> Result<Json<LeaseListBody>, ApiError> {
     let wait_ms = body.wait_ms.unwrap_or(0);
@@ -64,6 +66,10 @@ async fn lease_fetch(
             "wait_ms",
             format!("must be at most {MAX_WAIT_MS} (got {wait_ms})"),
         ));
+    }
+    // The wait comes on top of the request timeout (docs/http.md#request-timeout).
+    if let Some(Extension(budget)) = budget {
+        budget.grant(Duration::from_millis(wait_ms));
     }
     let request = FetchRequest {
         stream,

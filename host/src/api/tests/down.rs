@@ -1,9 +1,11 @@
-//! A backend whose every call fails with one error (or panics), to see how
-//! the API answers an unavailable or broken store: 503 (with `Retry-After`)
-//! or 500, with a generic message, counted in the metrics, `/readyz` not
-//! ready.
+//! A backend whose every call fails with one error (or panics, or never
+//! answers), to see how the API answers an unavailable, broken or silent
+//! store: 503 (with `Retry-After`) or 500, with a generic message, counted
+//! in the metrics, `/readyz` not ready; a silent one within the request
+//! timeout (`docs/http.md#request-timeout`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::{StatusCode, header};
@@ -25,12 +27,17 @@ use crate::model::{
 struct DownBackend {
     /// `None`: panic instead of answering.
     error: Option<Error>,
+    /// Never answer at all.
+    silent: bool,
     clock: SharedClock,
     notifier: Notifier,
 }
 
 impl DownBackend {
-    fn fail<T>(&self) -> Result<T> {
+    async fn fail<T>(&self) -> Result<T> {
+        if self.silent {
+            std::future::pending::<()>().await;
+        }
         match &self.error {
             Some(error) => Err(error.clone()),
             None => panic!("the backend exploded"),
@@ -54,37 +61,37 @@ impl Backend for DownBackend {
         &self.clock
     }
     async fn ping(&self) -> Result<()> {
-        self.fail()
+        self.fail().await
     }
     async fn create_stream(&self, _: CreateStream) -> Result<Stream> {
-        self.fail()
+        self.fail().await
     }
     async fn list_streams(&self) -> Result<Vec<Stream>> {
-        self.fail()
+        self.fail().await
     }
     async fn get_stream(&self, _: &StreamName) -> Result<Stream> {
-        self.fail()
+        self.fail().await
     }
     async fn append(&self, _: &StreamName, _: Vec<EventInput>) -> Result<Vec<Appended>> {
-        self.fail()
+        self.fail().await
     }
     async fn read(&self, _: ReadRequest) -> Result<Vec<Event>> {
-        self.fail()
+        self.fail().await
     }
     async fn query(&self, _: &StreamName, _: &Query) -> Result<Page> {
-        self.fail()
+        self.fail().await
     }
     async fn create_group(&self, _: &StreamName, _: GroupSpec) -> Result<Group> {
-        self.fail()
+        self.fail().await
     }
     async fn list_groups(&self, _: &StreamName) -> Result<Vec<Group>> {
-        self.fail()
+        self.fail().await
     }
     async fn fetch(&self, _: FetchRequest) -> Result<Vec<Lease>> {
-        self.fail()
+        self.fail().await
     }
     async fn renew(&self, _: RenewRequest) -> Result<Lease> {
-        self.fail()
+        self.fail().await
     }
     async fn renew_many(
         &self,
@@ -93,7 +100,7 @@ impl Backend for DownBackend {
         _: Vec<SettleTarget>,
         _: u64,
     ) -> Result<Vec<Result<Timestamp>>> {
-        self.fail()
+        self.fail().await
     }
     async fn settle(
         &self,
@@ -101,25 +108,25 @@ impl Backend for DownBackend {
         _: &GroupName,
         _: Vec<Settlement>,
     ) -> Result<Vec<Result<()>>> {
-        self.fail()
+        self.fail().await
     }
     async fn lag(&self, _: &StreamName, _: &GroupName, _: &Partitions) -> Result<Lag> {
-        self.fail()
+        self.fail().await
     }
     async fn group_info(&self, _: &StreamName, _: &GroupName) -> Result<GroupInfo> {
-        self.fail()
+        self.fail().await
     }
     async fn dead_letters(&self, _: DeadLettersRequest) -> Result<DeadLetterPage> {
-        self.fail()
+        self.fail().await
     }
     async fn redrive(&self, _: &StreamName, _: &GroupName, _: Redrive) -> Result<u64> {
-        self.fail()
+        self.fail().await
     }
     async fn replay(&self, _: &StreamName, _: &GroupName, _: Replay) -> Result<u64> {
-        self.fail()
+        self.fail().await
     }
     async fn reset(&self, _: ResetRequest) -> Result<()> {
-        self.fail()
+        self.fail().await
     }
     fn notifier(&self) -> &Notifier {
         &self.notifier
@@ -130,7 +137,7 @@ impl Backend for DownBackend {
         _: &GroupName,
         _: &Partitions,
     ) -> Result<Option<Timestamp>> {
-        self.fail()
+        self.fail().await
     }
 }
 
@@ -138,10 +145,77 @@ fn app_failing_with(error: impl Into<Option<Error>>) -> TestApp {
     let clock = FrozenClock::new(START);
     let backend = Arc::new(DownBackend {
         error: error.into(),
+        silent: false,
         clock: clock.clone(),
         notifier: Notifier::default(),
     });
     TestApp::over(backend, clock, ApiSettings::default(), true)
+}
+
+/// An app over a backend that never answers, with `request_timeout`.
+fn app_over_a_silent_store(request_timeout: Duration) -> TestApp {
+    let clock = FrozenClock::new(START);
+    let backend = Arc::new(DownBackend {
+        error: None,
+        silent: true,
+        clock: clock.clone(),
+        notifier: Notifier::default(),
+    });
+    let settings = ApiSettings {
+        request_timeout,
+        ..ApiSettings::default()
+    };
+    TestApp::over(backend, clock, settings, true)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_the_store_never_answers_is_503_at_the_request_timeout() {
+    let limit = Duration::from_millis(700);
+    let app = app_over_a_silent_store(limit);
+    let started = tokio::time::Instant::now();
+    let read = app.get("/v1/streams/s").await;
+    assert_eq!(started.elapsed(), limit);
+    assert_eq!(
+        (read.status, code(&read)),
+        (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
+        "a read changed nothing: {}",
+        read.body
+    );
+    assert_eq!(read.headers[header::RETRY_AFTER], "1");
+    let write = app
+        .post("/v1/streams/s/events", json!({"payload": {}}))
+        .await;
+    assert_eq!(
+        (write.status, code(&write)),
+        (StatusCode::SERVICE_UNAVAILABLE, "ambiguous"),
+        "a write may have been applied: {}",
+        write.body
+    );
+    assert_eq!(write.headers[header::RETRY_AFTER], "1");
+    // The server answers other requests meanwhile, and counts these.
+    let metrics = app.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap();
+    assert!(
+        text.contains("route=\"/v1/streams/{stream}/events\",status=\"503\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_gets_its_wait_on_top_of_the_request_timeout() {
+    let limit = Duration::from_millis(700);
+    let app = app_over_a_silent_store(limit);
+    let started = tokio::time::Instant::now();
+    let fetch = app
+        .post("/v1/streams/s/groups/g/fetch", json!({"wait_ms": 2_000}))
+        .await;
+    assert_eq!(
+        fetch.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        fetch.body
+    );
+    assert_eq!(started.elapsed(), limit + Duration::from_millis(2_000));
 }
 
 #[tokio::test]

@@ -73,6 +73,8 @@ pub(crate) const MIGRATIONS: &str = "rheo_migrations";
 pub(crate) struct MongoBackend {
     client: Client,
     db: Database,
+    /// `maxTimeMS` of each commit.
+    commit_time: Duration,
     clock: SharedClock,
     notifier: Arc<Notifier>,
     /// Stops the wake-up listener with the last clone of the backend.
@@ -162,6 +164,17 @@ fn is_conflict(e: &mongodb::error::Error) -> bool {
     }
 }
 
+/// A transaction that kept conflicting until it gave up: another writer
+/// holds what it needs — one racing it, or one of a node cut off inside
+/// its transaction, which the server aborts after its
+/// `transactionLifetimeLimitSeconds` (`docs/cluster.md#a-node-cut-off-from-the-store`).
+/// Nothing was written; the same call may succeed later.
+fn outraced(e: &mongodb::error::Error) -> Error {
+    Error::BackendUnavailable(format!(
+        "mongodb: still conflicting after {MAX_ATTEMPTS} attempts; nothing was written: {e}"
+    ))
+}
+
 pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     Error::Failed(format!("corrupt {what} in mongodb: {detail}"))
 }
@@ -219,9 +232,15 @@ async fn backoff(attempt: u32) {
 
 impl MongoBackend {
     /// Connects to the MongoDB a URL names (its path names the database,
-    /// `rheo` when empty) and, with `migrate`, brings the collections and
+    /// `rheo` when empty), with the driver's timeouts derived from store
+    /// timeout `t`, and, with `migrate`, brings the collections and
     /// indexes up to date.
-    pub(crate) async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
+    pub(crate) async fn connect(
+        url: &str,
+        clock: SharedClock,
+        migrate: bool,
+        t: Duration,
+    ) -> Result<Self> {
         let mut options = ClientOptions::parse(url).await.map_err(|e| {
             Error::invalid(
                 "backend",
@@ -229,13 +248,12 @@ impl MongoBackend {
             )
         })?;
         // Fail fast when the server is gone (the caller backs off and
-        // retries); the URL's own settings win.
-        options
-            .server_selection_timeout
-            .get_or_insert(Duration::from_secs(3));
-        options
-            .connect_timeout
-            .get_or_insert(Duration::from_secs(5));
+        // retries); the URL's own settings win. The driver has no socket
+        // timeout: a call to a server that went silent ends at the store
+        // timeout (`backend::bounded`), and the driver closes the
+        // connection it abandoned.
+        options.server_selection_timeout.get_or_insert(t * 3 / 10);
+        options.connect_timeout.get_or_insert(t / 2);
         options.app_name.get_or_insert_with(|| "rheo".to_owned());
         let database = options
             .default_database
@@ -254,6 +272,9 @@ impl MongoBackend {
         let backend = Self {
             client,
             db,
+            // The server gives up a commit it cannot finish in half the
+            // store timeout (`maxTimeMS` of `commitTransaction`).
+            commit_time: t / 2,
             clock,
             notifier,
             _listener: Arc::new(listener),
@@ -311,8 +332,12 @@ impl MongoBackend {
             .start_session()
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
+        let options = mongodb::options::TransactionOptions::builder()
+            .max_commit_time(self.commit_time)
+            .build();
         session
             .start_transaction()
+            .with_options(options)
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         Ok(session)
@@ -344,6 +369,7 @@ impl MongoBackend {
                             backoff(attempt).await;
                             return Ok(None);
                         }
+                        Err(e) if is_conflict(&e) => return Err(outraced(&e)),
                         Err(e) => return Err(map_error(e, Phase::Write)),
                     }
                 }
@@ -361,9 +387,10 @@ impl MongoBackend {
                         backoff(attempt).await;
                         Ok(None)
                     }
-                    Fail::Retry => Err(Error::Failed(format!(
-                        "lost {MAX_ATTEMPTS} races with other writers in a row; retry the call"
+                    Fail::Retry => Err(Error::BackendUnavailable(format!(
+                        "lost {MAX_ATTEMPTS} races with other writers in a row; nothing was written, retry the call"
                     ))),
+                    Fail::Mongo(e) if is_conflict(&e) => Err(outraced(&e)),
                     Fail::Mongo(e) => Err(map_error(e, Phase::Read)),
                 }
             }

@@ -10,6 +10,9 @@ use crate::backend::Backend;
 use crate::backend::conformance::service_url;
 use crate::clock::SharedClock;
 
+/// The store timeout of the tests' backends: the server's default.
+const TIMEOUT: std::time::Duration = crate::backend::DEFAULT_STORE_TIMEOUT;
+
 /// Drops a test's database when dropped (the end of the test).
 #[derive(Debug)]
 pub(super) struct Janitor {
@@ -56,7 +59,7 @@ pub(super) fn fresh_database() -> String {
 async fn connect_fresh(clock: SharedClock) -> Option<MongoBackend> {
     let url = service_url("TEST_MONGODB_URL", "mongodb")?;
     let database = fresh_database();
-    let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true)
+    let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true, TIMEOUT)
         .await
         .expect("connect to TEST_MONGODB_URL and migrate");
     let janitor = Arc::new(Janitor { url, database });
@@ -79,7 +82,7 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
     let a = connect_fresh(clock.clone()).await?;
     let url = std::env::var("TEST_MONGODB_URL").expect("set when a backend exists");
     let url = with_database(&url, a.db.name());
-    let mut b = MongoBackend::connect(&url, clock, false)
+    let mut b = MongoBackend::connect(&url, clock, false, TIMEOUT)
         .await
         .expect("node b");
     // One database: b shares a's janitor, so it goes with the last node.
@@ -156,7 +159,31 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         &url,
         |relayed, clock| async move {
             let url = with_database(&relayed, &database);
-            let b = MongoBackend::connect(&url, clock, true).await;
+            let b = MongoBackend::connect(&url, clock, true, TIMEOUT).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = service_url("TEST_MONGODB_URL", "mongodb") else {
+        return;
+    };
+    let database = fresh_database();
+    let janitor = Janitor {
+        url: url.clone(),
+        database: database.clone(),
+    };
+    // The stand-in takes tens of milliseconds a write: a roomier timeout.
+    crate::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        std::time::Duration::from_secs(3),
+        |relayed, clock, timeout| async move {
+            let url = with_database(&relayed, &database);
+            let b = MongoBackend::connect(&url, clock, true, timeout).await;
             Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
         },
     )

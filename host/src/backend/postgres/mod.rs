@@ -25,17 +25,19 @@
 
 mod cluster;
 mod json;
+mod session;
 mod stats;
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgRow};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, Row as _, SqlSafeStr, TypeInfo, ValueRef};
 
 use self::cluster::{HANDLERS_CHANGED, PgCluster};
+pub(crate) use self::session::Timeouts;
 use self::stats::Growth;
 use super::sql::{
     Access, Arg, Builder, Column, Conn, Dialect, Phase, SqlBackend, Table, map_error,
@@ -55,23 +57,28 @@ pub(crate) struct PostgresOptions {
     pub(crate) schema: Option<String>,
     /// Pool size, the LISTEN connection included.
     pub(crate) max_connections: u32,
-    /// How long a call waits for a connection before `backend_unavailable`.
-    pub(crate) acquire_timeout: Duration,
-    /// Server-side limit on any one statement; a write that hits it is `ambiguous`.
-    pub(crate) statement_timeout: Duration,
+    /// The sessions' and the pool's timeouts, derived from the store
+    /// timeout (`session.rs`).
+    pub(crate) timeouts: Timeouts,
     /// Shown in `pg_stat_activity`.
     pub(crate) application_name: String,
 }
 
-impl Default for PostgresOptions {
-    fn default() -> Self {
+impl PostgresOptions {
+    /// The defaults, with every timeout derived from store timeout `t`.
+    pub(crate) fn with_store_timeout(t: Duration) -> Self {
         Self {
             schema: None,
             max_connections: 10,
-            acquire_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(30),
+            timeouts: Timeouts::derived(t),
             application_name: "rheo".into(),
         }
+    }
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self::with_store_timeout(crate::backend::DEFAULT_STORE_TIMEOUT)
     }
 }
 
@@ -85,6 +92,8 @@ pub(crate) struct PostgresDialect {
     schema: Option<String>,
     /// The NOTIFY channel, named after the schema so tenants do not wake each other.
     channel: String,
+    /// How a migration session connects (no statement, lock or idle timeout).
+    migrations: PgConnectOptions,
     listener: tokio::task::JoinHandle<()>,
     /// Nodes and handler records of the servers sharing the database.
     cluster: Arc<PgCluster>,
@@ -179,13 +188,19 @@ fn validate_schema(name: &str) -> Result<()> {
 }
 
 impl SqlBackend<PostgresDialect> {
-    /// Connects to `url` (which may carry `schema=`), and with `migrate`
-    /// creates the schema and applies pending migrations.
-    pub(crate) async fn connect(url: &str, clock: SharedClock, migrate: bool) -> Result<Self> {
+    /// Connects to `url` (which may carry `schema=`), with timeouts derived
+    /// from store timeout `t`, and with `migrate` creates the schema and
+    /// applies pending migrations.
+    pub(crate) async fn connect(
+        url: &str,
+        clock: SharedClock,
+        migrate: bool,
+        t: Duration,
+    ) -> Result<Self> {
         let (url, schema) = split_schema(url)?;
         let options = PostgresOptions {
             schema,
-            ..PostgresOptions::default()
+            ..PostgresOptions::with_store_timeout(t)
         };
         Self::connect_with(&url, options, clock, migrate).await
     }
@@ -200,12 +215,12 @@ impl SqlBackend<PostgresDialect> {
         if let Some(schema) = &options.schema {
             validate_schema(schema)?;
         }
-        let timeout = format!("{}ms", options.statement_timeout.as_millis());
+        let timeouts = &options.timeouts;
+        let session = timeouts.session_options();
         let mut connect = PgConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("backend", format!("not a PostgreSQL URL: {e}")))?
             .application_name(&options.application_name)
             .options([
-                ("statement_timeout", timeout.as_str()),
                 // Plan each prepared statement once per connection: every
                 // statement here is an index walk keyed by (stream, group),
                 // and re-planning on each call costs more than it runs.
@@ -216,7 +231,10 @@ impl SqlBackend<PostgresDialect> {
                 // planner take it whatever the statistics said at planning
                 // time. Without an index path a scan is still possible.
                 ("enable_seqscan", "off"),
-            ]);
+            ])
+            // No session may hold locks for long, or wait for ever
+            // (session.rs, docs/cluster.md#a-node-cut-off-from-the-store).
+            .options(session.iter().map(|(k, v)| (*k, v.as_str())));
         if let Some(schema) = &options.schema {
             connect = connect.options([("search_path", schema.as_str())]);
         }
@@ -228,9 +246,9 @@ impl SqlBackend<PostgresDialect> {
             .close()
             .await
             .map_err(read_err)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(2))
-            .acquire_timeout(options.acquire_timeout)
+        let migrations = session::for_migrations(&connect);
+        let pool = timeouts
+            .pool(options.max_connections.max(2))
             .connect_with(connect)
             .await
             .map_err(read_err)?;
@@ -242,11 +260,13 @@ impl SqlBackend<PostgresDialect> {
             channel.clone(),
             notifier.clone(),
             Arc::clone(&cluster),
+            timeouts.user_timeout,
         ));
         let dialect = PostgresDialect {
             pool,
             schema: options.schema,
             channel,
+            migrations,
             listener,
             cluster,
             events_growth: Growth::new(),
@@ -265,25 +285,52 @@ impl SqlBackend<PostgresDialect> {
 /// watchers. Whatever was announced before LISTEN took effect (at start,
 /// or while a lost connection was down) is missed, so each LISTEN that
 /// takes effect, and each lost connection, wakes every waiter and watcher.
-async fn listen(pool: PgPool, channel: String, notifier: Arc<Notifier>, cluster: Arc<PgCluster>) {
+///
+/// A LISTEN connection only reads, so a server that went silent (a cut
+/// network that never reset the socket) would leave it waiting for ever:
+/// after `quiet` without a message it asks the server for a `SELECT 1`,
+/// and a connection that does not answer within half of that is replaced
+/// (docs/cluster.md#a-node-cut-off-from-the-store).
+async fn listen(
+    pool: PgPool,
+    channel: String,
+    notifier: Arc<Notifier>,
+    cluster: Arc<PgCluster>,
+    quiet: Duration,
+) {
     loop {
-        let mut listener = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "postgres: LISTEN connection failed; retrying");
+        let started = tokio::time::timeout(quiet, async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(&channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        });
+        let mut listener = match started.await {
+            Ok(Ok(listener)) => listener,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "postgres: LISTEN failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
+            Err(_) => {
+                tracing::warn!("postgres: LISTEN got no answer; retrying");
+                continue;
+            }
         };
-        if let Err(e) = listener.listen(&channel).await {
-            tracing::warn!(error = %e, "postgres: LISTEN failed; retrying");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        }
         notifier.notify_all();
         cluster.changed();
         loop {
-            match listener.try_recv().await {
+            let received = match tokio::time::timeout(quiet, listener.try_recv()).await {
+                Ok(received) => received,
+                Err(_) => {
+                    let probe = sqlx::query("SELECT 1").execute(&mut listener);
+                    match tokio::time::timeout(quiet / 2, probe).await {
+                        Ok(Ok(_)) => continue,
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())),
+                    }
+                }
+            };
+            match received {
                 Ok(Some(n)) if n.payload() == HANDLERS_CHANGED => cluster.changed(),
                 Ok(Some(n)) => {
                     if let Ok(stream) = StreamName::parse(n.payload()) {
@@ -396,16 +443,26 @@ impl Dialect for PostgresDialect {
     }
 
     async fn migrate(&self) -> Result<Vec<String>> {
+        // A session of its own, without the statement, lock and idle
+        // timeouts of the pool's (session.rs).
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(self.migrations.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Connect))?;
         if let Some(schema) = &self.schema {
             // The name was validated as a plain identifier.
             sqlx::query(AssertSqlSafe(format!(
                 "CREATE SCHEMA IF NOT EXISTS \"{schema}\""
             )))
-            .execute(&self.pool)
+            .execute(&pool)
             .await
             .map_err(|e| map_error(e, Phase::Write))?;
         }
-        run_migrations(&MIGRATOR, &self.pool).await
+        let applied = run_migrations(&MIGRATOR, &pool).await;
+        pool.close().await;
+        applied
     }
 
     async fn notify_in<'a>(

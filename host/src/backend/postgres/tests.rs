@@ -91,7 +91,7 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
     let schema = fresh_schema(&url).await;
     outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(&url, |relayed, clock| {
         let opts = PostgresOptions {
-            acquire_timeout: Duration::from_millis(500),
+            timeouts: super::Timeouts::derived(Duration::from_secs(1)),
             ..options(&schema)
         };
         async move {
@@ -99,6 +99,28 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
             Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
         }
     })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let timeout = Duration::from_millis(1_500);
+    outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        timeout,
+        |relayed, clock, timeout| {
+            let opts = PostgresOptions {
+                timeouts: super::Timeouts::derived(timeout),
+                ..options(&schema)
+            };
+            async move {
+                let b = PostgresBackend::connect_with(&relayed, opts, clock, true).await;
+                Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+            }
+        },
+    )
     .await;
 }
 
@@ -156,8 +178,7 @@ async fn a_database_closed_to_connections_is_unavailable_and_recovers() {
         db_url.as_str(),
         PostgresOptions {
             max_connections: 2,
-            acquire_timeout: Duration::from_secs(2),
-            ..PostgresOptions::default()
+            ..PostgresOptions::with_store_timeout(Duration::from_secs(4))
         },
         clock,
         true,

@@ -622,7 +622,7 @@ impl RedisBackend {
                 .arg(ahead);
         }
         let replies: Vec<redis::Value> = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let mut replies = replies.into_iter();
@@ -670,7 +670,7 @@ impl RedisBackend {
             pipe.cmd("HMGET").arg(k.deliveries(s, g, *p)).arg(seqs);
         }
         let raws: Vec<Vec<Option<String>>> = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         for ((p, seqs), raws) in wanted.into_iter().zip(raws) {
@@ -842,7 +842,7 @@ impl RedisBackend {
         let raws: Vec<Vec<Option<String>>> = if by_partition.is_empty() {
             Vec::new()
         } else {
-            pipe.query_async(&mut self.conn.clone())
+            pipe.query_async(&mut self.read_conn())
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?
         };

@@ -120,7 +120,7 @@ impl RedisBackend {
                 cmd.arg("LIMIT").arg(0).arg(count);
             }
         }
-        pipe.query_async(&mut self.conn.clone())
+        pipe.query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))
     }
@@ -195,7 +195,7 @@ impl RedisBackend {
                 .arg(member(gate, *seq));
         }
         let replies: Vec<(Vec<String>, Option<String>)> = invocation
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         if replies.len() != items.len() {
@@ -550,7 +550,7 @@ impl RedisBackend {
                         .arg(super::claims::entry_id(last));
                 }
                 let replies: Vec<Vec<Entry>> = pipe
-                    .query_async(&mut self.conn.clone())
+                    .query_async(&mut self.read_conn())
                     .await
                     .map_err(|e| map_error(e, Phase::Read))?;
                 for ((i, ..), entries) in reads.into_iter().zip(replies) {
@@ -785,6 +785,8 @@ impl RedisBackend {
                 .arg(ahead);
             pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
         }
+        // The script goes out with the reads.
+        super::mark(Phase::Write);
         let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
             Ok(replies) => replies,
             Err(e) if super::is_noscript(&e) => {

@@ -30,6 +30,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
@@ -655,6 +656,46 @@ enum Phase {
     Write,
 }
 
+/// Tells a bounded call what is about to go out
+/// (`docs/cluster.md#a-node-cut-off-from-the-store`).
+fn mark(phase: Phase) {
+    match phase {
+        Phase::Read => crate::backend::sending_read(),
+        Phase::Write => crate::backend::sending_write(),
+    }
+}
+
+/// The connection of `url` and the connection manager's settings, from
+/// store timeout `t` (`docs/cluster.md#a-node-cut-off-from-the-store`):
+/// a command answers within half of it (a script's answer that does not
+/// come is `ambiguous`), connecting takes at most a fifth, and the socket
+/// gives up on a server that stopped acknowledging (TCP keepalive after
+/// half of it, probing every tenth, three times, in whole seconds;
+/// `TCP_USER_TIMEOUT` of `t`), so a connection a cut network left open is
+/// replaced rather than waited on.
+fn driver_config(
+    url: &str,
+    t: Duration,
+) -> redis::RedisResult<(redis::ConnectionInfo, redis::aio::ConnectionManagerConfig)> {
+    use redis::IntoConnectionInfo as _;
+    use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
+    // The kernel counts keepalive times in whole seconds.
+    let whole_seconds = |d: Duration| Duration::from_secs(d.as_secs().max(1));
+    let keepalive = TcpKeepalive::new()
+        .with_time(whole_seconds(t / 2))
+        .with_interval(whole_seconds(t / 10))
+        .with_retries(3);
+    let tcp = TcpSettings::default()
+        .set_keepalive(keepalive)
+        .set_user_timeout(t);
+    let info = url.into_connection_info()?.set_tcp_settings(tcp);
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(t / 5))
+        .set_response_timeout(Some(t / 2))
+        .set_number_of_retries(2);
+    Ok((info, config))
+}
+
 /// Maps a driver error to a portable one: no connection is
 /// `backend_unavailable`; a write whose answer was lost is `ambiguous`.
 fn map_error(e: redis::RedisError, phase: Phase) -> Error {
@@ -679,21 +720,18 @@ fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
 }
 
 impl RedisBackend {
-    /// Connects to the Redis a URL names, keys under its prefix.
-    pub(crate) async fn connect(url: &str, clock: SharedClock) -> Result<Self> {
+    /// Connects to the Redis a URL names, keys under its prefix, with the
+    /// driver's timeouts derived from store timeout `t` ([`driver_config`]).
+    pub(crate) async fn connect(url: &str, clock: SharedClock, t: Duration) -> Result<Self> {
         let parsed = RedisUrl::parse(url)?;
-        let client = redis::Client::open(parsed.connect.as_str()).map_err(|e| {
+        let invalid = |e: redis::RedisError| {
             Error::invalid(
                 "backend",
                 format!("{:?}: {e}", crate::backend::redact_url(url)),
             )
-        })?;
-        // Fail fast when Redis is gone (the caller backs off and retries);
-        // the manager reconnects on its own once it is back.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-            .set_response_timeout(Some(std::time::Duration::from_secs(5)))
-            .set_number_of_retries(2);
+        };
+        let (info, config) = driver_config(&parsed.connect, t).map_err(invalid)?;
+        let client = redis::Client::open(info).map_err(invalid)?;
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
@@ -726,7 +764,14 @@ impl RedisBackend {
         })
     }
 
+    /// The connection, for a pipeline of reads.
+    fn read_conn(&self) -> ConnectionManager {
+        mark(Phase::Read);
+        self.conn.clone()
+    }
+
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, phase: Phase) -> Result<T> {
+        mark(phase);
         cmd.query_async(&mut self.conn.clone())
             .await
             .map_err(|e| map_error(e, phase))
@@ -784,6 +829,7 @@ impl RedisBackend {
     /// Runs `cas.lua`.
     async fn apply(&self, cas: &Cas) -> Result<Applied> {
         let cmd = self.cas_command(cas);
+        mark(Phase::Write);
         let failed: i64 = match cmd.query_async(&mut self.conn.clone()).await {
             Err(e) if is_noscript(&e) => {
                 self.load_cas().await?;
@@ -1057,7 +1103,7 @@ impl RedisBackend {
                 .arg(&entry);
         }
         let replies: Vec<Vec<claims::Entry>> = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let mut out = HashMap::with_capacity(positions.len());

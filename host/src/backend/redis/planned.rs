@@ -149,6 +149,8 @@ impl RedisBackend {
                 .arg(quota);
             pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
         }
+        // The claims go out with the reads.
+        super::mark(Phase::Write);
         let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
             Ok(replies) => replies,
             Err(e) if super::is_noscript(&e) => {
@@ -336,6 +338,8 @@ impl RedisBackend {
                 .arg(ahead);
             pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
         }
+        // The claims go out with the reads.
+        super::mark(Phase::Write);
         let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
             Ok(replies) => replies,
             Err(e) if super::is_noscript(&e) => {

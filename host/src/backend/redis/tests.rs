@@ -25,6 +25,9 @@ use crate::model::{
 
 const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 
+/// The store timeout of the tests' backends: the server's default.
+const TIMEOUT: std::time::Duration = crate::backend::DEFAULT_STORE_TIMEOUT;
+
 /// A backend under a fresh prefix, or `None` (with a note) when
 /// `TEST_REDIS_URL` is unset and Redis is not required.
 async fn backend() -> Option<RedisBackend> {
@@ -43,7 +46,7 @@ async fn connect_fresh(clock: crate::clock::SharedClock) -> Option<RedisBackend>
     let url = service_url("TEST_REDIS_URL", "redis")?;
     let prefix = fresh_prefix(&url).await;
     let sep = if url.contains('?') { '&' } else { '?' };
-    let mut backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock)
+    let mut backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock, TIMEOUT)
         .await
         .expect("connect to TEST_REDIS_URL");
     backend.janitor = Some(Arc::new(Janitor {
@@ -1094,7 +1097,7 @@ impl RedisBackend {
         let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
         let sep = if url.contains('?') { '&' } else { '?' };
         let url = format!("{url}{sep}prefix={}", b.keys.prefix);
-        let mut other = RedisBackend::connect(&url, b.clock.clone())
+        let mut other = RedisBackend::connect(&url, b.clock.clone(), TIMEOUT)
             .await
             .expect("connect");
         other.janitor = b.janitor.clone();
@@ -1122,7 +1125,9 @@ async fn nodes(
     let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
     let sep = if url.contains('?') { '&' } else { '?' };
     let url = format!("{url}{sep}prefix={}", a.keys.prefix);
-    let mut b = RedisBackend::connect(&url, clock).await.expect("node b");
+    let mut b = RedisBackend::connect(&url, clock, TIMEOUT)
+        .await
+        .expect("node b");
     // One prefix: b shares a's janitor, so the keys go with the last node.
     b.janitor = a.janitor.clone();
     Some((Arc::new(a), Arc::new(b)))
@@ -1168,7 +1173,31 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         |relayed, clock| async move {
             let sep = if relayed.contains('?') { '&' } else { '?' };
             let url = format!("{relayed}{sep}prefix={prefix}");
-            let b = RedisBackend::connect(&url, clock).await;
+            let b = RedisBackend::connect(&url, clock, TIMEOUT).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn crate::backend::Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
+        return;
+    };
+    let prefix = fresh_prefix(&url).await;
+    let janitor = Arc::new(Janitor {
+        url: url.clone(),
+        pattern: format!("{prefix}:*"),
+    });
+    crate::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        std::time::Duration::from_millis(1_500),
+        |relayed, clock, timeout| async move {
+            let sep = if relayed.contains('?') { '&' } else { '?' };
+            let url = format!("{relayed}{sep}prefix={prefix}");
+            let b = RedisBackend::connect(&url, clock, timeout).await;
             Arc::new(b.expect("connect through the relay")) as Arc<dyn crate::backend::Backend>
         },
     )

@@ -84,6 +84,9 @@ impl<D: Dialect> SqlBackend<D> {
     /// A pooled connection for `access`; failing to get one is
     /// `backend_unavailable` ([`Phase::Connect`]).
     pub(crate) async fn conn(&self, access: Access) -> Result<sqlx::pool::PoolConnection<D::Db>> {
+        // Every call starts here: from now on it says when a write goes
+        // out (docs/cluster.md#a-node-cut-off-from-the-store).
+        crate::backend::sending_read();
         let pool = self.dialect.pool(access);
         // The pool has pinged each connection, which runs any rollback still
         // queued, so one still inside a transaction is stuck there: SQLite
@@ -113,6 +116,7 @@ impl<D: Dialect> SqlBackend<D> {
 
     /// Commits; a lost connection here leaves the outcome unknown.
     pub(crate) async fn commit(tx: super::Tx<D>) -> Result<()> {
+        crate::backend::sending_write();
         tx.commit().await.map_err(|e| map_error(e, Phase::Write))
     }
 
@@ -203,6 +207,10 @@ pub(crate) async fn rows_in<D: Dialect>(
     let sql = D::statement(statement);
     if !has_sql(sql) {
         return Ok(Vec::new());
+    }
+    if phase == Phase::Write {
+        // A statement that commits on its own.
+        crate::backend::sending_write();
     }
     let rows = conn
         .rows(D::bind(sql, args))

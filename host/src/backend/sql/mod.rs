@@ -382,11 +382,20 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
         E::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             match code.as_str() {
-                // PostgreSQL: connection failure classes, admin shutdown, and
-                // statement timeout / cancel (a write may be half-way).
-                c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "57014") => {
+                // PostgreSQL: connection failure classes, admin shutdown,
+                // statement timeout / cancel (a write may be half-way), and
+                // a session the server ended for idling in a transaction or
+                // at all (docs/cluster.md#a-node-cut-off-from-the-store).
+                c if c.starts_with("08")
+                    || matches!(c, "57P01" | "57P02" | "57P03" | "57014" | "25P03" | "57P05") =>
+                {
                     lost(db.to_string())
                 }
+                // PostgreSQL's lock_timeout: the statement waited too long
+                // for a lock (held by a node that is gone, say) and was
+                // stopped before it changed anything; the transaction is
+                // rolled back.
+                "55P03" => Error::BackendUnavailable(db.to_string()),
                 // SQLite busy / locked past the busy timeout: nothing was written.
                 "5" | "6" | "261" | "517" => Error::BackendUnavailable(db.to_string()),
                 // PostgreSQL aborted the transaction for a deadlock or a
