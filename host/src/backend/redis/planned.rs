@@ -47,7 +47,8 @@ pub(super) fn read_ahead(limit: usize, partitions: usize) -> usize {
     limit.div_ceil(partitions.max(1)).saturating_mul(2).max(32)
 }
 
-/// Decodes what a read ahead from `cursor` returned.
+/// Decodes what a read ahead from `cursor` returned: the events from
+/// `cursor` on, contiguous, or none.
 pub(super) fn ahead_of(
     s: &StreamName,
     p: u32,
@@ -326,17 +327,30 @@ impl RedisBackend {
             cas.write(&["HSET", &cursors, &field, &walk.next.to_string()]);
             moved.push((p, walk.next));
         }
+        // What each moved partition keeps of its read ahead (from its new
+        // cursor on), and reads more of in the same round trip.
         let ahead = read_ahead(limit, selected.len());
+        let mut kept: Vec<(Vec<Arc<Event>>, u64, usize)> = Vec::with_capacity(moved.len());
         let mut pipe = redis::pipe();
         pipe.add_command(self.cas_command(&cas));
         for &(p, next) in &moved {
+            let i = selected.iter().position(|&q| q == p).expect("selected");
+            let left: Vec<Arc<Event>> = views[i]
+                .ahead
+                .iter()
+                .filter(|e| e.sequence >= next)
+                .cloned()
+                .collect();
+            let from = left.last().map_or(next, |e| e.sequence + 1);
+            let more = ahead.saturating_sub(left.len()).max(1);
             pipe.cmd("XRANGE")
                 .arg(self.keys.log(s, p))
-                .arg(entry_id(next))
+                .arg(entry_id(from))
                 .arg("+")
                 .arg("COUNT")
-                .arg(ahead);
+                .arg(more);
             pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
+            kept.push((left, from, more));
         }
         // The claims go out with the reads.
         super::mark(Phase::Write);
@@ -360,14 +374,19 @@ impl RedisBackend {
             }
             return Ok(None);
         }
-        for &(p, cursor) in &moved {
+        for (&(p, cursor), (mut left, from, _)) in moved.iter().zip(kept) {
             let entries: Vec<Entry> = value(next()?)?;
             let high_watermark: Option<u64> = value(next()?)?;
+            left.extend(ahead_of(s, p, from, entries)?.iter().cloned());
+            let contiguous = left
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.sequence == cursor + i as u64);
             let view = View {
                 cursor,
                 high_watermark: high_watermark.unwrap_or(0),
                 quiet: true,
-                ahead: ahead_of(s, p, cursor, entries)?,
+                ahead: if contiguous { left.into() } else { Arc::default() },
             };
             self.views.lock().insert((s.clone(), g.clone(), p), view);
         }
