@@ -572,9 +572,13 @@ async fn connect_store(
             postgres::PostgresBackend::connect(url, clock, migrate, timeout).await?,
         )),
         #[cfg(feature = "redis")]
-        Some("redis") => Ok(Arc::new(
-            redis::RedisBackend::connect(url, clock, timeout).await?,
-        )),
+        Some("redis") => {
+            let backend = redis::RedisBackend::connect(url, clock, timeout).await?;
+            if migrate {
+                backend.migrate_layout().await?;
+            }
+            Ok(Arc::new(backend))
+        }
         #[cfg(feature = "mongodb")]
         Some("mongodb") => Ok(Arc::new(
             mongo::MongoBackend::connect(url, clock, migrate, timeout).await?,

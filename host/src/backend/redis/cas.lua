@@ -17,7 +17,10 @@
 --                    or "e", a sorted set's key, a count n and n lex ranges
 --                    (min, max): each range has no member;
 --                    or "s", a sorted set's key, a count n and n triples
---                    (min, max, member): each range holds that member alone
+--                    (min, max, member): each range holds one member — that
+--                    one, which the caller guards otherwise (a gate's head
+--                    is its member while its record says it is leased, and
+--                    a guard on the record comes with this one)
 --   then the writes  each: its argument count n, then n arguments (the
 --                    command, one of those below, and its arguments)
 -- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
@@ -65,8 +68,7 @@ for g = 1, groups do
     local n = tonumber(ARGV[i + 2])
     for j = 0, n - 1 do
       local at = i + 3 + 3 * j
-      if redis.call('ZLEXCOUNT', key, ARGV[at], ARGV[at + 1]) ~= 1
-          or not redis.call('ZSCORE', key, ARGV[at + 2]) then
+      if redis.call('ZLEXCOUNT', key, ARGV[at], ARGV[at + 1]) ~= 1 then
         return g
       end
     end

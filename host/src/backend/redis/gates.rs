@@ -60,6 +60,8 @@ pub(super) struct GateView {
     /// The sequence and record (`None`: none) of the first member that is
     /// not the delivery.
     other: Option<(u64, Option<(String, Delivery)>)>,
+    /// The gate's count of open deliveries, as read (`None`: none).
+    count: Option<String>,
 }
 
 impl GateView {
@@ -96,51 +98,24 @@ struct Walking {
 }
 
 impl RedisBackend {
-    /// The first `count` members (all of them: `None`) of each
-    /// (partition, gate), in one round trip.
-    async fn members(
+    /// How many open deliveries each (partition, gate) has, as its count
+    /// reads raw (`None`: none), in one round trip.
+    async fn gate_counts(
         &self,
         s: &StreamName,
         g: &GroupName,
-        gates: &[(u32, &str)],
-        count: Option<usize>,
-    ) -> Result<Vec<Vec<String>>> {
+        gates: &[(u32, String)],
+    ) -> Result<Vec<Option<String>>> {
         if gates.is_empty() {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        for &(p, gate) in gates {
-            let [min, max] = range(gate);
-            let cmd = pipe
-                .cmd("ZRANGEBYLEX")
-                .arg(self.keys.gates(s, g, p))
-                .arg(min)
-                .arg(max);
-            if let Some(count) = count {
-                cmd.arg("LIMIT").arg(0).arg(count);
-            }
+        for (p, gate) in gates {
+            pipe.cmd("HGET").arg(self.keys.counts(s, g, *p)).arg(gate);
         }
         pipe.query_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))
-    }
-
-    /// The records at `seqs` of partition `p`, one `HMGET`.
-    async fn records(
-        &self,
-        s: &StreamName,
-        g: &GroupName,
-        p: u32,
-        seqs: &[u64],
-    ) -> Result<Vec<Option<String>>> {
-        if seqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let cmd = redis::cmd("HMGET")
-            .arg(self.keys.deliveries(s, g, p))
-            .arg(seqs)
-            .clone();
-        self.run(&cmd, Phase::Read).await
     }
 
     /// The key of the event at each position: `known` where this process
@@ -192,9 +167,11 @@ impl RedisBackend {
                 .arg(self.keys.deliveries(s, g, *p))
                 .arg(min)
                 .arg(max)
-                .arg(member(gate, *seq));
+                .arg(member(gate, *seq))
+                .arg(self.keys.counts(s, g, *p))
+                .arg(gate);
         }
-        let replies: Vec<(Vec<String>, Option<String>)> = invocation
+        let replies: Vec<(Vec<String>, Option<String>, Option<String>)> = invocation
             .invoke_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
@@ -204,7 +181,7 @@ impl RedisBackend {
         items
             .iter()
             .zip(replies)
-            .map(|((_, seq, gate), (firsts, raw))| {
+            .map(|((_, seq, gate), (firsts, raw, count))| {
                 let mine = member(gate, *seq);
                 let other = match firsts.iter().find(|m| **m != mine) {
                     Some(m) => {
@@ -223,6 +200,7 @@ impl RedisBackend {
                     gate: gate.clone(),
                     firsts,
                     other,
+                    count,
                 })
             })
             .collect()
@@ -245,6 +223,7 @@ impl RedisBackend {
         new: Delivery,
     ) -> (Delivery, bool) {
         cas.lex_first_are(&k.gates, range(&view.gate), 2, view.firsts.clone());
+        cas.hget_is(&k.counts, &view.gate, view.count.as_deref());
         if let Some((other, record)) = &view.other {
             let raw = record.as_ref().map(|(raw, _)| raw.as_str());
             cas.hget_is(&k.records, &other.to_string(), raw);
@@ -253,6 +232,15 @@ impl RedisBackend {
         let closes = matches!(new.status, Status::Acked | Status::Dead);
         if closes {
             cas.write(&["ZREM", &k.gates, &mine]);
+            let count: u64 = view
+                .count
+                .as_deref()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(1);
+            match count.saturating_sub(1) {
+                0 => cas.write(&["HDEL", &k.counts, &view.gate]),
+                left => cas.write(&["HSET", &k.counts, &view.gate, &left.to_string()]),
+            }
         }
         let other = view
             .other
@@ -418,6 +406,8 @@ impl RedisBackend {
         }
         let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
         let mut cursors_after = Vec::new();
+        // Per (partition, gate), the deliveries the walks added to it.
+        let mut joined: HashMap<(u32, String), u64> = HashMap::new();
         for w in walks {
             if w.walk.next == w.cursor {
                 continue;
@@ -434,6 +424,7 @@ impl RedisBackend {
                 self.place(&mut cas, &k, seq, None, &new);
                 if let Some(gate) = gate {
                     cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
+                    *joined.entry((p, gate)).or_default() += 1;
                 }
                 let event = events
                     .get(&(p, seq))
@@ -448,14 +439,24 @@ impl RedisBackend {
                 };
                 self.place(&mut cas, &k, seq, None, &parked);
                 cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
+                *joined.entry((p, gate)).or_default() += 1;
             }
             cas.write(&["HSET", &cursors, &p.to_string(), &w.walk.next.to_string()]);
             cursors_after.push((p, w.walk.next));
         }
+        // Each gate passed: guarded on its count as read (or taken to be),
+        // and counting what the walk added to it.
         let busy = probed.values().any(Option::is_some);
-        for ((p, gate), first) in probed {
-            let k = self.keys.gates(s, g, p);
-            cas.lex_first_are(&k, range(&gate), 1, first.into_iter().collect());
+        for ((p, gate), count) in probed {
+            let counts = self.keys.counts(s, g, p);
+            cas.hget_is(&counts, &gate, count.as_deref());
+            if let Some(added) = joined.get(&(p, gate.clone())) {
+                let before: u64 = match &count {
+                    Some(raw) => raw.parse().map_err(|_| corrupt("gate count", raw))?,
+                    None => 0,
+                };
+                cas.write(&["HSET", &counts, &gate, &(before + added).to_string()]);
+            }
         }
         if cas.is_empty() {
             return Ok(Some(Vec::new()));
@@ -501,9 +502,10 @@ impl RedisBackend {
     /// it wants or is over: each round reads the next window of every walk
     /// (one pipeline, from what was read ahead where it covers the window),
     /// then asks the gates they pass (one pipeline) and passes the windows.
-    /// Adds the events read to `events`, and each asked gate's first member
-    /// as found (`None`: free) to `probed` — or, `optimistic`, each asked
-    /// gate as free without asking: the caller's write is guarded on it.
+    /// Adds the events read to `events`, and each asked gate's count of
+    /// open deliveries as read (`None`: free) to `probed` — or,
+    /// `optimistic`, each asked gate as free without asking: the caller's
+    /// write is guarded on it.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     async fn walk(
         &self,
@@ -581,11 +583,9 @@ impl RedisBackend {
                 // is guarded on each being so.
                 probed.extend(asked.into_iter().map(|pg| (pg, None)));
             } else {
-                let gates: Vec<(u32, &str)> =
-                    asked.iter().map(|(p, gate)| (*p, gate.as_str())).collect();
-                let firsts = self.members(s, g, &gates, Some(1)).await?;
-                for ((p, gate), first) in asked.into_iter().zip(firsts) {
-                    probed.insert((p, gate), first.into_iter().next());
+                let counts = self.gate_counts(s, g, &asked).await?;
+                for (pg, count) in asked.into_iter().zip(counts) {
+                    probed.insert(pg, count);
                 }
             }
             for (i, pairs) in keyed {
@@ -669,7 +669,7 @@ impl RedisBackend {
     pub(super) async fn regate(
         &self,
         cas: &mut Cas,
-        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
+        (s, _, ordering): (&StreamName, &GroupName, GroupOrdering),
         k: &PartitionKeys,
         reopened: &mut [Reopened],
     ) -> Result<()> {
@@ -684,32 +684,50 @@ impl RedisBackend {
                 by_gate.entry(gate.to_owned()).or_default().push(i);
             }
         }
-        let gates: Vec<(u32, &str)> = by_gate.keys().map(|gate| (p, gate.as_str())).collect();
-        let members = self.members(s, g, &gates, None).await?;
+        // The gates' members, their records and counts, as one snapshot.
+        let mut invocation = self.gate_members.prepare_invoke();
+        invocation.key(&k.gates).key(&k.records).key(&k.counts);
+        for gate in by_gate.keys() {
+            let [min, max] = range(gate);
+            invocation.arg(min).arg(max).arg(gate);
+        }
+        #[allow(clippy::type_complexity)]
+        let read: Vec<(Vec<String>, Vec<Option<String>>, Option<String>)> = if by_gate.is_empty() {
+            Vec::new()
+        } else {
+            invocation
+                .invoke_async(&mut self.read_conn())
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?
+        };
         let reopened_seqs: HashSet<u64> = reopened.iter().map(|r| r.seq).collect();
-        let mut others: Vec<u64> = Vec::new();
-        let mut gate_members: Vec<Vec<u64>> = Vec::with_capacity(members.len());
-        for list in &members {
-            let seqs = list
+        let mut records: HashMap<u64, (Option<String>, Option<Delivery>)> = HashMap::new();
+        let mut gate_members: Vec<Vec<u64>> = Vec::with_capacity(read.len());
+        let mut counts = Vec::with_capacity(read.len());
+        for (members, raws, count) in read {
+            let seqs = members
                 .iter()
                 .map(|m| sequence_of(m))
                 .collect::<Result<Vec<u64>>>()?;
-            others.extend(seqs.iter().filter(|q| !reopened_seqs.contains(q)));
+            for (&seq, raw) in seqs.iter().zip(raws) {
+                if !reopened_seqs.contains(&seq) {
+                    let delivery = raw.as_deref().map(Delivery::decode).transpose()?;
+                    records.insert(seq, (raw, delivery));
+                }
+            }
             gate_members.push(seqs);
+            counts.push(count);
         }
-        let raws = self.records(s, g, p, &others).await?;
-        let mut records: HashMap<u64, (Option<String>, Option<Delivery>)> = HashMap::new();
-        for (seq, raw) in others.into_iter().zip(raws) {
-            let delivery = raw.as_deref().map(Delivery::decode).transpose()?;
-            records.insert(seq, (raw, delivery));
-        }
-        for ((gate, indexes), seqs) in by_gate.iter().zip(gate_members) {
+        for (((gate, indexes), seqs), count) in by_gate.iter().zip(gate_members).zip(counts) {
             let mut open: Vec<u64> = seqs
                 .into_iter()
                 .chain(indexes.iter().map(|&i| reopened[i].seq))
                 .collect();
             open.sort_unstable();
             open.dedup();
+            // The gate counts its members, the re-opened ones with them.
+            cas.hget_is(&k.counts, gate, count.as_deref());
+            cas.write(&["HSET", &k.counts, gate, &open.len().to_string()]);
             // The re-opened deliveries are parked to start with; the gate
             // then gets the head the shared rule gives it.
             let standing = |want: Status| {

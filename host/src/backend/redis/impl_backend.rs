@@ -43,6 +43,10 @@ impl Backend for RedisBackend {
         RedisBackend::ping(self).await
     }
 
+    async fn migrate(&self) -> Result<Vec<String>> {
+        self.migrate_layout().await
+    }
+
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         RedisBackend::create_stream(self, req).await
     }

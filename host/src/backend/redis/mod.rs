@@ -22,6 +22,7 @@ mod gates;
 mod groups;
 mod impl_backend;
 mod inspect;
+mod migrate;
 mod planned;
 mod rewind;
 mod settle;
@@ -62,6 +63,11 @@ impl Keys {
         Self {
             prefix: prefix.to_owned(),
         }
+    }
+
+    /// Hash: migration step → when it was applied (`migrate.rs`).
+    pub(crate) fn migrations(&self) -> String {
+        format!("{}:migrations", self.prefix)
     }
 
     /// Hash: stream name → `{"partitions": n, "created_at": ms}`.
@@ -155,6 +161,14 @@ impl Keys {
         self.group_key(s, g, &format!("gates:{p}"))
     }
 
+    /// Hash: an ordered group's gates that have open deliveries, each
+    /// with how many (its members in [`Keys::gates`]): whether a gate is
+    /// free, or holds its head alone, is one field of one `HMGET` for a
+    /// whole batch (`docs/backends.md#redis`).
+    pub(crate) fn counts(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("gatecounts:{p}"))
+    }
+
     /// The keys of one partition's deliveries, built once for a batch.
     pub(crate) fn partition(&self, s: &StreamName, g: &GroupName, p: u32) -> PartitionKeys {
         PartitionKeys {
@@ -166,6 +180,7 @@ impl Keys {
             fresh: self.fresh(s, g, p),
             dead: self.dead(s, g),
             gates: self.gates(s, g, p),
+            counts: self.counts(s, g, p),
             partition: p,
         }
     }
@@ -193,6 +208,7 @@ pub(crate) struct PartitionKeys {
     pub(crate) fresh: String,
     pub(crate) dead: String,
     pub(crate) gates: String,
+    pub(crate) counts: String,
     pub(crate) partition: u32,
 }
 
@@ -284,8 +300,10 @@ enum Guard {
     /// Each of these lex ranges of a sorted set has no member (a gate with
     /// nothing open): one guard for many, cheaper to send and to check.
     LexEmpty(String, Vec<[String; 2]>),
-    /// Each of these lex ranges of a sorted set holds the given member
-    /// alone (a gate whose head is its only open delivery).
+    /// Each of these lex ranges of a sorted set holds one member, the
+    /// given one (a gate whose head is its only open delivery). Only the
+    /// count is checked: every use guards the member's record too (an
+    /// open delivery's record and its gate membership change together).
     LexAlone(String, Vec<[String; 3]>),
 }
 
@@ -495,6 +513,10 @@ pub(crate) struct RedisBackend {
     cas: Arc<redis::Script>,
     /// `gate_view.lua`: what a settle of a gate's head reads of its gate.
     gate_view: Arc<redis::Script>,
+    /// `gate_members.lua`: what a re-open reads of the gates it touches.
+    gate_members: Arc<redis::Script>,
+    /// `count_gates.lua`: the migration that counts each gate's members.
+    count_gates: Arc<redis::Script>,
     /// Wake-ups of this process; fed by the pub/sub listener, so an append
     /// on any node wakes waiters on every node.
     notifier: Arc<Notifier>,
@@ -750,6 +772,8 @@ impl RedisBackend {
             clock,
             cas: Arc::new(redis::Script::new(include_str!("cas.lua"))),
             gate_view: Arc::new(redis::Script::new(include_str!("gate_view.lua"))),
+            gate_members: Arc::new(redis::Script::new(include_str!("gate_members.lua"))),
+            count_gates: Arc::new(redis::Script::new(include_str!("count_gates.lua"))),
             notifier,
             _listener: Arc::new(listener),
             cluster,

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::claims::{Delivery, Entry, Status, entry_id, value};
-use super::gates::{member, range};
+use super::gates::member;
 use super::{Applied, Cas, Phase, RedisBackend, Settings, corrupt, map_error};
 use crate::backend::policy::{GateWalk, Share, claim_capacity, round_robin};
 use crate::backend::{FetchRequest, Result};
@@ -299,8 +299,22 @@ impl RedisBackend {
             let view = &views[i];
             let field = p.to_string();
             cas.hget_is(&cursors, &field, Some(&view.cursor.to_string()));
+            // Every gate passed had nothing open; now it has what the walk
+            // added to it.
+            let mut joined: HashMap<&str, u64> = HashMap::new();
+            for (_, gate) in &walk.lease {
+                if let Some(gate) = gate {
+                    *joined.entry(gate).or_default() += 1;
+                }
+            }
+            for (_, gate) in &walk.park {
+                *joined.entry(gate).or_default() += 1;
+            }
             for gate in &free[i] {
-                cas.lex_first_are(&k.gates, range(gate), 1, Vec::new());
+                cas.hget_is(&k.counts, gate, None);
+                if let Some(n) = joined.get(gate.as_str()) {
+                    cas.write(&["HSET", &k.counts, gate, &n.to_string()]);
+                }
             }
             for (seq, gate) in walk.lease {
                 let lease_id = LeaseId::generate();
@@ -386,7 +400,11 @@ impl RedisBackend {
                 cursor,
                 high_watermark: high_watermark.unwrap_or(0),
                 quiet: true,
-                ahead: if contiguous { left.into() } else { Arc::default() },
+                ahead: if contiguous {
+                    left.into()
+                } else {
+                    Arc::default()
+                },
             };
             self.views.lock().insert((s.clone(), g.clone(), p), view);
         }

@@ -342,6 +342,7 @@ impl RedisBackend {
                 k.open(s, g, p),
                 k.fresh(s, g, p),
                 k.gates(s, g, p),
+                k.counts(s, g, p),
             ] {
                 cas.write(&["DEL", &key]);
             }

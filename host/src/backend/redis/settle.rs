@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::claims::{Delivery, Slot, Status, entry_id, leased_prefix};
-use super::gates::{GateView, later_of_shared_gates, member, range};
+use super::gates::{GateView, later_of_shared_gates, member};
 use super::{Applied, Cas, MAX_ATTEMPTS, RedisBackend, Settings};
 use crate::backend::policy::{Write, settle_write};
 use crate::backend::{Error, Result, validate_settlements};
@@ -283,9 +283,11 @@ impl RedisBackend {
             match (gate, &mut views) {
                 (None, _) => {}
                 (Some(gate), None) => {
-                    let mine = member(gate, *seq);
-                    cas.lex_first_are(&k.gates, range(gate), 2, vec![mine.clone()]);
-                    cas.write(&["ZREM", &k.gates, &mine]);
+                    // The head alone in its gate: its count is 1 (its
+                    // record's guard says it is the head).
+                    cas.hget_is(&k.counts, gate, Some("1"));
+                    cas.write(&["ZREM", &k.gates, &member(gate, *seq)]);
+                    cas.write(&["HDEL", &k.counts, gate]);
                 }
                 (Some(_), Some(views)) => {
                     let view = views.next().expect("a view per gated ack");

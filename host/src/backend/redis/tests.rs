@@ -6,6 +6,7 @@
 //! dropped; prefixes left by a crashed run are deleted by the first test of
 //! the next run after an hour.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -53,6 +54,8 @@ async fn connect_fresh(clock: crate::clock::SharedClock) -> Option<RedisBackend>
         url,
         pattern: backend.keys.all(),
     }));
+    // As `rheo serve` opens it.
+    backend.migrate_layout().await.expect("migrate");
     Some(backend)
 }
 
@@ -1203,4 +1206,73 @@ async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
     )
     .await;
     drop(janitor);
+}
+
+/// A store written before gates were counted (an ordered group with a key
+/// held and events parked behind it, and no gate counts): the migration
+/// counts every gate, and the group goes on by the rules; running the
+/// migrations again applies nothing.
+#[tokio::test]
+async fn the_gate_count_migration_counts_a_store_written_without_them() {
+    use crate::model::{GroupOrdering, GroupSpec};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let mut spec = GroupSpec::new(GroupName::parse("g").unwrap());
+    spec.ordering = GroupOrdering::Key;
+    let g = b.create_group(&s, spec).await.unwrap().name;
+    let inputs = ["a", "a", "a", "b"]
+        .iter()
+        .map(|k| EventInput {
+            partition: Some(0),
+            key: Some((*k).to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(
+        positions(&first),
+        [(0, 1, 1), (0, 4, 1)],
+        "a's 2 and 3 parked"
+    );
+
+    // As an older version left it: no counts, no migrations recorded.
+    let counts = b.keys.counts(&s, &g, 0);
+    let mut conn = b.conn.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(&counts)
+        .arg(b.keys.migrations())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(b.migrate_layout().await.unwrap(), ["0001_gate_counts"]);
+    let rebuilt: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(&counts)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, BTreeMap::from([("a".into(), 3), ("b".into(), 1)]));
+    assert!(b.migrate_layout().await.unwrap().is_empty(), "applied once");
+
+    // The group goes on: each ack lets the key's next through, in order.
+    assert_eq!(settle(&b, &first[1], SettleOp::Ack).await, "ok");
+    let mut order = Vec::new();
+    let mut lease = first[0].clone();
+    loop {
+        assert_eq!(settle(&b, &lease, SettleOp::Ack).await, "ok");
+        let next = fetch(&b, &s, &g, 10).await;
+        if next.is_empty() {
+            break;
+        }
+        assert_eq!(next.len(), 1, "one of a at a time");
+        order.push(next[0].event.sequence);
+        lease = next[0].clone();
+    }
+    assert_eq!(order, [2, 3]);
+    let left: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(&counts)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "every gate closed: {left:?}");
 }
