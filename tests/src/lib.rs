@@ -180,6 +180,19 @@ impl Server {
         if options.test_clock {
             command.arg("--test-clock");
         }
+        // The MongoDB stand-in is slow: tens of milliseconds a write, and
+        // seconds at times when the library tests share it in CI, on top of
+        // the queue of a server's own transactions. A store call there gets
+        // two minutes unless the test sets its own bound; real MongoDB
+        // keeps the default (docs/cluster.md).
+        if backend.starts_with("mongodb:")
+            && !options.args.iter().any(|a| a == "--store-timeout-ms")
+        {
+            command.args(["--store-timeout-ms", "120000"]);
+            if !options.args.iter().any(|a| a == "--request-timeout-ms") {
+                command.args(["--request-timeout-ms", "180000"]);
+            }
+        }
         if let Some(token) = &options.auth_token {
             command.args(["--auth-token", token]);
         }

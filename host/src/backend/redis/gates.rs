@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::claims::{Delivery, Entry, Slot, Status, entry_id, value};
+use super::claims::{Delivery, Entry, Slot, Status};
 use super::planned::{ahead_of, read_ahead};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
@@ -464,20 +464,24 @@ impl RedisBackend {
         // Where gates are taken to be free, the events past each new
         // cursor are read ahead in the same round trip, for the next fetch
         // to plan over (`planned.rs`).
-        let ahead = if optimistic {
-            read_ahead(limit, selected.len())
+        let applied = if optimistic {
+            let ahead = read_ahead(limit, selected.len());
+            let reads: Vec<(u32, u64, usize)> = cursors_after
+                .iter()
+                .map(|&(p, next)| (p, next, ahead))
+                .collect();
+            self.apply_and_read(&cas, s, &reads).await?
         } else {
-            0
+            (self.apply(&cas).await? == Applied::Yes).then(Vec::new)
         };
-        let (applied, read) = self.apply_reading(&cas, s, &cursors_after, ahead).await?;
-        if applied == Applied::Conflict {
+        let Some(read) = applied else {
             // Something changed since the read; when gates were only taken
             // to be free, the next round asks them.
             if optimistic {
                 self.crowded.lock().insert(group);
             }
             return Ok(None);
-        }
+        };
         {
             let mut views = self.views.lock();
             for ((p, cursor), (entries, high_watermark)) in cursors_after.iter().zip(read) {
@@ -774,61 +778,6 @@ impl RedisBackend {
             }
         }
         Ok(())
-    }
-}
-
-impl RedisBackend {
-    /// Applies `cas` and, when `ahead` > 0, reads in the same round trip
-    /// `ahead` events of the log from each (partition, new cursor) and the
-    /// partition's high watermark (nothing read otherwise, or when the
-    /// script did not apply).
-    async fn apply_reading(
-        &self,
-        cas: &Cas,
-        s: &StreamName,
-        from: &[(u32, u64)],
-        ahead: usize,
-    ) -> Result<(Applied, Vec<(Vec<Entry>, u64)>)> {
-        if ahead == 0 || from.is_empty() {
-            return Ok((self.apply(cas).await?, Vec::new()));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_command(cas));
-        for &(p, cursor) in from {
-            pipe.cmd("XRANGE")
-                .arg(self.keys.log(s, p))
-                .arg(entry_id(cursor))
-                .arg("+")
-                .arg("COUNT")
-                .arg(ahead);
-            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
-        }
-        // The script goes out with the reads.
-        super::mark(Phase::Write);
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
-            Ok(replies) => replies,
-            Err(e) if super::is_noscript(&e) => {
-                // Redis lost its scripts (a restart): load them, then run
-                // the script alone.
-                self.load_cas().await?;
-                return Ok((self.apply(cas).await?, Vec::new()));
-            }
-            Err(e) => return Err(map_error(e, Phase::Write)),
-        };
-        let mut replies = replies.into_iter();
-        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
-        let failed: i64 = value(next()?)?;
-        let applied = self.outcome(cas, failed);
-        if applied == Applied::Conflict {
-            return Ok((applied, Vec::new()));
-        }
-        let mut read = Vec::with_capacity(from.len());
-        for _ in from {
-            let entries: Vec<Entry> = value(next()?)?;
-            let high_watermark: Option<u64> = value(next()?)?;
-            read.push((entries, high_watermark.unwrap_or(0)));
-        }
-        Ok((applied, read))
     }
 }
 

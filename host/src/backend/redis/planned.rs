@@ -14,7 +14,7 @@ use super::gates::member;
 use super::{Applied, Cas, Phase, RedisBackend, Settings, corrupt, map_error};
 use crate::backend::policy::{GateWalk, Share, claim_capacity, round_robin};
 use crate::backend::{FetchRequest, Result};
-use crate::model::{Event, GroupOrdering, Lease, LeaseId, StreamName};
+use crate::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName};
 
 /// A group partition as this process last saw it.
 #[derive(Debug, Clone)]
@@ -72,6 +72,85 @@ pub(super) fn ahead_of(
 }
 
 impl RedisBackend {
+    /// The views of `selected` if every one was seen quiet, with at least
+    /// `limit` new events past its cursor: a fresh read could not make a
+    /// partition run short, so a plan over them is what a read would give.
+    fn planned_views(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+        limit: usize,
+    ) -> Option<Vec<View>> {
+        let views: Vec<View> = {
+            let views = self.views.lock();
+            selected
+                .iter()
+                .map(|&p| views.get(&(s.clone(), g.clone(), p)).cloned())
+                .collect::<Option<_>>()?
+        };
+        views
+            .iter()
+            .all(|v| v.quiet && claim_capacity(0, v.cursor, v.high_watermark) >= limit)
+            .then_some(views)
+    }
+
+    /// Applies `cas` and reads in the same round trip, per (partition,
+    /// from, count) of `reads`, `count` events of the log from sequence
+    /// `from` and the partition's high watermark. `None` when the script
+    /// did not apply (a guard failed, or Redis had lost the script, which
+    /// is loaded again): nothing was written, the caller reads again.
+    pub(super) async fn apply_and_read(
+        &self,
+        cas: &Cas,
+        s: &StreamName,
+        reads: &[(u32, u64, usize)],
+    ) -> Result<Option<Vec<(Vec<Entry>, u64)>>> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cas_command(cas));
+        for &(p, from, count) in reads {
+            pipe.cmd("XRANGE")
+                .arg(self.keys.log(s, p))
+                .arg(entry_id(from))
+                .arg("+")
+                .arg("COUNT")
+                .arg(count);
+            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
+        }
+        // The script goes out with the reads.
+        super::mark(Phase::Write);
+        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
+            Ok(replies) => replies,
+            Err(e) if super::is_noscript(&e) => {
+                // Redis lost its scripts (a restart): load them; read again.
+                self.load_cas().await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(map_error(e, Phase::Write)),
+        };
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
+        let failed: i64 = value(next()?)?;
+        if self.outcome(cas, failed) == Applied::Conflict {
+            return Ok(None);
+        }
+        let mut read = Vec::with_capacity(reads.len());
+        for _ in reads {
+            let entries: Vec<Entry> = value(next()?)?;
+            let high_watermark: Option<u64> = value(next()?)?;
+            read.push((entries, high_watermark.unwrap_or(0)));
+        }
+        Ok(Some(read))
+    }
+
+    /// Forgets the views of `selected` (a plan over them failed).
+    fn forget_views(&self, s: &StreamName, g: &GroupName, selected: &[u32]) {
+        let mut views = self.views.lock();
+        for &p in selected {
+            views.remove(&(s.clone(), g.clone(), p));
+        }
+    }
+
     /// A fetch in one round trip, planned from the views this process
     /// keeps: when every selected partition was last seen with nothing
     /// ready, due or expired and at least `limit` new events, the policy
@@ -91,25 +170,13 @@ impl RedisBackend {
     ) -> Result<Option<Vec<Lease>>> {
         let (s, g) = (&req.stream, &req.group);
         let limit = req.limit as usize;
-        let views: Option<Vec<View>> = {
-            let views = self.views.lock();
-            selected
-                .iter()
-                .map(|&p| views.get(&(s.clone(), g.clone(), p)).cloned())
-                .collect()
+        let Some(views) = self.planned_views(s, g, selected, limit) else {
+            return Ok(None);
         };
-        let Some(views) = views else { return Ok(None) };
         let capacity: Vec<usize> = views
             .iter()
             .map(|v| claim_capacity(0, v.cursor, v.high_watermark))
             .collect();
-        if views
-            .iter()
-            .zip(&capacity)
-            .any(|(v, &c)| !v.quiet || c < limit)
-        {
-            return Ok(None);
-        }
         let quotas = round_robin(&capacity, limit, first);
         let now = self.clock.now();
         let expires_at = now.add_ms(req.lease_ms);
@@ -139,63 +206,27 @@ impl RedisBackend {
             cas.write(&["HSET", &cursors, &field, &next.to_string()]);
             pipe_reads.push((p, view.cursor, quota, next));
         }
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_command(&cas));
-        for &(p, cursor, quota, _) in &pipe_reads {
-            pipe.cmd("XRANGE")
-                .arg(self.keys.log(s, p))
-                .arg(entry_id(cursor))
-                .arg("+")
-                .arg("COUNT")
-                .arg(quota);
-            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
-        }
-        // The claims go out with the reads.
-        super::mark(Phase::Write);
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
-            Ok(replies) => replies,
-            Err(e) if super::is_noscript(&e) => {
-                // Redis lost its scripts (a restart): load it, then read.
-                self.load_cas().await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(map_error(e, Phase::Write)),
-        };
-        let mut replies = replies.into_iter();
-        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
-        let failed: i64 = value(next()?)?;
-        let key = |p: u32| (s.clone(), g.clone(), p);
-        if self.outcome(&cas, failed) == Applied::Conflict {
-            let mut views = self.views.lock();
-            for &p in selected {
-                views.remove(&key(p));
-            }
+        let reads: Vec<(u32, u64, usize)> = pipe_reads
+            .iter()
+            .map(|&(p, cursor, quota, _)| (p, cursor, quota))
+            .collect();
+        let Some(read) = self.apply_and_read(&cas, s, &reads).await? else {
+            self.forget_views(s, g, selected);
             return Ok(None);
-        }
+        };
         let mut events = HashMap::with_capacity(claimed.len());
-        let mut seen = Vec::with_capacity(pipe_reads.len());
-        for &(p, _, _, cursor) in &pipe_reads {
-            let entries: Vec<Entry> = value(next()?)?;
-            let high_watermark: Option<u64> = value(next()?)?;
+        for (&(p, _, _, cursor), (entries, high_watermark)) in pipe_reads.iter().zip(read) {
             for (entry, fields) in entries {
                 let event = super::decode_event(s, p, &entry, fields)?;
                 events.insert((p, event.sequence), Arc::new(event));
             }
-            seen.push((p, cursor, high_watermark.unwrap_or(0)));
-        }
-        {
-            let mut views = self.views.lock();
-            for (p, cursor, high_watermark) in seen {
-                views.insert(
-                    key(p),
-                    View {
-                        cursor,
-                        high_watermark,
-                        quiet: true,
-                        ahead: Arc::default(),
-                    },
-                );
-            }
+            let view = View {
+                cursor,
+                high_watermark,
+                quiet: true,
+                ahead: Arc::default(),
+            };
+            self.views.lock().insert((s.clone(), g.clone(), p), view);
         }
         let leases = self.leases(req, claimed, events, (now, expires_at), GroupOrdering::None)?;
         Ok(Some(leases))
@@ -227,25 +258,16 @@ impl RedisBackend {
             return Ok(None);
         }
         let limit = req.limit as usize;
-        let views: Option<Vec<View>> = {
-            let views = self.views.lock();
-            selected
-                .iter()
-                .map(|&p| views.get(&(s.clone(), g.clone(), p)).cloned())
-                .collect()
+        let Some(views) = self.planned_views(s, g, selected, limit) else {
+            return Ok(None);
         };
-        let Some(views) = views else { return Ok(None) };
+        if views.iter().any(|v| v.ahead.is_empty()) {
+            return Ok(None);
+        }
         let bound: Vec<usize> = views
             .iter()
             .map(|v| claim_capacity(0, v.cursor, v.high_watermark))
             .collect();
-        if views
-            .iter()
-            .zip(&bound)
-            .any(|(v, &b)| !v.quiet || b < limit || v.ahead.is_empty())
-        {
-            return Ok(None);
-        }
         // The walks, over what was read ahead; every gate a walk passes
         // is taken to be free (and guarded so).
         let mut share = Share::new(bound, limit, first);
@@ -344,9 +366,8 @@ impl RedisBackend {
         // What each moved partition keeps of its read ahead (from its new
         // cursor on), and reads more of in the same round trip.
         let ahead = read_ahead(limit, selected.len());
-        let mut kept: Vec<(Vec<Arc<Event>>, u64, usize)> = Vec::with_capacity(moved.len());
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_command(&cas));
+        let mut kept: Vec<Vec<Arc<Event>>> = Vec::with_capacity(moved.len());
+        let mut reads = Vec::with_capacity(moved.len());
         for &(p, next) in &moved {
             let i = selected.iter().position(|&q| q == p).expect("selected");
             let left: Vec<Arc<Event>> = views[i]
@@ -356,41 +377,18 @@ impl RedisBackend {
                 .cloned()
                 .collect();
             let from = left.last().map_or(next, |e| e.sequence + 1);
-            let more = ahead.saturating_sub(left.len()).max(1);
-            pipe.cmd("XRANGE")
-                .arg(self.keys.log(s, p))
-                .arg(entry_id(from))
-                .arg("+")
-                .arg("COUNT")
-                .arg(more);
-            pipe.cmd("HGET").arg(self.keys.high_watermarks(s)).arg(p);
-            kept.push((left, from, more));
+            reads.push((p, from, ahead.saturating_sub(left.len()).max(1)));
+            kept.push(left);
         }
-        // The claims go out with the reads.
-        super::mark(Phase::Write);
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut self.conn.clone()).await {
-            Ok(replies) => replies,
-            Err(e) if super::is_noscript(&e) => {
-                self.load_cas().await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(map_error(e, Phase::Write)),
-        };
-        let mut replies = replies.into_iter();
-        let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
-        let failed: i64 = value(next()?)?;
-        if self.outcome(&cas, failed) == Applied::Conflict {
+        let Some(read) = self.apply_and_read(&cas, s, &reads).await? else {
             // A gate taken to be free may be busy: the next fetches ask.
             self.crowded.lock().insert(group);
-            let mut views = self.views.lock();
-            for &p in selected {
-                views.remove(&(s.clone(), g.clone(), p));
-            }
+            self.forget_views(s, g, selected);
             return Ok(None);
-        }
-        for (&(p, cursor), (mut left, from, _)) in moved.iter().zip(kept) {
-            let entries: Vec<Entry> = value(next()?)?;
-            let high_watermark: Option<u64> = value(next()?)?;
+        };
+        for (((&(p, cursor), &(_, from, _)), mut left), (entries, high_watermark)) in
+            moved.iter().zip(&reads).zip(kept).zip(read)
+        {
             left.extend(ahead_of(s, p, from, entries)?.iter().cloned());
             let contiguous = left
                 .iter()
@@ -398,7 +396,7 @@ impl RedisBackend {
                 .all(|(i, e)| e.sequence == cursor + i as u64);
             let view = View {
                 cursor,
-                high_watermark: high_watermark.unwrap_or(0),
+                high_watermark,
                 quiet: true,
                 ahead: if contiguous {
                     left.into()
