@@ -101,6 +101,10 @@ pub(crate) fn restart_mid_run(store: &mut impl OwnStore, restart: Restart) {
     let options = ServerOptions {
         backend: Some(backend),
         test_clock: true,
+        // The store has its own process here, not one the library tests
+        // share: the default bound on a store call holds, and it is what
+        // makes the append below answer while the store is down.
+        args: vec!["--store-timeout-ms".into(), "10000".into()],
         ..ServerOptions::default()
     };
     let dir = tempfile::tempdir().unwrap();

@@ -361,7 +361,9 @@ impl MongoBackend {
         p: u32,
         state: &GroupState,
         Walking {
-            walk, mut events, ..
+            walk,
+            mut events,
+            busy,
         }: Walking,
         (consumer, now, expires_at): (&str, Timestamp, Timestamp),
     ) -> Tx<Vec<Claimed>> {
@@ -424,9 +426,7 @@ impl MongoBackend {
             // Another fetcher may have created one: read again.
             self.insert_all(session, DELIVERIES, docs).await?;
         }
-        for gate in &joined {
-            self.touch_gate(session, (s, g), p, gate).await?;
-        }
+        self.touch_gates(session, (s, g), p, &joined, &busy).await?;
         let mut filter = group_key(s, g);
         filter.insert("epoch", state.epoch);
         let moved = self
@@ -678,6 +678,52 @@ impl MongoBackend {
             .session(&mut *session)
             .await?;
         Ok(count)
+    }
+
+    /// Writes the documents of `gates` of partition `p` in two round trips
+    /// at most, as [`Self::touch_gate`] writes one: those `existing` says
+    /// exist are updated together (all must still be there), the others
+    /// created together (none may be yet: another transaction that created
+    /// one first sends this one round again).
+    async fn touch_gates(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gates: impl IntoIterator<Item = &String>,
+        existing: &HashMap<String, bool>,
+    ) -> Tx<()> {
+        let (old, new): (Vec<&String>, Vec<&String>) = gates
+            .into_iter()
+            .partition(|gate| existing.get(*gate).copied().unwrap_or(false));
+        if !new.is_empty() {
+            let docs = new
+                .iter()
+                .map(|gate| {
+                    doc! {
+                        "_id": gate_id(s, g, p, gate),
+                        "rev": 1_i64,
+                        "s": s.as_str(),
+                        "g": g.as_str(),
+                        "p": p as i32,
+                    }
+                })
+                .collect();
+            self.insert_all(session, GATES, docs).await?;
+        }
+        if !old.is_empty() {
+            let ids: Vec<String> = old.iter().map(|gate| gate_id(s, g, p, gate)).collect();
+            let updated = self
+                .coll(GATES)
+                .update_many(doc! {"_id": {"$in": ids}}, doc! {"$inc": {"rev": 1_i64}})
+                .session(&mut *session)
+                .await?;
+            if updated.matched_count != old.len() as u64 {
+                // A gate read as busy was forgotten meanwhile: decide again.
+                return Err(Fail::Retry);
+            }
+        }
+        Ok(())
     }
 
     /// Gives a gate the head the shared rule gives it ([`regate`],
