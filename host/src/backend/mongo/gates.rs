@@ -23,7 +23,6 @@ use mongodb::options::ReturnDocument;
 
 use super::claims::{
     ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by, held_of, lease_update,
-    named_by,
 };
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
@@ -31,8 +30,8 @@ use super::{
     opt_text, transaction, uint,
 };
 use crate::backend::policy::{
-    GateView, GateWalk, GroupConfig, POISON_REASON, Share, Write, claim_capacity, fence, regate,
-    settle_write,
+    GateView, GateWalk, GroupConfig, POISON_REASON, Regate, Share, Write, claim_capacity, fence,
+    regate, settle_write,
 };
 use crate::backend::{Error, FetchRequest, Result};
 use crate::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
@@ -80,6 +79,10 @@ struct Walking {
     /// The events its windows read, by sequence.
     events: HashMap<u64, Event>,
 }
+
+/// What a batch of settles did to each gate's deliveries: (partition,
+/// gate) to (sequence, its new open status, or none once settled for good).
+type Settled = HashMap<(u32, String), Vec<(u64, Option<&'static str>)>>;
 
 /// How a replay or a redrive names what it re-opens.
 #[derive(Debug)]
@@ -464,6 +467,13 @@ impl MongoBackend {
         Ok(results)
     }
 
+    /// The body of [`Self::settle_ordered`], in a constant number of round
+    /// trips whatever the batch: the deliveries the items name (one
+    /// `find`), the open deliveries of the gates they hold (one `find`),
+    /// then every settle and every gate's new head as one ordered `update`
+    /// command, and the gates' documents (one `update`, one `delete` when
+    /// a gate is done). The items are judged in order against what the
+    /// batch has written so far, so a lease named twice is settled once.
     async fn settle_in(
         &self,
         session: &mut ClientSession,
@@ -472,36 +482,46 @@ impl MongoBackend {
         config: &GroupConfig,
     ) -> Tx<(Vec<Result<()>>, bool)> {
         let now = self.now();
+        let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
+        let mut by_event = deliveries_of(s, g);
+        by_event.insert("e", doc! {"$in": &events});
+        let mut named: HashMap<String, Document> = HashMap::new();
+        for d in self.find_in(session, DELIVERIES, by_event, None, 0).await? {
+            named.insert(super::text(&d, "e")?.to_owned(), d);
+        }
         let mut results = Vec::with_capacity(items.len());
         let mut woke = false;
+        let mut updates = Vec::new();
+        let mut settled: Settled = HashMap::new();
         for item in items {
             if let Err(e) = item.validate() {
                 results.push(Err(e.into()));
                 continue;
             }
             let t = &item.target;
-            let found = self
-                .coll(DELIVERIES)
-                .find_one(named_by(s, g, t))
-                .session(&mut *session)
-                .await?;
-            if let Err(e) = fence(found.as_ref().and_then(held_of), t) {
+            let held = named.get_mut(t.event_id.as_str());
+            if let Err(e) = fence(held.as_deref().and_then(held_of), t) {
                 results.push(Err(e));
                 continue;
             }
-            let Some(held) = found else {
+            let Some(held) = held else {
                 unreachable!("the fence holds only on a delivery found");
             };
-            let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
-            let (id, p) = (id_of(&held)?, partition_of(&held)?);
-            let gate = opt_text(&held, "k");
-            let write = settle_write(item.op.clone(), attempt, config, now);
-            let update = match write {
-                Write::Ack => doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
-                Write::Dead(reason) => doc! {
-                    "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
-                    "$unset": {"lid": "", "due": ""},
-                },
+            let attempt = u32::try_from(int(held, "a")?).map_err(|e| corrupt("attempt", e))?;
+            let (p, seq) = (partition_of(held)?, uint(held, "q")?);
+            let gate = opt_text(held, "k");
+            let (update, status) = match settle_write(item.op.clone(), attempt, config, now) {
+                Write::Ack => (
+                    doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
+                    ACKED,
+                ),
+                Write::Dead(reason) => (
+                    doc! {
+                        "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
+                        "$unset": {"lid": "", "due": ""},
+                    },
+                    DEAD,
+                ),
                 Write::Retry { due, reason } => {
                     // A gated delivery is parked, and its gate hands out
                     // its lowest open one below: itself, or one a replay
@@ -514,21 +534,128 @@ impl MongoBackend {
                         Some(due) => set.insert("due", due.as_millis()),
                         None => unset.insert("due", ""),
                     };
-                    doc! {"$set": set, "$unset": unset}
+                    (doc! {"$set": set, "$unset": unset}, status)
                 }
             };
             let mut guard = held_by(s, g, t);
-            guard.insert("_id", id);
-            self.coll(DELIVERIES)
-                .update_one(guard, update)
-                .session(&mut *session)
-                .await?;
-            if let Some(gate) = &gate {
-                woke |= self.regate_in(session, (s, g), p, gate, true).await?;
+            guard.insert("_id", id_of(held)?);
+            updates.push(doc! {"q": guard, "u": update});
+            // Later items of the batch see this one settled.
+            held.insert("st", status);
+            if let Some(gate) = gate {
+                let open = (status == PARKED).then_some(PARKED);
+                settled.entry((p, gate)).or_default().push((seq, open));
             }
             results.push(Ok(()));
         }
+        let (heads, done) = self.regate_settled(session, (s, g), &settled).await?;
+        woke |= heads.values().any(|step| step.release.is_some());
+        for ((p, _), step) in &heads {
+            for (seq, from, to) in [
+                (step.park, AVAILABLE, PARKED),
+                (step.release, PARKED, AVAILABLE),
+            ] {
+                if let Some(seq) = seq {
+                    let mut filter = deliveries_of(s, g);
+                    filter.insert("p", *p as i32);
+                    filter.insert("q", big(seq));
+                    filter.insert("st", from);
+                    updates.push(doc! {"q": filter, "u": {"$set": {"st": to}}});
+                }
+            }
+        }
+        let expected = updates.len() as u64;
+        if self.update_each(session, DELIVERIES, updates).await? != expected {
+            // Each statement names one document this transaction read.
+            return Err(Fail::Retry);
+        }
+        let touches = heads
+            .keys()
+            .map(|(p, gate)| {
+                doc! {
+                    "q": {"_id": gate_id(s, g, *p, gate)},
+                    "u": {"$inc": {"rev": 1_i64}, "$setOnInsert": {"s": s.as_str(), "g": g.as_str(), "p": *p as i32}},
+                    "upsert": true,
+                }
+            })
+            .collect();
+        self.update_each(session, GATES, touches).await?;
+        if !done.is_empty() {
+            let ids: Vec<String> = done
+                .iter()
+                .map(|(p, gate)| gate_id(s, g, *p, gate))
+                .collect();
+            self.coll(GATES)
+                .delete_many(doc! {"_id": {"$in": ids}})
+                .session(&mut *session)
+                .await?;
+        }
         Ok((results, woke))
+    }
+
+    /// What the gates a batch of settles held decide next (`regate`,
+    /// `docs/groups.md#ordering`), from one read of their open deliveries
+    /// as the batch leaves them: per gate with something open the step,
+    /// and the gates with nothing open, which are forgotten.
+    async fn regate_settled(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        settled: &Settled,
+    ) -> Tx<(HashMap<(u32, String), Regate>, Vec<(u32, String)>)> {
+        if settled.is_empty() {
+            return Ok(Default::default());
+        }
+        let gates: Vec<Document> = settled
+            .keys()
+            .map(|(p, gate)| doc! {"p": *p as i32, "k": gate})
+            .collect();
+        let mut filter = deliveries_of(s, g);
+        filter.insert("st", doc! {"$in": OPEN.as_slice()});
+        filter.insert("$or", gates);
+        let found = self.find_in(session, DELIVERIES, filter, None, 0).await?;
+        let mut open: HashMap<(u32, String), HashMap<u64, String>> = settled
+            .keys()
+            .map(|gate| (gate.clone(), HashMap::new()))
+            .collect();
+        for d in &found {
+            let gate = (partition_of(d)?, super::text(d, "k")?.to_owned());
+            let status = super::text(d, "st")?.to_owned();
+            if let Some(of_gate) = open.get_mut(&gate) {
+                of_gate.insert(uint(d, "q")?, status);
+            }
+        }
+        for (gate, writes) in settled {
+            let of_gate = open.get_mut(gate).expect("every settled gate is read");
+            for (seq, status) in writes {
+                match status {
+                    Some(status) => of_gate.insert(*seq, (*status).to_owned()),
+                    None => of_gate.remove(seq),
+                };
+            }
+        }
+        let mut heads = HashMap::new();
+        let mut done = Vec::new();
+        for (gate, of_gate) in open {
+            if of_gate.is_empty() {
+                done.push(gate);
+                continue;
+            }
+            let with = |status: &str| {
+                of_gate
+                    .iter()
+                    .filter(|(_, st)| st.as_str() == status)
+                    .map(|(q, _)| *q)
+                    .min()
+            };
+            let step = regate(GateView {
+                out: with(LEASED).is_some(),
+                head: with(AVAILABLE),
+                lowest: of_gate.keys().copied().min(),
+            });
+            heads.insert(gate, step);
+        }
+        Ok((heads, done))
     }
 
     /// A replay or a redrive of an ordered group, in one transaction:

@@ -313,6 +313,37 @@ impl MongoBackend {
         }
     }
 
+    /// Runs the update statements `updates` (`{q, u, upsert?}`) on `name`
+    /// as one ordered `update` command inside `session`'s transaction: one
+    /// round trip for writes that each need their own filter. How many
+    /// documents they matched or created; a duplicate key (another writer
+    /// created one first) runs the transaction again.
+    pub(crate) async fn update_each(
+        &self,
+        session: &mut ClientSession,
+        name: &str,
+        updates: Vec<Document>,
+    ) -> std::result::Result<u64, Fail> {
+        if updates.is_empty() {
+            return Ok(0);
+        }
+        let command = doc! {"update": name, "updates": updates, "ordered": true};
+        let reply = self.db.run_command(command).session(session).await?;
+        if let Ok(errors) = reply.get_array("writeErrors") {
+            let code = |e: &Bson| e.as_document().and_then(|d| d.get("code")).cloned();
+            if errors.iter().any(|e| code(e) == Some(Bson::Int32(11000))) {
+                return Err(Fail::Retry);
+            }
+            return Err(Fail::Rheo(corrupt("update", format!("{errors:?}"))));
+        }
+        let n = reply.get("n").cloned().unwrap_or(Bson::Int32(0));
+        match n {
+            Bson::Int32(n) => Ok(n as u64),
+            Bson::Int64(n) => Ok(n as u64),
+            other => Err(Fail::Rheo(corrupt("update reply", other))),
+        }
+    }
+
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }

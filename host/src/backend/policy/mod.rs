@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 pub(crate) use fence::{Held, fence};
-pub(crate) use gates::{GateView, GateWalk, WALK_PER_CLAIM, regate};
+pub(crate) use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
 pub(crate) use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};
