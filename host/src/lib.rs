@@ -1,12 +1,13 @@
 //! Rheo: durable, searchable, replayable consumer groups over storage you
 //! already run, with handlers as sandboxed WebAssembly components.
 //!
-//! Crate map:
+//! Crate map (`docs/architecture.md`); [`model`], [`clock`], [`settle`],
+//! [`cluster`] and most of [`backend`] are `rheo-core`'s, re-exported here:
 //! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
 //! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, versions, status and rollback (their one owner), the handlers directory and its watcher.
 //! - [`metrics`] — the Prometheus series of `/metrics`: HTTP, backend operations, handlers, sampled groups.
 //! - [`model`]   — pure domain types (streams, events, groups, leases, queries) and their validation.
-//! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary, the backends, the conformance suite.
+//! - [`backend`] — the [`backend::Backend`] trait, the portable error vocabulary and the memory store (`rheo-core`); the SQLite, PostgreSQL, Redis and MongoDB stores and `open` by URL (here).
 //! - [`clock`]   — the injectable clock (system or frozen) every expiry is measured by.
 //! - [`cluster`] — servers sharing one store: node membership and heartbeats, the shared handler records (`docs/cluster.md`).
 //! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops; runs the version it is given (hot swap), counts per version.
@@ -19,12 +20,12 @@
 //! - [`telemetry`] — logs (text or JSON), the span per delivery, OTLP trace export.
 //! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
 
+pub use rheo_core::{clock, cluster, model, settle};
+
 pub mod api;
 pub mod backend;
 pub mod bench;
 pub mod cli;
-pub mod clock;
-pub mod cluster;
 pub mod config;
 #[cfg(feature = "wasm")]
 pub mod example_guests;
@@ -34,9 +35,7 @@ pub mod handler_logs;
 #[cfg(feature = "wasm")]
 pub mod handlers;
 pub mod metrics;
-pub mod model;
 pub mod runtime;
-pub mod settle;
 pub mod telemetry;
 #[cfg(feature = "wasm")]
 pub mod wasm;

@@ -28,6 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
+#[cfg(feature = "wasm")]
 use arc_swap::ArcSwapOption;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -173,6 +174,7 @@ impl Metrics {
 }
 
 /// Shorthand for the label set of one label.
+#[cfg(feature = "wasm")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(crate) struct HandlerLabel {
     pub(crate) handler: String,

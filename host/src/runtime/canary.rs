@@ -18,10 +18,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use super::Handler;
+pub use crate::cluster::CanaryCounts;
 use crate::model::EventId;
 
 /// Shares are in hundredths of a percent: 10% is 1,000.
@@ -68,20 +66,6 @@ pub struct CanaryTally {
     canary_failed: AtomicU64,
 }
 
-/// A copy of a [`CanaryTally`]: what one node (or, summed, every node)
-/// counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct CanaryCounts {
-    /// First attempts the current version finished.
-    pub current_handled: u64,
-    /// Of those, the ones it did not ack.
-    pub current_failed: u64,
-    /// First attempts the canary finished.
-    pub canary_handled: u64,
-    /// Of those, the ones it did not ack.
-    pub canary_failed: u64,
-}
-
 impl CanaryTally {
     /// Counts one finished first attempt, by the canary or not.
     pub(crate) fn record(&self, by_canary: bool, failed: bool) {
@@ -105,36 +89,6 @@ impl CanaryTally {
             canary_handled: get(&self.canary_handled),
             canary_failed: get(&self.canary_failed),
         }
-    }
-}
-
-impl CanaryCounts {
-    /// Both nodes' counts together.
-    pub fn plus(self, other: CanaryCounts) -> CanaryCounts {
-        CanaryCounts {
-            current_handled: self.current_handled + other.current_handled,
-            current_failed: self.current_failed + other.current_failed,
-            canary_handled: self.canary_handled + other.canary_handled,
-            canary_failed: self.canary_failed + other.canary_failed,
-        }
-    }
-
-    /// The current version's failure rate (0 when it handled nothing).
-    pub fn current_rate(&self) -> f64 {
-        rate(self.current_failed, self.current_handled)
-    }
-
-    /// The canary's failure rate (0 when it handled nothing).
-    pub fn canary_rate(&self) -> f64 {
-        rate(self.canary_failed, self.canary_handled)
-    }
-}
-
-fn rate(failed: u64, handled: u64) -> f64 {
-    if handled == 0 {
-        0.0
-    } else {
-        failed as f64 / handled as f64
     }
 }
 

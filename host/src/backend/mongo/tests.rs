@@ -79,7 +79,7 @@ async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
 
 mod conformance {
     use super::factory;
-    crate::backend_conformance!(factory);
+    rheo_core::backend_conformance!(factory);
 }
 
 /// Two backends (two servers) on one database.
@@ -100,7 +100,7 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
 
 mod nodes {
     use super::nodes;
-    crate::shared_store_conformance!(nodes);
+    rheo_core::shared_store_conformance!(nodes);
 }
 
 /// Two servers' cluster stores on one database. Each store keeps the
@@ -118,7 +118,7 @@ async fn cluster_pair(
     ))
 }
 
-crate::cluster_conformance!(cluster_pair);
+rheo_core::cluster_conformance!(cluster_pair);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_module_past_the_document_limit_is_stored_in_parts() {

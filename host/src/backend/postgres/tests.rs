@@ -70,7 +70,7 @@ async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
     Some(Arc::new(backend))
 }
 
-crate::backend_conformance!(factory);
+rheo_core::backend_conformance!(factory);
 
 /// Two backends (two servers) on one schema.
 async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
@@ -83,7 +83,7 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
     Some((Arc::new(a), Arc::new(b)))
 }
 
-crate::shared_store_conformance!(nodes);
+rheo_core::shared_store_conformance!(nodes);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
@@ -141,7 +141,7 @@ async fn cluster_pair(
     Some(stores)
 }
 
-crate::cluster_conformance!(cluster_pair);
+rheo_core::cluster_conformance!(cluster_pair);
 
 /// A database that refuses connections (`ALLOW_CONNECTIONS false`, its
 /// sessions ended: what an operator does before maintenance) is

@@ -1114,7 +1114,7 @@ async fn factory(clock: crate::clock::SharedClock) -> Option<Arc<dyn crate::back
 
 mod conformance {
     use super::factory;
-    crate::backend_conformance!(factory);
+    rheo_core::backend_conformance!(factory);
 }
 
 /// Two backends (two servers) on one Redis and prefix.
@@ -1138,7 +1138,7 @@ async fn nodes(
 
 mod nodes {
     use super::nodes;
-    crate::shared_store_conformance!(nodes);
+    rheo_core::shared_store_conformance!(nodes);
 }
 
 /// Two servers' cluster stores on one prefix. The backends are leaked:
@@ -1159,7 +1159,7 @@ async fn cluster_pair(
     Some(stores)
 }
 
-crate::cluster_conformance!(cluster_pair);
+rheo_core::cluster_conformance!(cluster_pair);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {

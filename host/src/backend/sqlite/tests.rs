@@ -44,7 +44,7 @@ async fn factory(clock: SharedClock) -> Option<Opened> {
     })
 }
 
-crate::backend_conformance!(factory);
+rheo_core::backend_conformance!(factory);
 
 fn names() -> (StreamName, GroupName) {
     (

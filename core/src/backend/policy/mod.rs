@@ -16,9 +16,9 @@ mod share;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-pub(crate) use fence::{Held, fence};
-pub(crate) use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
-pub(crate) use share::{Share, claim_capacity, round_robin};
+pub use fence::{Held, fence};
+pub use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
+pub use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};
 use crate::model::{
@@ -28,7 +28,7 @@ use crate::model::{
 
 /// Validates every input of an append batch and picks its partition
 /// (`docs/log.md#append`); one bad event refuses the whole batch.
-pub(crate) fn route_batch(
+pub fn route_batch(
     events: Vec<EventInput>,
     partition_count: u32,
 ) -> Result<Vec<(EventInput, u32)>> {
@@ -45,16 +45,16 @@ pub(crate) fn route_batch(
 /// Which inputs of a routed batch are new, and how many sequences each
 /// partition needs.
 #[derive(Debug)]
-pub(crate) struct AppendPlan {
+pub struct AppendPlan {
     /// Per input: true when it must be written (false: its id is known, or
     /// repeats an earlier input of the batch; either way it is a duplicate).
-    pub(crate) fresh: Vec<bool>,
+    pub fresh: Vec<bool>,
     /// New events per partition.
-    pub(crate) per_partition: BTreeMap<u32, u64>,
+    pub per_partition: BTreeMap<u32, u64>,
 }
 
 /// Plans a routed batch given the ids that already exist in the stream.
-pub(crate) fn plan_append(routed: &[(EventInput, u32)], known: &HashSet<EventId>) -> AppendPlan {
+pub fn plan_append(routed: &[(EventInput, u32)], known: &HashSet<EventId>) -> AppendPlan {
     let mut seen: HashSet<&EventId> = HashSet::new();
     let mut per_partition = BTreeMap::new();
     let fresh = routed
@@ -79,7 +79,7 @@ pub(crate) fn plan_append(routed: &[(EventInput, u32)], known: &HashSet<EventId>
 /// The answer of an append: per input, the event stored now (`Ok`) or, for
 /// a duplicate (`Err(id)`), the one stored before under that id — found in
 /// `known`, which holds the stream's earlier events and this batch's.
-pub(crate) fn appended(
+pub fn appended(
     slots: Vec<std::result::Result<Arc<Event>, EventId>>,
     known: &HashMap<EventId, Arc<Event>>,
 ) -> Vec<Appended> {
@@ -101,7 +101,7 @@ pub(crate) fn appended(
 /// The positions of event ids an operation names (redrive, replay by ids):
 /// every id must be in the stream, else the call is `invalid` and names
 /// the ones that are not. `found` pairs each id with its position, if any.
-pub(crate) fn all_located<'a>(
+pub fn all_located<'a>(
     found: impl IntoIterator<Item = (&'a str, Option<(u32, u64)>)>,
 ) -> Result<Vec<(u32, u64)>> {
     let mut out = Vec::new();
@@ -126,10 +126,7 @@ pub(crate) fn all_located<'a>(
 /// a per-partition map may only name partitions the stream has. Returns
 /// the instant whose per-partition [`Marks`] the caller must look up before
 /// calling [`start_points`], for a `start_at`.
-pub(crate) fn start_lookup(
-    start: &StartPosition,
-    partition_count: u32,
-) -> Result<Option<Timestamp>> {
+pub fn start_lookup(start: &StartPosition, partition_count: u32) -> Result<Option<Timestamp>> {
     match start {
         StartPosition::After(StartAfter::PerPartition(map)) => {
             match map.keys().find(|p| **p >= partition_count) {
@@ -147,22 +144,18 @@ pub(crate) fn start_lookup(
 
 /// What a `start_at` needs to know of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Marks {
+pub struct Marks {
     /// The first sequence whose timestamp is at or after the instant.
-    pub(crate) first_at_or_after: Option<u64>,
+    pub first_at_or_after: Option<u64>,
     /// The partition's last sequence.
-    pub(crate) high_watermark: u64,
+    pub high_watermark: u64,
 }
 
 /// The exclusive start sequence of every partition: the group's cursor
 /// starts one past it, and so does its frontier. `marks[p]` is read only
 /// for a `start_at` (see [`start_lookup`]); a partition with no event at or
 /// after the instant starts at its end, so only new events reach the group.
-pub(crate) fn start_points(
-    start: &StartPosition,
-    partition_count: u32,
-    marks: &[Marks],
-) -> Vec<u64> {
+pub fn start_points(start: &StartPosition, partition_count: u32, marks: &[Marks]) -> Vec<u64> {
     (0..partition_count)
         .map(|p| match start {
             StartPosition::Beginning => 0,
@@ -177,10 +170,13 @@ pub(crate) fn start_points(
 
 /// A group's retry policy, as settles and the poison guard need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GroupConfig {
-    pub(crate) max_attempts: u32,
-    pub(crate) retry_backoff_ms: Vec<u64>,
-    pub(crate) ordering: crate::model::GroupOrdering,
+pub struct GroupConfig {
+    /// Deliveries an event gets before it is dead-lettered.
+    pub max_attempts: u32,
+    /// The delay before each retry, the last one repeating.
+    pub retry_backoff_ms: Vec<u64>,
+    /// Which deliveries may be out together (`docs/groups.md#ordering`).
+    pub ordering: crate::model::GroupOrdering,
 }
 
 impl From<&Group> for GroupConfig {
@@ -195,12 +191,14 @@ impl From<&Group> for GroupConfig {
 
 /// The write a settle operation turns into (`docs/groups.md#settle-policy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Write {
+pub enum Write {
     /// Terminal: acked.
     Ack,
     /// Back to available, due at `due` (`None`: claimable at once).
     Retry {
+        /// When it may go out again (`None`: at once).
         due: Option<Timestamp>,
+        /// Why it was not acked, kept on the delivery.
         reason: String,
     },
     /// Terminal: dead-lettered with this reason.
@@ -210,7 +208,7 @@ pub(crate) enum Write {
 impl Write {
     /// Whether the write makes the delivery claimable right away (so
     /// waiting consumers should be woken).
-    pub(crate) fn requeues(&self) -> bool {
+    pub fn requeues(&self) -> bool {
         matches!(self, Write::Retry { due: None, .. })
     }
 }
@@ -218,7 +216,7 @@ impl Write {
 /// Whether a settle batch is the common case: acks of distinct events
 /// with no receipt to check (or the lease's own), which a backend may apply
 /// with one fenced bulk write instead of item by item.
-pub(crate) fn plain_acks(items: &[Settlement]) -> bool {
+pub fn plain_acks(items: &[Settlement]) -> bool {
     let mut seen = HashSet::new();
     !items.is_empty()
         && items.iter().all(|i| {
@@ -232,12 +230,7 @@ pub(crate) fn plain_acks(items: &[Settlement]) -> bool {
 }
 
 /// What `op` on a leased delivery at `attempt` writes under `config`.
-pub(crate) fn settle_write(
-    op: SettleOp,
-    attempt: u32,
-    config: &GroupConfig,
-    now: Timestamp,
-) -> Write {
+pub fn settle_write(op: SettleOp, attempt: u32, config: &GroupConfig, now: Timestamp) -> Write {
     match op {
         SettleOp::Ack => Write::Ack,
         SettleOp::Reject { reason } => Write::Dead(reason.unwrap_or_else(|| "rejected".into())),
@@ -256,12 +249,12 @@ pub(crate) fn settle_write(
 }
 
 /// The dead-letter reason of the poison guard (`docs/groups.md#poison-guard`).
-pub(crate) const POISON_REASON: &str = "max_attempts_expired";
+pub const POISON_REASON: &str = "max_attempts_expired";
 
 /// Whether an expired lease on its `attempt`th claim is poison: it goes to
 /// the dead letters instead of being claimed again. SQL stores apply the
 /// same comparison in their statement (`attempt >= max_attempts`).
-pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
+pub fn poisoned(attempt: u32, max_attempts: u32) -> bool {
     attempt >= max_attempts
 }
 
@@ -269,31 +262,33 @@ pub(crate) fn poisoned(attempt: u32, max_attempts: u32) -> bool {
 /// less than its lowest open delivery, or than the cursor when none is
 /// open. Every sequence below the cursor that belongs to the group has a
 /// delivery; one without lies before the group's start and counts as settled.
-pub(crate) fn frontier(first_open: Option<u64>, cursor: u64) -> u64 {
+pub fn frontier(first_open: Option<u64>, cursor: u64) -> u64 {
     first_open.unwrap_or(cursor).min(cursor).saturating_sub(1)
 }
 
 /// Open deliveries of one partition, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct OpenCounts {
+pub struct OpenCounts {
     /// Lowest open (available or leased) sequence.
-    pub(crate) first_open: Option<u64>,
+    pub first_open: Option<u64>,
     /// Leased, expired or not.
-    pub(crate) leased: u64,
+    pub leased: u64,
     /// Available and never delivered.
-    pub(crate) fresh: u64,
+    pub fresh: u64,
     /// Available but not due yet.
-    pub(crate) waiting: u64,
+    pub waiting: u64,
 }
 
 /// Builds a [`Lag`] partition by partition.
 #[derive(Debug)]
-pub(crate) struct LagBuilder {
-    pub(crate) lag: Lag,
+pub struct LagBuilder {
+    /// What has been added so far.
+    pub lag: Lag,
 }
 
 impl LagBuilder {
-    pub(crate) fn new(stream: &StreamName, group: &GroupName) -> Self {
+    /// An empty lag of `group` on `stream`.
+    pub fn new(stream: &StreamName, group: &GroupName) -> Self {
         Self {
             lag: Lag {
                 stream: stream.clone(),
@@ -311,7 +306,7 @@ impl LagBuilder {
     /// Adds a partition with cursor `cursor` and high watermark `hw`;
     /// returns its frontier. Pending counts the events past the cursor and
     /// the available deliveries never handed out.
-    pub(crate) fn add(&mut self, partition: u32, cursor: u64, hw: u64, open: OpenCounts) -> u64 {
+    pub fn add(&mut self, partition: u32, cursor: u64, hw: u64, open: OpenCounts) -> u64 {
         let frontier = frontier(open.first_open, cursor);
         let entry = PartitionLag::new(frontier, hw);
         self.lag.lag += entry.lag;
@@ -323,7 +318,7 @@ impl LagBuilder {
     }
 
     /// Records the timestamp of a partition's first unsettled event.
-    pub(crate) fn unsettled_since(&mut self, event_time: Timestamp, now: Timestamp) {
+    pub fn unsettled_since(&mut self, event_time: Timestamp, now: Timestamp) {
         let age = now.ms_since(event_time);
         self.lag.oldest_unacked_age_ms =
             Some(self.lag.oldest_unacked_age_ms.map_or(age, |a| a.max(age)));

@@ -6,9 +6,9 @@
 
 use crate::model::{GroupName, StreamName, ValidationError};
 
-/// What can go wrong in a backend call.
+/// What can go wrong in a backend call. Exhaustive on purpose: the
+/// server maps every variant to an HTTP answer, and a new one must get one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The stream does not exist (checked before the group).
     #[error("stream {:?} not found", .0.as_str())]

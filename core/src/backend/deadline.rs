@@ -68,7 +68,7 @@ tokio::task_local! {
 /// Called by a store where a call starts talking to the server: from here
 /// on it marks its writes with [`sending_write`]. Outside a bounded call
 /// it does nothing.
-pub(crate) fn sending_read() {
+pub fn sending_read() {
     let _ = SENT.try_with(|sent| {
         if sent.get() == Sent::Unknown {
             sent.set(Sent::Nothing);
@@ -79,7 +79,7 @@ pub(crate) fn sending_read() {
 /// Called by a store just before it sends what may apply a write (a
 /// commit, a statement that commits on its own, a script): if the call
 /// runs out of time from here on, its outcome is unknown.
-pub(crate) fn sending_write() {
+pub fn sending_write() {
     let _ = SENT.try_with(|sent| sent.set(Sent::Write));
 }
 

@@ -14,7 +14,7 @@
 /// starting at `first` (an index into `capacity`): `capacity[i]` is how
 /// many partition `i` can give. Returns how many to take from each
 /// (`docs/groups.md#claims`).
-pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec<usize> {
+pub fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec<usize> {
     let n = capacity.len();
     let mut take = vec![0; n];
     let mut left = limit;
@@ -35,7 +35,7 @@ pub(crate) fn round_robin(capacity: &[usize], limit: usize, first: usize) -> Vec
 
 /// How many deliveries a partition can give a fetch: its claimable ones
 /// plus the events past the cursor that have none yet.
-pub(crate) fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64) -> usize {
+pub fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64) -> usize {
     let unseen = high_watermark.saturating_sub(cursor.saturating_sub(1));
     claimable.saturating_add(usize::try_from(unseen).unwrap_or(usize::MAX))
 }
@@ -52,7 +52,7 @@ pub(crate) fn claim_capacity(claimable: usize, cursor: u64, high_watermark: u64)
 /// exactly what one claim at a time in rotation from `first` would have
 /// taken from it.
 #[derive(Debug, Clone)]
-pub(crate) struct Share {
+pub struct Share {
     /// Per partition, the most it can still have given in all.
     bound: Vec<usize>,
     /// Per partition, what it gave so far.
@@ -64,7 +64,7 @@ pub(crate) struct Share {
 impl Share {
     /// A share of `limit` among partitions bounded by `bound`, whose
     /// rotation starts at index `first`.
-    pub(crate) fn new(bound: Vec<usize>, limit: usize, first: usize) -> Self {
+    pub fn new(bound: Vec<usize>, limit: usize, first: usize) -> Self {
         let given = vec![0; bound.len()];
         Self {
             bound,
@@ -76,7 +76,7 @@ impl Share {
 
     /// How many more to claim from each partition now; all zero when the
     /// fetch has its leases (or every partition is spent).
-    pub(crate) fn asks(&self) -> Vec<usize> {
+    pub fn asks(&self) -> Vec<usize> {
         round_robin(&self.bound, self.limit, self.first)
             .into_iter()
             .zip(&self.given)
@@ -85,13 +85,13 @@ impl Share {
     }
 
     /// Whether [`Share::asks`] would ask anything.
-    pub(crate) fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.asks().iter().all(|a| *a == 0)
     }
 
     /// Partition `i` gave `got` of the `asked` claims: fewer means it is
     /// spent, and gives nothing more in this fetch.
-    pub(crate) fn gave(&mut self, i: usize, asked: usize, got: usize) {
+    pub fn gave(&mut self, i: usize, asked: usize, got: usize) {
         debug_assert!(got <= asked, "a partition gave more than asked");
         self.given[i] += got;
         if got < asked {

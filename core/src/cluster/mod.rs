@@ -87,7 +87,7 @@ pub struct NodeCanary {
     /// Its version.
     pub version: u64,
     /// What both versions did with their first attempts on this node.
-    pub counts: crate::runtime::CanaryCounts,
+    pub counts: CanaryCounts,
 }
 
 /// A handler record: its document and the revision that wrote it.
@@ -178,3 +178,47 @@ pub trait ClusterStore: Send + Sync + fmt::Debug {
 
 /// How long a node that stopped heartbeating is still listed.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one node counted of a canary's first attempts (or, summed, every
+/// node): the runtime's tally, copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CanaryCounts {
+    /// First attempts the current version finished.
+    pub current_handled: u64,
+    /// Of those, the ones it did not ack.
+    pub current_failed: u64,
+    /// First attempts the canary finished.
+    pub canary_handled: u64,
+    /// Of those, the ones it did not ack.
+    pub canary_failed: u64,
+}
+
+impl CanaryCounts {
+    /// Both nodes' counts together.
+    pub fn plus(self, other: CanaryCounts) -> CanaryCounts {
+        CanaryCounts {
+            current_handled: self.current_handled + other.current_handled,
+            current_failed: self.current_failed + other.current_failed,
+            canary_handled: self.canary_handled + other.canary_handled,
+            canary_failed: self.canary_failed + other.canary_failed,
+        }
+    }
+
+    /// The current version's failure rate (0 when it handled nothing).
+    pub fn current_rate(&self) -> f64 {
+        rate(self.current_failed, self.current_handled)
+    }
+
+    /// The canary's failure rate (0 when it handled nothing).
+    pub fn canary_rate(&self) -> f64 {
+        rate(self.canary_failed, self.canary_handled)
+    }
+}
+
+fn rate(failed: u64, handled: u64) -> f64 {
+    if handled == 0 {
+        0.0
+    } else {
+        failed as f64 / handled as f64
+    }
+}

@@ -79,7 +79,7 @@ pub async fn nodes_are_listed_while_they_heartbeat_and_go_when_they_leave(p: &Pa
             canary: Some(crate::cluster::NodeCanary {
                 id: "0123456789abcdef".into(),
                 version: 3,
-                counts: crate::runtime::CanaryCounts {
+                counts: crate::cluster::CanaryCounts {
                     current_handled: 180,
                     current_failed: 2,
                     canary_handled: 20,

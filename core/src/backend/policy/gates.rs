@@ -13,7 +13,7 @@ use crate::model::GroupOrdering;
 /// events whose gate is busy are parked as the cursor passes them, and a
 /// long run of one busy key is parked over several fetches rather than in
 /// one.
-pub(crate) const WALK_PER_CLAIM: usize = 4096;
+pub const WALK_PER_CLAIM: usize = 4096;
 
 /// A fetch's walk over the unseen events of one partition of an ordered
 /// group, from its cursor (`docs/groups.md#ordering`): an event whose gate
@@ -28,7 +28,7 @@ pub(crate) const WALK_PER_CLAIM: usize = 4096;
 /// and hands both to [`GateWalk::pass`]; what to lease, what to park and
 /// where the cursor goes are then in the walk.
 #[derive(Debug)]
-pub(crate) struct GateWalk {
+pub struct GateWalk {
     ordering: GroupOrdering,
     want: usize,
     /// The walk looks at sequences below this.
@@ -41,11 +41,11 @@ pub(crate) struct GateWalk {
     /// Gates this walk leased an event of.
     taken: HashSet<String>,
     /// Sequences to lease now, with their gate.
-    pub(crate) lease: Vec<(u64, Option<String>)>,
+    pub lease: Vec<(u64, Option<String>)>,
     /// Sequences to park behind their gate's head.
-    pub(crate) park: Vec<(u64, String)>,
+    pub park: Vec<(u64, String)>,
     /// The cursor after the walk.
-    pub(crate) next: u64,
+    pub next: u64,
 }
 
 impl GateWalk {
@@ -53,7 +53,7 @@ impl GateWalk {
     const MAX_SPAN: u64 = 1024;
 
     /// A walk from `cursor` that wants `want` leases.
-    pub(crate) fn new(ordering: GroupOrdering, cursor: u64, want: usize) -> Self {
+    pub fn new(ordering: GroupOrdering, cursor: u64, want: usize) -> Self {
         Self {
             ordering,
             want,
@@ -74,7 +74,7 @@ impl GateWalk {
     /// because another partition was spent ([`super::Share`]). The walk
     /// goes on from where it stopped, within the same bound on what one
     /// fetch looks at.
-    pub(crate) fn want_more(&mut self, more: usize) {
+    pub fn want_more(&mut self, more: usize) {
         self.want += more;
     }
 
@@ -82,14 +82,14 @@ impl GateWalk {
     /// (under `partition`), passed `high_watermark`, or looked at as many
     /// events as one fetch may. A walk that is over and leased fewer than
     /// it wanted is spent.
-    pub(crate) fn is_over(&self, high_watermark: u64) -> bool {
+    pub fn is_over(&self, high_watermark: u64) -> bool {
         self.stopped || self.next > high_watermark || self.next >= self.limit
     }
 
     /// The next sequences to read, both included, or `None` when the walk
     /// is over (it has what it wants, passed `high_watermark` or looked at
     /// as many events as one claim may).
-    pub(crate) fn window(&mut self, high_watermark: u64) -> Option<(u64, u64)> {
+    pub fn window(&mut self, high_watermark: u64) -> Option<(u64, u64)> {
         if self.lease.len() >= self.want || self.is_over(high_watermark) {
             return None;
         }
@@ -106,7 +106,7 @@ impl GateWalk {
     /// The gates of a window's events, given as (sequence, key), whose
     /// state the store must give [`GateWalk::pass`]: those this walk has
     /// not leased an event of.
-    pub(crate) fn to_ask<'a>(
+    pub fn to_ask<'a>(
         &self,
         events: impl IntoIterator<Item = &'a (u64, Option<String>)>,
     ) -> HashSet<String> {
@@ -121,7 +121,7 @@ impl GateWalk {
     /// Passes a window's events, (sequence, key) in sequence order from
     /// [`GateWalk::next`] on; `busy` says whether an asked gate has a
     /// delivery open. A window without events ends the walk.
-    pub(crate) fn pass(
+    pub fn pass(
         &mut self,
         events: impl IntoIterator<Item = (u64, Option<String>)>,
         busy: impl Fn(&str) -> bool,
@@ -155,27 +155,27 @@ impl GateWalk {
 
 /// A gate's open deliveries as [`regate`] needs to see them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct GateView {
+pub struct GateView {
     /// One of its deliveries is out: leased (its lease expired or not) and
     /// not re-opened.
-    pub(crate) out: bool,
+    pub out: bool,
     /// Its delivery handed to the claims — available, not parked — if it
     /// has one.
-    pub(crate) head: Option<u64>,
+    pub head: Option<u64>,
     /// Its lowest open delivery: out, head or parked.
-    pub(crate) lowest: Option<u64>,
+    pub lowest: Option<u64>,
 }
 
 /// What a gate changes so that it has the one head the rule gives it
 /// ([`regate`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Regate {
+pub struct Regate {
     /// The parked delivery to hand to the claims: the gate's new head
     /// (claimable at once, or at its retry's due time).
-    pub(crate) release: Option<u64>,
+    pub release: Option<u64>,
     /// The delivery handed to the claims to park again: it is no longer
     /// the head (a replay re-opened a lower one, or one is out).
-    pub(crate) park: Option<u64>,
+    pub park: Option<u64>,
 }
 
 /// The rule of a gate's head (`docs/groups.md#ordering`): while one of its
@@ -194,7 +194,7 @@ pub(crate) struct Regate {
 ///
 /// A store reads `view`, writes the returned changes guarded on what it
 /// read, and sets nothing else.
-pub(crate) fn regate(view: GateView) -> Regate {
+pub fn regate(view: GateView) -> Regate {
     let head = if view.out { None } else { view.lowest };
     if view.head == head {
         return Regate::default();

@@ -8,12 +8,12 @@ use crate::model::SettleTarget;
 
 /// The lease a delivery is held under now, as the fence sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Held<'a> {
+pub struct Held<'a> {
     /// The fencing token of the claim.
-    pub(crate) lease_id: &'a str,
+    pub lease_id: &'a str,
     /// The store's settle identity of the claim ([`crate::model::Lease`]'s
     /// `receipt`): the lease id, or on Redis the log entry id.
-    pub(crate) receipt: &'a str,
+    pub receipt: &'a str,
 }
 
 /// Whether `target` may settle or renew a delivery held under `held`
@@ -21,7 +21,7 @@ pub(crate) struct Held<'a> {
 /// must match, else `stale_lease` whatever the receipt; then a receipt,
 /// when the caller kept one, must be the claim's, else `receipt_mismatch`.
 /// An expired lease still holds until another claim takes the delivery.
-pub(crate) fn fence(held: Option<Held<'_>>, target: &SettleTarget) -> Result<()> {
+pub fn fence(held: Option<Held<'_>>, target: &SettleTarget) -> Result<()> {
     let Some(held) = held.filter(|h| h.lease_id == target.lease_id.as_str()) else {
         return Err(Error::StaleLease);
     };

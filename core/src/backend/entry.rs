@@ -36,7 +36,7 @@ struct ReadEntry {
 }
 
 /// The JSON text of `event`.
-pub(crate) fn encode(event: &Event) -> serde_json::Result<String> {
+pub fn encode(event: &Event) -> serde_json::Result<String> {
     serde_json::to_string(&Entry {
         id: event.id.as_str(),
         ts: event.timestamp.as_millis(),
@@ -48,7 +48,7 @@ pub(crate) fn encode(event: &Event) -> serde_json::Result<String> {
 }
 
 /// The event at `(partition, sequence)` of `stream` whose text is `body`.
-pub(crate) fn decode(
+pub fn decode(
     stream: &StreamName,
     partition: u32,
     sequence: u64,
