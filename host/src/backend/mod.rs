@@ -1,17 +1,16 @@
-//! The stores behind the [`Backend`] trait of `rheo_core::backend`, which
-//! this module re-exports whole, and [`open`] to pick one by URL
+//! The [`Backend`] trait and the rest of `rheo_core::backend`, re-exported
+//! whole; the stores of their own crates (`rheo-sql`, `rheo-redis`,
+//! `rheo-mongo`), by feature; and [`open`] to pick one by URL
 //! (`docs/backends.md`).
 
 #[cfg(feature = "mongodb")]
-pub(crate) mod mongo;
-#[cfg(feature = "postgres")]
-pub(crate) mod postgres;
+pub use rheo_mongo as mongo;
 #[cfg(feature = "redis")]
-pub(crate) mod redis;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
+pub use rheo_redis as redis;
+#[cfg(feature = "postgres")]
+pub use rheo_sql::postgres;
 #[cfg(feature = "sqlite")]
-pub(crate) mod sqlite;
+pub use rheo_sql::sqlite;
 
 use std::sync::Arc;
 

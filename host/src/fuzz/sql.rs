@@ -1,4 +1,4 @@
-//! Target `sql`: the SQL translation of queries (`backend/sql/query.rs` and
+//! Target `sql`: the SQL translation of queries (`stores/sql/src/sql/query.rs` and
 //! each dialect's JSON conditions), differentially. Random valid queries run
 //! over random small event sets on SQLite — and on PostgreSQL when
 //! `TEST_POSTGRES_URL` is set — must return, page after page, exactly what
@@ -228,11 +228,9 @@ fn postgres_query_results_equal_the_matcher() {
     // Named like the PostgreSQL tests' schemas, so a left-over one is
     // dropped by their clean-up after an hour.
     let schema = format!("rheo_t_{now}_{:08x}", rand::random::<u32>());
-    let options = PostgresOptions {
-        schema: Some(schema.clone()),
-        max_connections: 2,
-        ..PostgresOptions::default()
-    };
+    let mut options = PostgresOptions::with_store_timeout(crate::backend::DEFAULT_STORE_TIMEOUT);
+    options.schema = Some(schema.clone());
+    options.max_connections = 2;
     let backend: Arc<dyn Backend> = Arc::new(
         rt.block_on(PostgresBackend::connect_with(&url, options, clock(), true))
             .expect("connect to TEST_POSTGRES_URL and migrate"),

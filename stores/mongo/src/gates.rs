@@ -1,0 +1,933 @@
+//! Group ordering on MongoDB (`docs/groups.md#ordering`,
+//! `docs/backends.md#mongodb`).
+//!
+//! A delivery of an ordered group that has a gate (its key, or its
+//! partition) names it in `k`; a gate's head is `available` or `leased` as
+//! any delivery, its other open deliveries are `parked`, which no claim
+//! reads. Deciding whether a gate is free and letting its next delivery
+//! through touch several documents, so in an ordered group the fetch, the
+//! settles, the poison guard, replays and redrives each run as one
+//! transaction. Every one of them that changes a gate also writes that
+//! gate's document in `rheo_gates` (present while the gate has open
+//! deliveries): two transactions that decide on one gate then conflict
+//! and one runs again, so a fetch never parks an event behind a head a
+//! concurrent settle released. The walk over unseen events is the shared
+//! one ([`GateWalk`]).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use mongodb::ClientSession;
+use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
+use mongodb::options::ReturnDocument;
+
+use super::claims::{
+    ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by, held_of, lease_update,
+};
+use super::groups::{GroupState, decode_state, group_key};
+use super::{
+    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, big, corrupt, int, is_duplicate_key,
+    opt_text, transaction, uint,
+};
+use rheo_core::backend::policy::{
+    GateView, GateWalk, GroupConfig, POISON_REASON, Regate, Share, Write, claim_capacity, fence,
+    regate, settle_write,
+};
+use rheo_core::backend::{Error, FetchRequest, Result};
+use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
+
+/// What a transaction's body returns.
+type Tx<T> = std::result::Result<T, Fail>;
+
+/// The statuses of an open delivery.
+const OPEN: [&str; 3] = [AVAILABLE, PARKED, LEASED];
+
+/// A gate document's id: stream and group names hold no control
+/// character, so the gate, last, may hold any.
+fn gate_id(s: &StreamName, g: &GroupName, p: u32, gate: &str) -> String {
+    format!("{s}\u{1f}{g}\u{1f}{p}\u{1f}{gate}")
+}
+
+/// The deliveries of one gate with one of `statuses`.
+fn of_gate(s: &StreamName, g: &GroupName, p: u32, gate: &str, statuses: &[&str]) -> Document {
+    let mut filter = deliveries_of(s, g);
+    filter.insert("p", p as i32);
+    filter.insert("k", gate);
+    filter.insert("st", doc! {"$in": statuses});
+    filter
+}
+
+/// A delivery document's partition.
+fn partition_of(d: &Document) -> Result<u32> {
+    u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))
+}
+
+/// A delivery document's `_id`.
+fn id_of(d: &Document) -> Result<Bson> {
+    d.get("_id")
+        .cloned()
+        .ok_or_else(|| corrupt("delivery", "no _id"))
+}
+
+/// One partition's walk over its unseen events in an ordered fetch, with
+/// what it read.
+#[derive(Debug)]
+struct Walking {
+    walk: GateWalk,
+    /// Whether each gate asked has a delivery open.
+    busy: HashMap<String, bool>,
+    /// The events its windows read, by sequence.
+    events: HashMap<u64, Event>,
+}
+
+/// What a batch of settles did to each gate's deliveries: (partition,
+/// gate) to (sequence, its new open status, or none once settled for good).
+type Settled = HashMap<(u32, String), Vec<(u64, Option<&'static str>)>>;
+
+/// How a replay or a redrive names what it re-opens.
+#[derive(Debug)]
+pub(super) enum Reopen<'a> {
+    /// Dead letters: all, or those of these events.
+    Dead(Option<Vec<&'a str>>),
+    /// Per partition, the sequences strictly between two bounds.
+    Ranges(Vec<(u32, u64, u64)>),
+}
+
+impl MongoBackend {
+    /// Writes gate `gate`'s document (creating it), so that transactions
+    /// deciding on the gate conflict.
+    async fn touch_gate(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+    ) -> Tx<()> {
+        let update = doc! {
+            "$inc": {"rev": 1_i64},
+            "$setOnInsert": {"s": s.as_str(), "g": g.as_str(), "p": p as i32},
+        };
+        let written = self
+            .coll(GATES)
+            .update_one(doc! {"_id": gate_id(s, g, p, gate)}, update)
+            .upsert(true)
+            .session(&mut *session)
+            .await;
+        match written {
+            Ok(_) => Ok(()),
+            // Another transaction created it first: decide again.
+            Err(e) if is_duplicate_key(&e) => Err(Fail::Retry),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An ordered group's fetch (`docs/groups.md#ordering`), in one
+    /// transaction: the poison guard (each dead head letting its gate's
+    /// next delivery through), re-claims (what is claimable is a head, or
+    /// has no gate), then per partition the shared walk over its unseen
+    /// events, asking `rheo_gates` which gates it passes are busy; the new
+    /// deliveries (leased or parked), the gates' documents and the cursors
+    /// are written with it. `None` when the group's ordering changed (read
+    /// again); else the claims and the lease times.
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn fetch_ordered(
+        &self,
+        req: &FetchRequest,
+        config: &GroupConfig,
+        selected: &[u32],
+        partition_count: u32,
+    ) -> Result<Option<(Vec<Claimed>, (Timestamp, Timestamp))>> {
+        let now = self.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let first = self.rotate(&req.stream, &req.group) % selected.len();
+        let times = (now, expires_at);
+        let claims = transaction!(self, session => {
+            self.fetch_ordered_in(&mut session, req, config, selected, (partition_count, first), times)
+                .await
+        })?;
+        let Some((claimed, woke)) = claims else {
+            return Ok(None);
+        };
+        if woke {
+            self.wake(&req.stream).await;
+        }
+        Ok(Some((claimed, times)))
+    }
+
+    async fn fetch_ordered_in(
+        &self,
+        session: &mut ClientSession,
+        req: &FetchRequest,
+        config: &GroupConfig,
+        selected: &[u32],
+        (partition_count, first): (u32, usize),
+        (now, expires_at): (Timestamp, Timestamp),
+    ) -> Tx<Option<(Vec<Claimed>, bool)>> {
+        let (s, g) = (&req.stream, &req.group);
+        let state = self.state_in(session, s, g, partition_count).await?;
+        if state.ordering != config.ordering {
+            self.forget_group(s, g);
+            return Ok(None);
+        }
+        let ordering = config.ordering;
+        let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
+        let max = i64::from(config.max_attempts);
+
+        // The poison guard.
+        let mut poison = deliveries_of(s, g);
+        poison.insert("st", LEASED);
+        poison.insert("p", doc! {"$in": &in_selected});
+        poison.insert("exp", doc! {"$lte": now.as_millis()});
+        poison.insert("a", doc! {"$gte": max});
+        let mut woke = false;
+        for d in self.find_in(session, DELIVERIES, poison, None, 0).await? {
+            self.coll(DELIVERIES)
+                .update_one(
+                    doc! {"_id": id_of(&d)?, "st": LEASED},
+                    doc! {
+                        "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
+                        "$unset": {"lid": "", "due": ""},
+                    },
+                )
+                .session(&mut *session)
+                .await?;
+            if let Some(gate) = opt_text(&d, "k") {
+                woke |= self
+                    .regate_in(session, (s, g), partition_of(&d)?, &gate, true)
+                    .await?;
+            }
+        }
+
+        // Claimable deliveries, each partition's lowest.
+        let mut per_partition: HashMap<u32, Vec<Document>> = HashMap::new();
+        for &p in selected {
+            let [available, expired] =
+                super::claims::claimable(s, g, &[p as i32], now, config.max_attempts);
+            let mut found = Vec::new();
+            for filter in [available, expired] {
+                let sort = Some(doc! {"q": 1});
+                let limit = i64::from(req.limit);
+                found.extend(
+                    self.find_in(session, DELIVERIES, filter, sort, limit)
+                        .await?,
+                );
+            }
+            found.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
+            per_partition.insert(p, found);
+        }
+        let hw = self.high_watermarks(s).await?;
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable heads first, then a walk over its unseen events; a
+        // walk that comes back short has no more, and its share goes to the
+        // others, whose walks go on.
+        let bound: Vec<usize> = selected
+            .iter()
+            .map(|p| {
+                let claimable = per_partition.get(p).map_or(0, Vec::len);
+                claim_capacity(claimable, state.cursors[*p as usize], hw[*p as usize])
+            })
+            .collect();
+        let mut share = Share::new(bound, req.limit as usize, first);
+        let consumer = req.consumer_id.as_str();
+        let mut claimed = Vec::new();
+        let mut walks: Vec<Option<Walking>> = selected.iter().map(|_| None).collect();
+        while !share.done() {
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let p = selected[i];
+                let list = per_partition.entry(p).or_default();
+                let take = ask.min(list.len());
+                for d in list.drain(..take) {
+                    let lease_id = LeaseId::generate();
+                    let update = lease_update(&lease_id, consumer, (now, expires_at));
+                    let st = d.get_str("st").map_err(|e| corrupt("status", e))?;
+                    let after = self
+                        .coll(DELIVERIES)
+                        .find_one_and_update(doc! {"_id": id_of(&d)?, "st": st}, update)
+                        .return_document(ReturnDocument::After)
+                        .session(&mut *session)
+                        .await?
+                        .ok_or(Fail::Retry)?;
+                    claimed.push(Claimed::of(&after, lease_id)?);
+                }
+                let mut walked = 0;
+                if ask > take {
+                    let w = match &mut walks[i] {
+                        Some(w) => w,
+                        slot => {
+                            // Deliveries above the cursor without it moved
+                            // (an unordered fetcher that died, or raced the
+                            // reset that ordered the group) are stepped
+                            // over, as unordered fetches do.
+                            let cursor = self
+                                .created_from(s, g, p, state.cursors[p as usize])
+                                .await?;
+                            slot.insert(Walking {
+                                walk: GateWalk::new(ordering, cursor, 0),
+                                busy: HashMap::new(),
+                                events: HashMap::new(),
+                            })
+                        }
+                    };
+                    let before = w.walk.lease.len();
+                    w.walk.want_more(ask - take);
+                    self.walk_on(session, (s, g), p, w, hw[p as usize]).await?;
+                    walked = w.walk.lease.len() - before;
+                }
+                share.gave(i, ask, take + walked);
+            }
+        }
+        for (i, w) in walks.into_iter().enumerate() {
+            if let Some(w) = w {
+                let p = selected[i];
+                let lease = (consumer, now, expires_at);
+                claimed.extend(
+                    self.write_walk(session, (s, g), p, &state, w, lease)
+                        .await?,
+                );
+            }
+        }
+        Ok(Some((claimed, woke)))
+    }
+
+    /// The group's document, read in the transaction.
+    async fn state_in(
+        &self,
+        session: &mut ClientSession,
+        s: &StreamName,
+        g: &GroupName,
+        partition_count: u32,
+    ) -> Tx<GroupState> {
+        let d = self
+            .coll(GROUPS)
+            .find_one(group_key(s, g))
+            .session(&mut *session)
+            .await?
+            .ok_or_else(|| Error::GroupNotFound {
+                stream: s.clone(),
+                group: g.clone(),
+            })?;
+        Ok(decode_state(&d, partition_count)?)
+    }
+
+    /// Walks partition `p`'s unseen events on by the shared rule, until
+    /// the walk has what it wants or is over, asking `rheo_gates` which
+    /// gates it passes are busy. Reads only: [`Self::write_walk`] writes
+    /// what it decided.
+    async fn walk_on(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        w: &mut Walking,
+        hw: u64,
+    ) -> Tx<()> {
+        let Walking { walk, busy, events } = w;
+        while let Some((first, last)) = walk.window(hw) {
+            let window = self.read_range(s, p, first, last).await?;
+            let pairs: Vec<(u64, Option<String>)> =
+                window.iter().map(|e| (e.sequence, e.key.clone())).collect();
+            let asked: Vec<String> = walk
+                .to_ask(&pairs)
+                .into_iter()
+                .filter(|gate| !busy.contains_key(gate))
+                .collect();
+            if !asked.is_empty() {
+                let ids: Vec<String> = asked.iter().map(|gate| gate_id(s, g, p, gate)).collect();
+                let filter = doc! {"_id": {"$in": ids}};
+                let found: HashSet<String> = self
+                    .find_in(session, GATES, filter, None, 0)
+                    .await?
+                    .iter()
+                    .filter_map(|d| d.get_str("_id").ok().map(str::to_owned))
+                    .collect();
+                for gate in asked {
+                    let open = found.contains(&gate_id(s, g, p, &gate));
+                    busy.insert(gate, open);
+                }
+            }
+            walk.pass(pairs, |gate| busy.get(gate).copied().unwrap_or(false));
+            events.extend(window.into_iter().map(|e| (e.sequence, e)));
+        }
+        Ok(())
+    }
+
+    /// Writes what partition `p`'s walk decided: the new deliveries, leased
+    /// or parked, each with its gate; the document of every gate they
+    /// joined; the cursor.
+    async fn write_walk(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        state: &GroupState,
+        Walking {
+            walk,
+            mut events,
+            busy,
+        }: Walking,
+        (consumer, now, expires_at): (&str, Timestamp, Timestamp),
+    ) -> Tx<Vec<Claimed>> {
+        if walk.next == state.cursors[p as usize] {
+            return Ok(Vec::new());
+        }
+        let mut docs = Vec::with_capacity(walk.lease.len() + walk.park.len());
+        let mut claimed = Vec::with_capacity(walk.lease.len());
+        let mut joined: BTreeSet<String> = BTreeSet::new();
+        for (seq, gate) in walk.lease {
+            let event = events
+                .remove(&seq)
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            let lease_id = LeaseId::generate();
+            let mut d = doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(seq),
+                "e": event.id.as_str(),
+                "st": LEASED,
+                "a": 1_i64,
+                "lid": lease_id.as_str(),
+                "c": consumer,
+                "lat": now.as_millis(),
+                "exp": expires_at.as_millis(),
+            };
+            if let Some(gate) = gate {
+                d.insert("k", gate.as_str());
+                joined.insert(gate);
+            }
+            docs.push(d);
+            claimed.push(Claimed {
+                partition: p,
+                sequence: seq,
+                attempt: 1,
+                lease_id,
+                event: Some(Arc::new(event)),
+            });
+        }
+        for (seq, gate) in walk.park {
+            let event = events
+                .get(&seq)
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            docs.push(doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(seq),
+                "e": event.id.as_str(),
+                "st": PARKED,
+                "a": 0_i64,
+                "k": gate.as_str(),
+            });
+            joined.insert(gate);
+        }
+        if !docs.is_empty() {
+            // Another fetcher may have created one: read again.
+            self.insert_all(session, DELIVERIES, docs).await?;
+        }
+        self.touch_gates(session, (s, g), p, &joined, &busy).await?;
+        let mut filter = group_key(s, g);
+        filter.insert("epoch", state.epoch);
+        let moved = self
+            .coll(GROUPS)
+            .update_one(
+                filter,
+                doc! {"$set": {format!("cursor.{p}"): big(walk.next)}},
+            )
+            .session(&mut *session)
+            .await?;
+        if moved.matched_count != 1 {
+            // A reset moved the epoch on.
+            return Err(Fail::Retry);
+        }
+        Ok(claimed)
+    }
+
+    /// Settles of an ordered group, in one transaction: each item fenced
+    /// and written as the policy says; an ack or a dead letter of a head
+    /// lets its gate's next delivery through, a retry keeps the head
+    /// unless a lower delivery of the gate waits (re-opened by a replay).
+    pub(super) async fn settle_ordered(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: &[Settlement],
+        config: &GroupConfig,
+    ) -> Result<Vec<Result<()>>> {
+        let (results, woke) = transaction!(self, session => {
+            self.settle_in(&mut session, (s, g), items, config).await
+        })?;
+        if woke {
+            self.wake(s).await;
+        }
+        Ok(results)
+    }
+
+    /// The body of [`Self::settle_ordered`], in a constant number of round
+    /// trips whatever the batch: the deliveries the items name (one
+    /// `find`), the open deliveries of the gates they hold (one `find`),
+    /// then every settle and every gate's new head as one ordered `update`
+    /// command, and the gates' documents (one `update`, one `delete` when
+    /// a gate is done). The items are judged in order against what the
+    /// batch has written so far, so a lease named twice is settled once.
+    async fn settle_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        items: &[Settlement],
+        config: &GroupConfig,
+    ) -> Tx<(Vec<Result<()>>, bool)> {
+        let now = self.now();
+        let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
+        let mut by_event = deliveries_of(s, g);
+        by_event.insert("e", doc! {"$in": &events});
+        let mut named: HashMap<String, Document> = HashMap::new();
+        for d in self.find_in(session, DELIVERIES, by_event, None, 0).await? {
+            named.insert(super::text(&d, "e")?.to_owned(), d);
+        }
+        let mut results = Vec::with_capacity(items.len());
+        let mut woke = false;
+        let mut updates = Vec::new();
+        let mut settled: Settled = HashMap::new();
+        for item in items {
+            if let Err(e) = item.validate() {
+                results.push(Err(e.into()));
+                continue;
+            }
+            let t = &item.target;
+            let held = named.get_mut(t.event_id.as_str());
+            if let Err(e) = fence(held.as_deref().and_then(held_of), t) {
+                results.push(Err(e));
+                continue;
+            }
+            let Some(held) = held else {
+                unreachable!("the fence holds only on a delivery found");
+            };
+            let attempt = u32::try_from(int(held, "a")?).map_err(|e| corrupt("attempt", e))?;
+            let (p, seq) = (partition_of(held)?, uint(held, "q")?);
+            let gate = opt_text(held, "k");
+            let (update, status) = match settle_write(item.op.clone(), attempt, config, now) {
+                Write::Ack => (
+                    doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
+                    ACKED,
+                ),
+                Write::Dead(reason) => (
+                    doc! {
+                        "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
+                        "$unset": {"lid": "", "due": ""},
+                    },
+                    DEAD,
+                ),
+                Write::Retry { due, reason } => {
+                    // A gated delivery is parked, and its gate hands out
+                    // its lowest open one below: itself, or one a replay
+                    // re-opened below it.
+                    let status = if gate.is_some() { PARKED } else { AVAILABLE };
+                    woke |= gate.is_none() && due.is_none();
+                    let mut set = doc! {"st": status, "r": clip_reason(&reason)};
+                    let mut unset = doc! {"lid": ""};
+                    match due {
+                        Some(due) => set.insert("due", due.as_millis()),
+                        None => unset.insert("due", ""),
+                    };
+                    (doc! {"$set": set, "$unset": unset}, status)
+                }
+            };
+            let mut guard = held_by(s, g, t);
+            guard.insert("_id", id_of(held)?);
+            updates.push(doc! {"q": guard, "u": update});
+            // Later items of the batch see this one settled.
+            held.insert("st", status);
+            if let Some(gate) = gate {
+                let open = (status == PARKED).then_some(PARKED);
+                settled.entry((p, gate)).or_default().push((seq, open));
+            }
+            results.push(Ok(()));
+        }
+        let (heads, done) = self.regate_settled(session, (s, g), &settled).await?;
+        woke |= heads.values().any(|step| step.release.is_some());
+        for ((p, _), step) in &heads {
+            for (seq, from, to) in [
+                (step.park, AVAILABLE, PARKED),
+                (step.release, PARKED, AVAILABLE),
+            ] {
+                if let Some(seq) = seq {
+                    let mut filter = deliveries_of(s, g);
+                    filter.insert("p", *p as i32);
+                    filter.insert("q", big(seq));
+                    filter.insert("st", from);
+                    updates.push(doc! {"q": filter, "u": {"$set": {"st": to}}});
+                }
+            }
+        }
+        let expected = updates.len() as u64;
+        if self.update_each(session, DELIVERIES, updates).await? != expected {
+            // Each statement names one document this transaction read.
+            return Err(Fail::Retry);
+        }
+        let touches = heads
+            .keys()
+            .map(|(p, gate)| {
+                doc! {
+                    "q": {"_id": gate_id(s, g, *p, gate)},
+                    "u": {"$inc": {"rev": 1_i64}, "$setOnInsert": {"s": s.as_str(), "g": g.as_str(), "p": *p as i32}},
+                    "upsert": true,
+                }
+            })
+            .collect();
+        self.update_each(session, GATES, touches).await?;
+        if !done.is_empty() {
+            let ids: Vec<String> = done
+                .iter()
+                .map(|(p, gate)| gate_id(s, g, *p, gate))
+                .collect();
+            self.coll(GATES)
+                .delete_many(doc! {"_id": {"$in": ids}})
+                .session(&mut *session)
+                .await?;
+        }
+        Ok((results, woke))
+    }
+
+    /// What the gates a batch of settles held decide next (`regate`,
+    /// `docs/groups.md#ordering`), from one read of their open deliveries
+    /// as the batch leaves them: per gate with something open the step,
+    /// and the gates with nothing open, which are forgotten.
+    async fn regate_settled(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        settled: &Settled,
+    ) -> Tx<(HashMap<(u32, String), Regate>, Vec<(u32, String)>)> {
+        if settled.is_empty() {
+            return Ok(Default::default());
+        }
+        let gates: Vec<Document> = settled
+            .keys()
+            .map(|(p, gate)| doc! {"p": *p as i32, "k": gate})
+            .collect();
+        let mut filter = deliveries_of(s, g);
+        filter.insert("st", doc! {"$in": OPEN.as_slice()});
+        filter.insert("$or", gates);
+        let found = self.find_in(session, DELIVERIES, filter, None, 0).await?;
+        let mut open: HashMap<(u32, String), HashMap<u64, String>> = settled
+            .keys()
+            .map(|gate| (gate.clone(), HashMap::new()))
+            .collect();
+        for d in &found {
+            let gate = (partition_of(d)?, super::text(d, "k")?.to_owned());
+            let status = super::text(d, "st")?.to_owned();
+            if let Some(of_gate) = open.get_mut(&gate) {
+                of_gate.insert(uint(d, "q")?, status);
+            }
+        }
+        for (gate, writes) in settled {
+            let of_gate = open.get_mut(gate).expect("every settled gate is read");
+            for (seq, status) in writes {
+                match status {
+                    Some(status) => of_gate.insert(*seq, (*status).to_owned()),
+                    None => of_gate.remove(seq),
+                };
+            }
+        }
+        let mut heads = HashMap::new();
+        let mut done = Vec::new();
+        for (gate, of_gate) in open {
+            if of_gate.is_empty() {
+                done.push(gate);
+                continue;
+            }
+            let with = |status: &str| {
+                of_gate
+                    .iter()
+                    .filter(|(_, st)| st.as_str() == status)
+                    .map(|(q, _)| *q)
+                    .min()
+            };
+            let step = regate(GateView {
+                out: with(LEASED).is_some(),
+                head: with(AVAILABLE),
+                lowest: of_gate.keys().copied().min(),
+            });
+            heads.insert(gate, step);
+        }
+        Ok((heads, done))
+    }
+
+    /// A replay or a redrive of an ordered group, in one transaction:
+    /// re-opens what `how` names, then gives each gate it touched one head
+    /// again (`docs/groups.md#ordering`). Returns how many were not open.
+    pub(super) async fn reopen_ordered(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        how: &Reopen<'_>,
+    ) -> Result<u64> {
+        let (partition_count, _) = self.meta(s).await?;
+        let count = transaction!(self, session => {
+            self.reopen_in(&mut session, (s, g), partition_count, how).await
+        })?;
+        Ok(count)
+    }
+
+    async fn reopen_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        partition_count: u32,
+        how: &Reopen<'_>,
+    ) -> Tx<u64> {
+        let state = self.state_in(session, s, g, partition_count).await?;
+        let ordering = state.ordering;
+        let mut count = 0;
+        let mut touched: BTreeSet<(u32, String)> = BTreeSet::new();
+        match how {
+            Reopen::Dead(events) => {
+                let mut filter = deliveries_of(s, g);
+                filter.insert("st", DEAD);
+                if let Some(events) = events {
+                    filter.insert("e", doc! {"$in": events});
+                }
+                let dead = self.find_in(session, DELIVERIES, filter, None, 0).await?;
+                for d in &dead {
+                    // A gated one is parked; its gate then gets its head.
+                    let mut status = AVAILABLE;
+                    if let Some(gate) = opt_text(d, "k") {
+                        touched.insert((partition_of(d)?, gate));
+                        status = PARKED;
+                    }
+                    self.coll(DELIVERIES)
+                        .update_one(
+                            doc! {"_id": id_of(d)?, "st": DEAD},
+                            doc! {
+                                "$set": {"st": status, "a": 0_i64},
+                                "$unset": {"due": "", "lid": "", "dat": ""},
+                            },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    count += 1;
+                }
+            }
+            Reopen::Ranges(ranges) => {
+                for &(p, after, before) in ranges {
+                    if after.saturating_add(1) >= before {
+                        continue;
+                    }
+                    let mut range = deliveries_of(s, g);
+                    range.insert("p", p as i32);
+                    range.insert("q", doc! {"$gt": big(after), "$lt": big(before)});
+                    let existing = self
+                        .find_in(session, DELIVERIES, range.clone(), None, 0)
+                        .await?;
+                    let seen: HashSet<u64> = existing
+                        .iter()
+                        .map(|d| uint(d, "q"))
+                        .collect::<Result<_>>()?;
+                    for d in &existing {
+                        if let Some(gate) = opt_text(d, "k") {
+                            touched.insert((p, gate));
+                        }
+                    }
+                    // Deliveries the group never had (before its start).
+                    let mut docs = Vec::new();
+                    if seen.len() as u64 != before - after - 1 {
+                        let filter = doc! {
+                            "s": s.as_str(),
+                            "p": p as i32,
+                            "q": {"$gt": big(after), "$lt": big(before)},
+                        };
+                        for e in self.find_in(session, EVENTS, filter, None, 0).await? {
+                            let seq = uint(&e, "q")?;
+                            if seen.contains(&seq) {
+                                continue;
+                            }
+                            let mut d = doc! {
+                                "_id": ObjectId::new(),
+                                "s": s.as_str(),
+                                "g": g.as_str(),
+                                "p": p as i32,
+                                "q": big(seq),
+                                "e": super::text(&e, "id")?,
+                                "st": AVAILABLE,
+                                "a": 0_i64,
+                            };
+                            let key = opt_text(&e, "key");
+                            if let Some(gate) = ordering.gate(key.as_deref()) {
+                                d.insert("k", gate);
+                                d.insert("st", PARKED);
+                                touched.insert((p, gate.to_owned()));
+                            }
+                            docs.push(d);
+                        }
+                    }
+                    if !docs.is_empty() {
+                        count += docs.len() as u64;
+                        self.insert_all(session, DELIVERIES, docs).await?;
+                    }
+                    // What is not open re-opens: parked when it has a
+                    // gate (its gate then gets its head), else available.
+                    for (gated, status) in [(false, AVAILABLE), (true, PARKED)] {
+                        let mut closed = range.clone();
+                        closed.insert("st", doc! {"$nin": [AVAILABLE, PARKED]});
+                        closed.insert("k", doc! {"$exists": gated});
+                        count += self
+                            .coll(DELIVERIES)
+                            .update_many(
+                                closed,
+                                doc! {"$set": {"st": status}, "$unset": {"due": "", "lid": "", "dat": ""}},
+                            )
+                            .session(&mut *session)
+                            .await?
+                            .modified_count;
+                    }
+                    // Open ones waiting on a retry delay are due now.
+                    let mut delayed = range;
+                    delayed.insert("st", doc! {"$in": [AVAILABLE, PARKED]});
+                    delayed.insert("due", doc! {"$ne": null});
+                    self.coll(DELIVERIES)
+                        .update_many(delayed, doc! {"$unset": {"due": ""}})
+                        .session(&mut *session)
+                        .await?;
+                }
+            }
+        }
+        for (p, gate) in touched {
+            self.regate_in(session, (s, g), p, &gate, false).await?;
+        }
+        // Fetches that read the group meanwhile run again.
+        self.coll(GROUPS)
+            .update_one(group_key(s, g), doc! {"$inc": {"rev": 1_i64}})
+            .session(&mut *session)
+            .await?;
+        Ok(count)
+    }
+
+    /// Writes the documents of `gates` of partition `p` in two round trips
+    /// at most, as [`Self::touch_gate`] writes one: those `existing` says
+    /// exist are updated together (all must still be there), the others
+    /// created together (none may be yet: another transaction that created
+    /// one first sends this one round again).
+    async fn touch_gates(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gates: impl IntoIterator<Item = &String>,
+        existing: &HashMap<String, bool>,
+    ) -> Tx<()> {
+        let (old, new): (Vec<&String>, Vec<&String>) = gates
+            .into_iter()
+            .partition(|gate| existing.get(*gate).copied().unwrap_or(false));
+        if !new.is_empty() {
+            let docs = new
+                .iter()
+                .map(|gate| {
+                    doc! {
+                        "_id": gate_id(s, g, p, gate),
+                        "rev": 1_i64,
+                        "s": s.as_str(),
+                        "g": g.as_str(),
+                        "p": p as i32,
+                    }
+                })
+                .collect();
+            self.insert_all(session, GATES, docs).await?;
+        }
+        if !old.is_empty() {
+            let ids: Vec<String> = old.iter().map(|gate| gate_id(s, g, p, gate)).collect();
+            let updated = self
+                .coll(GATES)
+                .update_many(doc! {"_id": {"$in": ids}}, doc! {"$inc": {"rev": 1_i64}})
+                .session(&mut *session)
+                .await?;
+            if updated.matched_count != old.len() as u64 {
+                // A gate read as busy was forgotten meanwhile: decide again.
+                return Err(Fail::Retry);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives a gate the head the shared rule gives it ([`regate`],
+    /// `docs/groups.md#ordering`) — none while one of its deliveries is
+    /// out, else its lowest open one — parking the one handed out before
+    /// if it is no longer the head; forgets the gate when nothing of it is
+    /// open. After a settle of its head (`settled`: acked, dead-lettered,
+    /// or retried and parked) nothing of the gate is out or handed out, so
+    /// its lowest open delivery is all there is to read. Whether a delivery
+    /// was let through.
+    async fn regate_in(
+        &self,
+        session: &mut ClientSession,
+        sg: (&StreamName, &GroupName),
+        p: u32,
+        gate: &str,
+        settled: bool,
+    ) -> Tx<bool> {
+        let filter = of_gate(sg.0, sg.1, p, gate, &OPEN);
+        let limit = if settled { 1 } else { 0 };
+        let open = self
+            .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), limit)
+            .await?;
+        if open.is_empty() {
+            self.coll(GATES)
+                .delete_one(doc! {"_id": gate_id(sg.0, sg.1, p, gate)})
+                .session(&mut *session)
+                .await?;
+            return Ok(false);
+        }
+        let with = |status: &str| -> Result<Option<u64>> {
+            match open
+                .iter()
+                .find(|d| d.get_str("st").is_ok_and(|st| st == status))
+            {
+                Some(d) => Ok(Some(uint(d, "q")?)),
+                None => Ok(None),
+            }
+        };
+        let step = regate(GateView {
+            out: with(LEASED)?.is_some(),
+            head: with(AVAILABLE)?,
+            lowest: open.first().map(|d| uint(d, "q")).transpose()?,
+        });
+        for (seq, from, to) in [
+            (step.park, AVAILABLE, PARKED),
+            (step.release, PARKED, AVAILABLE),
+        ] {
+            if let Some(seq) = seq {
+                let mut filter = deliveries_of(sg.0, sg.1);
+                filter.insert("p", p as i32);
+                filter.insert("q", big(seq));
+                filter.insert("st", from);
+                self.coll(DELIVERIES)
+                    .update_one(filter, doc! {"$set": {"st": to}})
+                    .session(&mut *session)
+                    .await?;
+            }
+        }
+        self.touch_gate(session, sg, p, gate).await?;
+        Ok(step.release.is_some())
+    }
+
+    /// Forgets the gates of a group's partitions (a reset).
+    pub(super) async fn forget_gates(
+        &self,
+        session: Option<&mut ClientSession>,
+        (s, g): (&StreamName, &GroupName),
+        partitions: &[i32],
+    ) -> Tx<()> {
+        let filter = doc! {"s": s.as_str(), "g": g.as_str(), "p": {"$in": partitions}};
+        let gates = self.coll(GATES);
+        let delete = gates.delete_many(filter);
+        match session {
+            Some(session) => delete.session(session).await?,
+            None => delete.await?,
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,201 @@
+//! Creating and listing groups (`docs/groups.md#groups-and-start-positions`).
+//!
+//! A group's document holds its settings and, per partition, its cursor
+//! (`cursor.<partition>`: the next sequence it delivers for the first
+//! time) and an `epoch` that a reset moves on, so that a fetch that read
+//! the group before a reset cannot move the cursor after it.
+
+use mongodb::bson::{Bson, Document, doc};
+
+use super::{GROUPS, MongoBackend, Phase, big, corrupt, int, is_duplicate_key, map_error, text};
+use rheo_core::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
+use rheo_core::backend::{Error, Result};
+use rheo_core::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
+
+/// A group as fetches and rewinds read it.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupState {
+    /// Per partition (index), the cursor.
+    pub(crate) cursors: Vec<u64>,
+    /// Moved on by every reset.
+    pub(crate) epoch: i64,
+    /// As stored: a reset of every partition may change it.
+    pub(crate) ordering: GroupOrdering,
+}
+
+/// The filter of one group's document.
+pub(crate) fn group_key(s: &StreamName, g: &GroupName) -> Document {
+    doc! {"s": s.as_str(), "g": g.as_str()}
+}
+
+fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
+    let backoff = d
+        .get_array("backoff")
+        .map_err(|e| corrupt("group", e))?
+        .iter()
+        .map(|v| match v {
+            Bson::Int64(v) => u64::try_from(*v).map_err(|e| corrupt("backoff", e)),
+            Bson::Int32(v) => u64::try_from(*v).map_err(|e| corrupt("backoff", e)),
+            other => Err(corrupt("backoff", other)),
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok(Group {
+        stream: s.clone(),
+        name: GroupName::parse(text(d, "g")?).map_err(|e| corrupt("group name", e))?,
+        max_attempts: u32::try_from(int(d, "max_attempts")?).map_err(|e| corrupt("group", e))?,
+        retry_backoff_ms: backoff,
+        ordering: stored_ordering(d)?,
+        created_at: rheo_core::model::Timestamp::from_millis(int(d, "created_at")?),
+    })
+}
+
+/// A group document's ordering (groups created before orderings existed
+/// have none).
+pub(crate) fn stored_ordering(d: &Document) -> Result<GroupOrdering> {
+    match d.get_str("ordering") {
+        Ok(o) => o.parse().map_err(|e| corrupt("ordering", e)),
+        Err(_) => Ok(GroupOrdering::None),
+    }
+}
+
+impl MongoBackend {
+    pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
+        spec.validate()?;
+        let (partition_count, _) = self.meta(s).await?;
+        let now = self.now();
+        let starts = self
+            .start_points_of(s, partition_count, &spec.start)
+            .await?;
+        let mut cursors = Document::new();
+        for (p, start) in starts.iter().enumerate() {
+            cursors.insert(p.to_string(), big(start + 1));
+        }
+        let backoff: Vec<i64> = spec.retry_backoff_ms.iter().map(|d| big(*d)).collect();
+        let d = doc! {
+            "s": s.as_str(),
+            "g": spec.name.as_str(),
+            "max_attempts": i64::from(spec.max_attempts),
+            "backoff": backoff,
+            "created_at": now.as_millis(),
+            "cursor": cursors,
+            "epoch": 0_i64,
+            "ordering": spec.ordering.as_str(),
+        };
+        match self.coll(GROUPS).insert_one(d).await {
+            Ok(_) => {}
+            Err(e) if is_duplicate_key(&e) => {
+                let (g, s) = (spec.name.as_str(), s.as_str());
+                return Err(Error::AlreadyExists(format!("group {g:?} on stream {s:?}")));
+            }
+            Err(e) => return Err(map_error(e, Phase::Write)),
+        }
+        Ok(Group {
+            stream: s.clone(),
+            name: spec.name,
+            max_attempts: spec.max_attempts,
+            retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: spec.ordering,
+            created_at: now,
+        })
+    }
+
+    pub(crate) async fn list_groups(&self, s: &StreamName) -> Result<Vec<Group>> {
+        self.meta(s).await?;
+        let docs = self
+            .find_all(GROUPS, doc! {"s": s.as_str()}, Some(doc! {"g": 1}), 0)
+            .await?;
+        docs.iter().map(|d| decode_group(s, d)).collect()
+    }
+
+    /// Forgets a group's settings (read again next time): another node
+    /// changed its ordering.
+    pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
+        self.groups.write().remove(&(s.clone(), g.clone()));
+    }
+
+    /// The group's retry policy and ordering; [`Error::GroupNotFound`] when
+    /// it has none. Kept once read: every path that depends on the
+    /// ordering compares it with the stored one ([`GroupState::ordering`],
+    /// or a delivery's gate) and drops what is kept when they differ.
+    pub(crate) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
+        let key = (s.clone(), g.clone());
+        if let Some(config) = self.groups.read().get(&key) {
+            return Ok(config.clone());
+        }
+        let found = self
+            .coll(GROUPS)
+            .find_one(group_key(s, g))
+            .projection(doc! {"cursor": 0})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let d = found.ok_or_else(|| Error::GroupNotFound {
+            stream: s.clone(),
+            group: g.clone(),
+        })?;
+        let config = GroupConfig::from(&decode_group(s, &d)?);
+        self.groups.write().insert(key, config.clone());
+        Ok(config)
+    }
+
+    /// The group's cursors and epoch, read now.
+    pub(crate) async fn group_state(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        partitions: u32,
+    ) -> Result<GroupState> {
+        let found = self
+            .coll(GROUPS)
+            .find_one(group_key(s, g))
+            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let d = found.ok_or_else(|| Error::GroupNotFound {
+            stream: s.clone(),
+            group: g.clone(),
+        })?;
+        decode_state(&d, partitions)
+    }
+}
+
+/// A group document's cursors, epoch and ordering.
+pub(crate) fn decode_state(d: &Document, partitions: u32) -> Result<GroupState> {
+    let cursor = d.get_document("cursor").map_err(|e| corrupt("group", e))?;
+    let cursors = (0..partitions)
+        .map(|p| match cursor.get(p.to_string()) {
+            Some(Bson::Int64(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
+            Some(Bson::Int32(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),
+            other => Err(corrupt("cursor", format!("{other:?}"))),
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    Ok(GroupState {
+        cursors,
+        epoch: int(d, "epoch")?,
+        ordering: stored_ordering(d)?,
+    })
+}
+
+impl MongoBackend {
+    /// The exclusive start sequence of every partition for `start`.
+    pub(crate) async fn start_points_of(
+        &self,
+        s: &StreamName,
+        partition_count: u32,
+        start: &StartPosition,
+    ) -> Result<Vec<u64>> {
+        let mut marks = Vec::new();
+        if let Some(t) = start_lookup(start, partition_count)? {
+            let all: Vec<u32> = (0..partition_count).collect();
+            let firsts = self.first_at_or_after(s, &all, t).await?;
+            let hws = self.high_watermarks(s).await?;
+            marks = all
+                .iter()
+                .map(|p| Marks {
+                    first_at_or_after: firsts.get(p).copied(),
+                    high_watermark: hws.get(*p as usize).copied().unwrap_or(0),
+                })
+                .collect();
+        }
+        Ok(start_points(start, partition_count, &marks))
+    }
+}

@@ -1,0 +1,144 @@
+//! The `Backend` trait on MongoDB: each operation is the inherent method of
+//! the same name (`docs/backends.md#mongodb`).
+
+use async_trait::async_trait;
+
+use super::MongoBackend;
+use rheo_core::backend::{
+    Backend, Capabilities, CreateStream, DeadLettersRequest, FetchRequest, Notifier, Partitions,
+    ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
+};
+use rheo_core::clock::SharedClock;
+use rheo_core::model::{
+    Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
+    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+};
+
+#[async_trait]
+impl Backend for MongoBackend {
+    fn kind(&self) -> &'static str {
+        "mongodb"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SHARED
+    }
+
+    fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    fn cluster(&self) -> Option<std::sync::Arc<dyn rheo_core::cluster::ClusterStore>> {
+        Some(std::sync::Arc::clone(&self.cluster)
+            as std::sync::Arc<dyn rheo_core::cluster::ClusterStore>)
+    }
+
+    async fn migrate(&self) -> Result<Vec<String>> {
+        MongoBackend::migrate(self).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        MongoBackend::ping(self).await
+    }
+
+    async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+        MongoBackend::create_stream(self, req).await
+    }
+
+    async fn list_streams(&self) -> Result<Vec<Stream>> {
+        MongoBackend::list_streams(self).await
+    }
+
+    async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+        MongoBackend::get_stream(self, stream).await
+    }
+
+    async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
+        MongoBackend::append(self, stream, events).await
+    }
+
+    async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+        MongoBackend::read(self, req).await
+    }
+
+    async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
+        MongoBackend::query(self, stream, query).await
+    }
+
+    async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
+        MongoBackend::create_group(self, stream, spec).await
+    }
+
+    async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
+        MongoBackend::list_groups(self, stream).await
+    }
+
+    async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        MongoBackend::fetch(self, req).await
+    }
+
+    async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+        MongoBackend::renew(self, req).await
+    }
+
+    async fn renew_many(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        MongoBackend::renew_many(self, stream, group, targets, lease_ms).await
+    }
+
+    async fn settle(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        MongoBackend::settle(self, stream, group, items).await
+    }
+
+    async fn lag(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        MongoBackend::lag(self, stream, group, partitions).await
+    }
+
+    async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
+        MongoBackend::group_info(self, stream, group).await
+    }
+
+    async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        MongoBackend::dead_letters(self, req).await
+    }
+
+    async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
+        MongoBackend::redrive(self, stream, group, which).await
+    }
+
+    async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        MongoBackend::replay(self, stream, group, how).await
+    }
+
+    async fn reset(&self, req: ResetRequest) -> Result<()> {
+        MongoBackend::reset(self, req).await
+    }
+
+    async fn next_due(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        MongoBackend::next_due(self, stream, group, partitions).await
+    }
+}

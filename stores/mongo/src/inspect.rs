@@ -1,0 +1,262 @@
+//! Read-only views (`docs/groups.md#frontier-and-lag`): lag, group info,
+//! dead letters and the next due time. The open deliveries of a group are
+//! summed per partition by one aggregation; the frontier and lag come from
+//! the shared policy.
+
+use std::collections::HashMap;
+
+use futures::TryStreamExt as _;
+use mongodb::bson::{Document, doc};
+
+use super::claims::{AVAILABLE, DEAD, LEASED, PARKED, claimable, deliveries_of};
+use super::{DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, uint};
+use rheo_core::backend::policy::{LagBuilder, OpenCounts};
+use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
+use rheo_core::model::{
+    DeadLetter, DeadLetterPage, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+};
+
+impl MongoBackend {
+    /// Open deliveries per partition: the lowest open sequence and the
+    /// counts the lag reports.
+    async fn open_counts(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        now: Timestamp,
+    ) -> Result<HashMap<u32, OpenCounts>> {
+        let mut matched = deliveries_of(s, g);
+        matched.insert("st", doc! {"$in": [AVAILABLE, PARKED, LEASED]});
+        let when = |cond: Document| doc! {"$sum": {"$cond": [cond, 1, 0]}};
+        let pipeline = vec![
+            doc! {"$match": matched},
+            doc! {"$group": {
+                "_id": "$p",
+                "first": {"$min": "$q"},
+                "leased": when(doc! {"$eq": ["$st", LEASED]}),
+                "fresh": when(doc! {"$and": [{"$in": ["$st", [AVAILABLE, PARKED]]}, {"$eq": ["$a", 0]}]}),
+                "waiting": when(doc! {"$and": [
+                    {"$eq": ["$st", AVAILABLE]},
+                    {"$gt": ["$due", now.as_millis()]},
+                ]}),
+            }},
+        ];
+        let cursor = self
+            .coll(DELIVERIES)
+            .aggregate(pipeline)
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let rows: Vec<Document> = cursor
+            .try_collect()
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let mut out = HashMap::new();
+        for r in &rows {
+            let p = u32::try_from(int(r, "_id")?).map_err(|e| corrupt("partition", e))?;
+            out.insert(
+                p,
+                OpenCounts {
+                    first_open: Some(uint(r, "first")?),
+                    leased: uint(r, "leased")?,
+                    fresh: uint(r, "fresh")?,
+                    waiting: uint(r, "waiting")?,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// Lag over `selected`; also returns every partition's cursor.
+    async fn compute_lag(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+        partition_count: u32,
+    ) -> Result<(Lag, Vec<u64>)> {
+        let now = self.now();
+        let state = self.group_state(s, g, partition_count).await?;
+        let hw = self.high_watermarks(s).await?;
+        let open = self.open_counts(s, g, now).await?;
+        let mut lag = LagBuilder::new(s, g);
+        let mut unsettled = Vec::new();
+        for &p in selected {
+            let (cursor, high) = (state.cursors[p as usize], hw[p as usize]);
+            let frontier = lag.add(p, cursor, high, open.get(&p).copied().unwrap_or_default());
+            if frontier < high {
+                unsettled.push((p, frontier + 1));
+            }
+        }
+        for event in self.events_at(s, &unsettled).await?.values() {
+            lag.unsettled_since(event.timestamp, now);
+        }
+        Ok((lag.lag, state.cursors))
+    }
+
+    pub(crate) async fn lag(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let selected = partitions.resolve(partition_count)?;
+        Ok(self.compute_lag(s, g, &selected, partition_count).await?.0)
+    }
+
+    pub(crate) async fn group_info(&self, s: &StreamName, g: &GroupName) -> Result<GroupInfo> {
+        let (partition_count, _) = self.meta(s).await?;
+        let config = self.group_config(s, g).await?;
+        let all: Vec<u32> = (0..partition_count).collect();
+        let (lag, cursors) = self.compute_lag(s, g, &all, partition_count).await?;
+        let mut dead = deliveries_of(s, g);
+        dead.insert("st", DEAD);
+        let dead_letters = self
+            .coll(DELIVERIES)
+            .count_documents(dead)
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        Ok(GroupInfo {
+            stream: s.clone(),
+            group: g.clone(),
+            max_attempts: config.max_attempts,
+            retry_backoff_ms: config.retry_backoff_ms,
+            ordering: config.ordering,
+            inflight: lag.inflight,
+            dead_letters,
+            cursors: all.iter().map(|p| (*p, cursors[*p as usize])).collect(),
+            lag,
+        })
+    }
+
+    pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let mut filter = deliveries_of(s, g);
+        filter.insert("st", DEAD);
+        // Listing order is (sequence, partition); a page starts after its cursor.
+        // The page's cursor as a bound on the sequence alone (an index
+        // range); the few at that sequence in lower partitions are skipped
+        // here.
+        let mut after = None;
+        if let Some(id) = &req.after {
+            let found = self.locate(s, std::slice::from_ref(id)).await?;
+            let (p, seq) = found
+                .get(id.as_str())
+                .copied()
+                .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+            filter.insert("q", doc! {"$gte": big(seq)});
+            after = Some((seq, p));
+        }
+        let extra = i64::from(partition_count);
+        let mut docs = self
+            .find_all(
+                DELIVERIES,
+                filter,
+                Some(doc! {"q": 1, "p": 1}),
+                i64::from(req.limit) + extra,
+            )
+            .await?;
+        if let Some((seq, p)) = after {
+            docs.retain(|d| {
+                let position = (uint(d, "q").unwrap_or(0), int(d, "p").unwrap_or(-1));
+                position > (seq, i64::from(p))
+            });
+        }
+        docs.truncate(req.limit as usize);
+        let mut positions = Vec::with_capacity(docs.len());
+        for d in &docs {
+            let p = u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?;
+            positions.push((p, uint(d, "q")?));
+        }
+        let mut events = self.events_at(s, &positions).await?;
+        let mut dead_letters = Vec::with_capacity(docs.len());
+        for (d, position) in docs.iter().zip(positions) {
+            let event = events
+                .remove(&position)
+                .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+            dead_letters.push(DeadLetter {
+                event_id: event.id.clone(),
+                partition: event.partition,
+                sequence: event.sequence,
+                attempt: u32::try_from(int(d, "a")?).map_err(|e| corrupt("attempt", e))?,
+                reason: d.get_str("r").unwrap_or_default().to_owned(),
+                dead_lettered_at: opt_int(d, "dat")?
+                    .map_or(Timestamp::EPOCH, Timestamp::from_millis),
+                event: (*event).clone(),
+            });
+        }
+        let next = (dead_letters.len() == req.limit as usize)
+            .then(|| dead_letters.last().map(|d| d.event_id.clone()))
+            .flatten();
+        Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    pub(crate) async fn next_due(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        let (partition_count, _) = self.meta(s).await?;
+        let config = self.group_config(s, g).await?;
+        let selected = partitions.resolve(partition_count)?;
+        if selected.is_empty() {
+            return Ok(None);
+        }
+        let now = self.now();
+        let state = self.group_state(s, g, partition_count).await?;
+        let hw = self.high_watermarks(s).await?;
+        if selected
+            .iter()
+            .any(|&p| state.cursors[p as usize] <= hw[p as usize])
+        {
+            return Ok(Some(now));
+        }
+        let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
+        let open = || {
+            let mut f = deliveries_of(s, g);
+            f.insert("p", doc! {"$in": &in_selected});
+            f
+        };
+        // Claimable now, or an expired lease the poison guard will take.
+        let [available, _] = claimable(s, g, &in_selected, now, config.max_attempts);
+        let mut expired = open();
+        expired.insert("st", LEASED);
+        expired.insert("exp", doc! {"$lte": now.as_millis()});
+        for filter in [available, expired] {
+            let found = self
+                .coll(DELIVERIES)
+                .find_one(filter)
+                .projection(doc! {"_id": 1})
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?;
+            if found.is_some() {
+                return Ok(Some(now));
+            }
+        }
+        let mut due = None;
+        for (status, field) in [(LEASED, "exp"), (AVAILABLE, "due")] {
+            let mut filter = open();
+            filter.insert("st", status);
+            filter.insert(field, doc! {"$ne": null});
+            let found = self
+                .coll(DELIVERIES)
+                .find_one(filter)
+                .sort(doc! {field: 1})
+                .projection(doc! {field: 1})
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?;
+            if let Some(d) = found
+                && let Some(t) = opt_int(&d, field)?
+            {
+                let t = Timestamp::from_millis(t);
+                due = Some(due.map_or(t, |d: Timestamp| d.min(t)));
+            }
+        }
+        Ok(due.map(|t| t.max(now)))
+    }
+}

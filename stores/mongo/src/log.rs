@@ -1,0 +1,453 @@
+//! Streams and their events (`docs/log.md`): creating and listing streams,
+//! appends, reads, history queries and the lookups groups need (events at
+//! positions, events by id, the first event at an instant).
+//!
+//! A stream's document holds its partition count and the high watermark of
+//! each partition (`hw.<partition>`). An append runs in a transaction: it
+//! reads the batch's known ids, moves the watermarks of the partitions it
+//! writes with `$inc` (which also reserves its sequences: a concurrent
+//! append conflicts on this document and runs again) and inserts the
+//! events. Sequences therefore never repeat (the unique (stream,
+//! partition, sequence) index would refuse it anyway) and never skip: the
+//! watermark moves only in the transaction that inserts every sequence up
+//! to it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::TryStreamExt as _;
+use mongodb::ClientSession;
+use mongodb::bson::{Bson, Document, doc};
+
+use super::{
+    EVENTS, Fail, MongoBackend, Phase, STREAMS, big, corrupt, int, is_duplicate_key, map_error,
+    text, transaction, uint,
+};
+use rheo_core::backend::entry;
+use rheo_core::backend::policy::{appended, plan_append, route_batch};
+use rheo_core::backend::{CreateStream, Error, ReadRequest, Result};
+use rheo_core::model::{
+    Appended, Event, EventId, EventInput, Page, Query, Stream, StreamName, Timestamp,
+};
+
+/// The document of one event (`docs/backends.md#mongodb`): its position
+/// and the fields queries filter on, the payload and metadata as BSON when
+/// they convert exactly (else `raw: true`, and queries check such events
+/// in Rheo), and `body`, the event's JSON text, which is what is read back.
+pub(crate) fn event_doc(event: &Event) -> Result<Document> {
+    let body = entry::encode(event).map_err(|e| corrupt("event", e))?;
+    let mut d = doc! {
+        "s": event.stream.as_str(),
+        "p": event.partition as i32,
+        "q": big(event.sequence),
+        "id": event.id.as_str(),
+        "ts": event.timestamp.as_millis(),
+    };
+    if let Some(t) = &event.event_type {
+        d.insert("type", t.as_str());
+    }
+    if let Some(k) = &event.key {
+        d.insert("key", k.as_str());
+    }
+    match (
+        super::json::exact_doc(&event.payload),
+        super::json::exact_doc(&event.metadata),
+    ) {
+        (Some(payload), Some(metadata)) => {
+            d.insert("payload", payload);
+            d.insert("metadata", metadata);
+        }
+        _ => {
+            d.insert("raw", true);
+        }
+    }
+    d.insert("body", body);
+    Ok(d)
+}
+
+/// An event from its document.
+pub(crate) fn decode_event(stream: &StreamName, d: &Document) -> Result<Event> {
+    let partition = u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?;
+    let sequence = uint(d, "q")?;
+    entry::decode(stream, partition, sequence, text(d, "body")?).map_err(|e| corrupt("event", e))
+}
+
+/// Partition count and creation time from a stream's document.
+fn decode_meta(d: &Document) -> Result<(u32, Timestamp)> {
+    let partitions = u32::try_from(int(d, "partitions")?).map_err(|e| corrupt("stream", e))?;
+    Ok((partitions, Timestamp::from_millis(int(d, "created_at")?)))
+}
+
+/// The high watermarks in a stream's document.
+fn decode_watermarks(d: &Document, partitions: u32) -> Vec<u64> {
+    let hw = d.get_document("hw").ok();
+    (0..partitions)
+        .map(|p| {
+            hw.and_then(|hw| match hw.get(p.to_string()) {
+                Some(Bson::Int64(v)) => u64::try_from(*v).ok(),
+                Some(Bson::Int32(v)) => u64::try_from(*v).ok(),
+                _ => None,
+            })
+            .unwrap_or(0)
+        })
+        .collect()
+}
+
+impl MongoBackend {
+    /// Partition count and creation time of a stream.
+    pub(crate) async fn meta(&self, stream: &StreamName) -> Result<(u32, Timestamp)> {
+        if let Some(meta) = self.streams.read().get(stream) {
+            return Ok(*meta);
+        }
+        let found = self
+            .coll(STREAMS)
+            .find_one(doc! {"_id": stream.as_str()})
+            .projection(doc! {"partitions": 1, "created_at": 1})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let meta = decode_meta(&found.ok_or_else(|| Error::StreamNotFound(stream.clone()))?)?;
+        self.streams.write().insert(stream.clone(), meta);
+        Ok(meta)
+    }
+
+    /// Last sequence per partition.
+    pub(crate) async fn high_watermarks(&self, stream: &StreamName) -> Result<Vec<u64>> {
+        let (partitions, _) = self.meta(stream).await?;
+        let found = self
+            .coll(STREAMS)
+            .find_one(doc! {"_id": stream.as_str()})
+            .projection(doc! {"hw": 1})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?
+            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
+        Ok(decode_watermarks(&found, partitions))
+    }
+
+    pub(crate) async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+        req.validate()?;
+        let created_at = self.now();
+        let d = doc! {
+            "_id": req.name.as_str(),
+            "partitions": req.partition_count as i32,
+            "created_at": created_at.as_millis(),
+            "hw": {},
+            "wake": 0_i64,
+        };
+        match self.coll(STREAMS).insert_one(d).await {
+            Ok(_) => {}
+            Err(e) if is_duplicate_key(&e) => {
+                return Err(Error::AlreadyExists(format!(
+                    "stream {:?}",
+                    req.name.as_str()
+                )));
+            }
+            Err(e) => return Err(map_error(e, Phase::Write)),
+        }
+        Ok(Stream {
+            name: req.name,
+            partition_count: req.partition_count,
+            created_at,
+            high_watermarks: vec![0; req.partition_count as usize],
+        })
+    }
+
+    pub(crate) async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+        let (partition_count, created_at) = self.meta(stream).await?;
+        Ok(Stream {
+            name: stream.clone(),
+            partition_count,
+            created_at,
+            high_watermarks: self.high_watermarks(stream).await?,
+        })
+    }
+
+    pub(crate) async fn list_streams(&self) -> Result<Vec<Stream>> {
+        let docs = self
+            .find_all(STREAMS, doc! {}, Some(doc! {"_id": 1}), 0)
+            .await?;
+        docs.iter()
+            .map(|d| {
+                let name = StreamName::parse(text(d, "_id")?).map_err(|e| corrupt("stream", e))?;
+                let (partition_count, created_at) = decode_meta(d)?;
+                Ok(Stream {
+                    high_watermarks: decode_watermarks(d, partition_count),
+                    name,
+                    partition_count,
+                    created_at,
+                })
+            })
+            .collect()
+    }
+
+    /// Appends a batch atomically (`docs/log.md#appends`).
+    pub(crate) async fn append(
+        &self,
+        stream: &StreamName,
+        events: Vec<EventInput>,
+    ) -> Result<Vec<Appended>> {
+        let (partition_count, _) = self.meta(stream).await?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let routed = route_batch(events, partition_count)?;
+        let (out, wrote) = transaction!(self, s => self.append_in(&mut s, stream, &routed).await)?;
+        if wrote {
+            self.notifier.notify(stream);
+        }
+        Ok(out)
+    }
+
+    /// One attempt of an append; also says whether anything was written.
+    async fn append_in(
+        &self,
+        session: &mut ClientSession,
+        stream: &StreamName,
+        routed: &[(EventInput, u32)],
+    ) -> std::result::Result<(Vec<Appended>, bool), Fail> {
+        let now = self.now();
+        let given: Vec<&str> = routed
+            .iter()
+            .filter_map(|(input, _)| input.id.as_ref().map(EventId::as_str))
+            .collect();
+        let mut known: HashMap<EventId, Arc<Event>> = HashMap::new();
+        if !given.is_empty() {
+            let filter = doc! {"s": stream.as_str(), "id": {"$in": &given}};
+            for d in self.find_in(session, EVENTS, filter, None, 0).await? {
+                let event = decode_event(stream, &d)?;
+                known.insert(event.id.clone(), Arc::new(event));
+            }
+        }
+        let plan = plan_append(routed, &known.keys().cloned().collect::<HashSet<_>>());
+        if plan.per_partition.is_empty() {
+            let out = routed
+                .iter()
+                .map(|(input, _)| Err(input.id.clone().expect("a duplicate has an id")));
+            return Ok((appended(out.collect(), &known), false));
+        }
+        // Reserve the sequences: the watermarks move by the batch's counts.
+        let mut inc = Document::new();
+        for (p, count) in &plan.per_partition {
+            inc.insert(format!("hw.{p}"), big(*count));
+        }
+        let moved = self
+            .coll(STREAMS)
+            .find_one_and_update(doc! {"_id": stream.as_str()}, doc! {"$inc": inc})
+            .return_document(mongodb::options::ReturnDocument::After)
+            .session(&mut *session)
+            .await?
+            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
+        let (partitions, _) = decode_meta(&moved)?;
+        let hw = decode_watermarks(&moved, partitions);
+        let mut next: HashMap<u32, u64> = HashMap::new();
+        for (&p, &count) in &plan.per_partition {
+            let last = hw[p as usize];
+            rheo_core::model::validate_sequence("sequence", last)
+                .map_err(|_| Error::Failed(format!("partition {p} of {stream:?} is full")))?;
+            next.insert(p, last + 1 - count);
+        }
+
+        let mut out = Vec::with_capacity(routed.len());
+        let mut docs = Vec::new();
+        for ((input, partition), fresh) in routed.iter().zip(&plan.fresh) {
+            if !fresh {
+                out.push(Err(input.id.clone().expect("a duplicate has an id")));
+                continue;
+            }
+            let seq = next.get_mut(partition).expect("planned partition");
+            let sequence = *seq;
+            *seq += 1;
+            let mut input = input.clone();
+            let id = input.id.take().unwrap_or_else(EventId::generate);
+            let event =
+                Arc::new(input.into_event(id.clone(), stream.clone(), *partition, sequence, now));
+            docs.push(event_doc(&event)?);
+            known.insert(id, Arc::clone(&event));
+            out.push(Ok(event));
+        }
+        // Another append may have stored one of these ids first: read again.
+        self.insert_all(session, EVENTS, docs).await?;
+        Ok((appended(out, &known), true))
+    }
+
+    /// Events of one partition after `after`, in sequence order.
+    pub(crate) async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+        req.validate()?;
+        let (partition_count, _) = self.meta(&req.stream).await?;
+        if req.partition >= partition_count {
+            return Err(Error::InvalidPartition {
+                partition: req.partition,
+                partition_count,
+            });
+        }
+        let filter = doc! {
+            "s": req.stream.as_str(),
+            "p": req.partition as i32,
+            "q": {"$gt": big(req.after)},
+        };
+        let docs = self
+            .find_all(EVENTS, filter, Some(doc! {"q": 1}), i64::from(req.limit))
+            .await?;
+        docs.iter().map(|d| decode_event(&req.stream, d)).collect()
+    }
+
+    /// Events of one partition from `first` to `last`, both included.
+    pub(crate) async fn read_range(
+        &self,
+        s: &StreamName,
+        p: u32,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Event>> {
+        let filter = doc! {
+            "s": s.as_str(),
+            "p": p as i32,
+            "q": {"$gte": big(first), "$lte": big(last)},
+        };
+        let docs = self
+            .find_all(EVENTS, filter, Some(doc! {"q": 1}), 0)
+            .await?;
+        docs.iter().map(|d| decode_event(s, d)).collect()
+    }
+
+    /// The events at several positions.
+    pub(crate) async fn events_at(
+        &self,
+        s: &StreamName,
+        positions: &[(u32, u64)],
+    ) -> Result<HashMap<(u32, u64), Arc<Event>>> {
+        if positions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // Partitions × sequences: a superset (one index range per pair at
+        // most), cut to the positions asked for below.
+        let mut partitions: Vec<i32> = positions.iter().map(|&(p, _)| p as i32).collect();
+        let mut sequences: Vec<i64> = positions.iter().map(|&(_, q)| big(q)).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        sequences.sort_unstable();
+        sequences.dedup();
+        let filter = doc! {
+            "s": s.as_str(),
+            "p": {"$in": partitions},
+            "q": {"$in": sequences},
+        };
+        let docs = self.find_all(EVENTS, filter, None, 0).await?;
+        let mut out = HashMap::with_capacity(docs.len());
+        let wanted: HashSet<(u32, u64)> = positions.iter().copied().collect();
+        for d in &docs {
+            let event = decode_event(s, d)?;
+            let at = (event.partition, event.sequence);
+            if wanted.contains(&at) {
+                out.insert(at, Arc::new(event));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where the given events are, by id (unknown ids are left out).
+    pub(crate) async fn locate(
+        &self,
+        s: &StreamName,
+        ids: &[EventId],
+    ) -> Result<HashMap<String, (u32, u64)>> {
+        let names: Vec<&str> = ids.iter().map(EventId::as_str).collect();
+        let filter = doc! {"s": s.as_str(), "id": {"$in": names}};
+        let cursor = self
+            .coll(EVENTS)
+            .find(filter)
+            .projection(doc! {"id": 1, "p": 1, "q": 1})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let docs: Vec<Document> = cursor
+            .try_collect()
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        docs.iter()
+            .map(|d| {
+                let p = u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?;
+                Ok((text(d, "id")?.to_owned(), (p, uint(d, "q")?)))
+            })
+            .collect()
+    }
+
+    /// Where the given events are, in input order; every id must be in the
+    /// stream.
+    pub(crate) async fn locate_all(
+        &self,
+        s: &StreamName,
+        ids: &[EventId],
+    ) -> Result<Vec<(u32, u64)>> {
+        let found = self.locate(s, ids).await?;
+        rheo_core::backend::policy::all_located(
+            ids.iter()
+                .map(|id| (id.as_str(), found.get(id.as_str()).copied())),
+        )
+    }
+
+    /// Per partition, the first sequence whose timestamp is at or after `t`.
+    pub(crate) async fn first_at_or_after(
+        &self,
+        s: &StreamName,
+        selected: &[u32],
+        t: Timestamp,
+    ) -> Result<HashMap<u32, u64>> {
+        let mut out = HashMap::new();
+        for &p in selected {
+            let filter = doc! {"s": s.as_str(), "p": p as i32, "ts": {"$gte": t.as_millis()}};
+            let found = self
+                .coll(EVENTS)
+                .find_one(filter)
+                .sort(doc! {"q": 1})
+                .projection(doc! {"q": 1})
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?;
+            if let Some(d) = found {
+                out.insert(p, uint(&d, "q")?.max(1));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs a history query (`docs/log.md#queries`).
+    pub(crate) async fn query(&self, s: &StreamName, query: &Query) -> Result<Page> {
+        query.validate()?;
+        self.meta(s).await?;
+        let events = self.scan(s, query, query.limit as usize).await?;
+        Ok(query.page(events))
+    }
+
+    /// The events `query` matches (its cursor included), in its order, at
+    /// most `limit` (0: all). MongoDB selects a superset with the
+    /// translated filter (`query.rs`); each event is checked by the query
+    /// itself, so MongoDB's looser equality never lets a wrong event in.
+    pub(crate) async fn scan(
+        &self,
+        s: &StreamName,
+        query: &Query,
+        limit: usize,
+    ) -> Result<Vec<Event>> {
+        let filter = super::query::filter(s, query, query.cursor.is_some());
+        let sort = super::query::sort(query.order);
+        let mut cursor = self
+            .coll(EVENTS)
+            .find(filter)
+            .sort(sort)
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let mut out = Vec::new();
+        while let Some(d) = cursor
+            .try_next()
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?
+        {
+            let event = decode_event(s, &d)?;
+            if query.matches(&event) {
+                out.push(event);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,282 @@
+//! Moving a group back (`docs/groups.md#dead-letters-and-redrive`,
+//! `docs/groups.md#replay-and-reset`): redrive dead letters, replay, reset.
+//! Each re-opening is a conditional `update_many` of delivery documents
+//! (deliveries a replay re-opens below the group's start are inserted;
+//! the unique key keeps a concurrent fetch from creating them twice); a
+//! holder of a re-opened lease finds its lease id gone, so its settle is
+//! stale.
+
+use std::collections::HashSet;
+
+use mongodb::bson::{Document, doc, oid::ObjectId};
+use mongodb::options::InsertManyOptions;
+
+use super::claims::{AVAILABLE, DEAD, deliveries_of};
+use super::gates::Reopen;
+use super::groups::group_key;
+use super::{
+    DELIVERIES, Fail, GROUPS, MongoBackend, Phase, big, is_duplicate_key, map_error, transaction,
+    uint,
+};
+use rheo_core::backend::{Error, Redrive, Replay, ResetRequest, Result};
+use rheo_core::model::{GroupName, GroupOrdering, Query, StreamName};
+
+impl MongoBackend {
+    pub(crate) async fn redrive(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        which: Redrive,
+    ) -> Result<u64> {
+        self.meta(s).await?;
+        // Read afresh: the ordering gates what this re-opens.
+        self.forget_group(s, g);
+        let config = self.group_config(s, g).await?;
+        if config.ordering != GroupOrdering::None {
+            let events = match &which {
+                Redrive::All => None,
+                Redrive::Events(ids) => {
+                    self.locate_all(s, ids).await?;
+                    Some(ids.iter().map(|id| id.as_str()).collect())
+                }
+            };
+            let count = self.reopen_ordered(s, g, &Reopen::Dead(events)).await?;
+            if count > 0 {
+                self.wake(s).await;
+            }
+            return Ok(count);
+        }
+        let mut filter = deliveries_of(s, g);
+        filter.insert("st", DEAD);
+        if let Redrive::Events(ids) = &which {
+            self.locate_all(s, ids).await?;
+            let names: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+            filter.insert("e", doc! {"$in": names});
+        }
+        let update = doc! {
+            "$set": {"st": AVAILABLE, "a": 0_i64},
+            "$unset": {"due": "", "lid": "", "dat": ""},
+        };
+        let done = self
+            .coll(DELIVERIES)
+            .update_many(filter, update)
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        if done.modified_count > 0 {
+            self.wake(s).await;
+        }
+        Ok(done.modified_count)
+    }
+
+    /// Re-opens the sequences strictly between `after` and `before` in one
+    /// partition: creates the deliveries the group never had (below its
+    /// start) and makes every other one available now. Returns how many
+    /// were not open.
+    async fn reopen(
+        &self,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        after: u64,
+        before: u64,
+    ) -> Result<u64> {
+        if after.saturating_add(1) >= before {
+            return Ok(0);
+        }
+        let mut range = deliveries_of(s, g);
+        range.insert("p", p as i32);
+        range.insert("q", doc! {"$gt": big(after), "$lt": big(before)});
+        // Deliveries the group never had: one per event without one.
+        let existing: HashSet<u64> = self
+            .find_all(DELIVERIES, range.clone(), None, 0)
+            .await?
+            .iter()
+            .map(|d| uint(d, "q"))
+            .collect::<Result<_>>()?;
+        let mut created = 0;
+        if existing.len() as u64 != before - after - 1 {
+            let events = self.read_range(s, p, after + 1, before - 1).await?;
+            let docs: Vec<Document> = events
+                .iter()
+                .filter(|e| !existing.contains(&e.sequence))
+                .map(|e| {
+                    doc! {
+                        "_id": ObjectId::new(),
+                        "s": s.as_str(),
+                        "g": g.as_str(),
+                        "p": p as i32,
+                        "q": big(e.sequence),
+                        "e": e.id.as_str(),
+                        "st": AVAILABLE,
+                        "a": 0_i64,
+                    }
+                })
+                .collect();
+            if !docs.is_empty() {
+                let n = docs.len() as u64;
+                let unordered = InsertManyOptions::builder().ordered(false).build();
+                match self
+                    .coll(DELIVERIES)
+                    .insert_many(docs)
+                    .with_options(unordered)
+                    .await
+                {
+                    Ok(_) => created = n,
+                    // A fetch created some at the same moment: those are
+                    // re-opened below like any other.
+                    Err(e) if is_duplicate_key(&e) => {
+                        created = n.saturating_sub(duplicates(&e));
+                    }
+                    Err(e) => return Err(map_error(e, Phase::Write)),
+                }
+            }
+        }
+        let mut closed = range.clone();
+        closed.insert("st", doc! {"$ne": AVAILABLE});
+        let reopened = self
+            .coll(DELIVERIES)
+            .update_many(
+                closed,
+                doc! {"$set": {"st": AVAILABLE}, "$unset": {"due": "", "lid": "", "dat": ""}},
+            )
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?
+            .modified_count;
+        // Deliveries already open but waiting on a retry delay become due
+        // now; they were not closed, so they are not counted.
+        let mut delayed = range;
+        delayed.insert("st", AVAILABLE);
+        delayed.insert("due", doc! {"$ne": null});
+        self.coll(DELIVERIES)
+            .update_many(delayed, doc! {"$unset": {"due": ""}})
+            .await
+            .map_err(|e| map_error(e, Phase::Write))?;
+        Ok(created + reopened)
+    }
+
+    pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
+        how.validate()?;
+        let (partition_count, _) = self.meta(s).await?;
+        // Read afresh: the ordering gates what this re-opens.
+        self.forget_group(s, g);
+        let ordering = self.group_config(s, g).await?.ordering;
+        let state = self.group_state(s, g, partition_count).await?;
+        let cursor = |p: u32| state.cursors[p as usize];
+        // Every (partition, after, before) range to re-open.
+        let ranges: Vec<(u32, u64, u64)> = match how {
+            Replay::FromSequence { after, partitions } => partitions
+                .resolve(partition_count)?
+                .into_iter()
+                .map(|p| (p, after, cursor(p)))
+                .collect(),
+            Replay::FromTime { from, partitions } => {
+                let selected = partitions.resolve(partition_count)?;
+                let firsts = self.first_at_or_after(s, &selected, from).await?;
+                selected
+                    .into_iter()
+                    .filter_map(|p| firsts.get(&p).map(|first| (p, first - 1, cursor(p))))
+                    .collect()
+            }
+            Replay::Query(q) => {
+                let q = Query { cursor: None, ..q };
+                self.scan(s, &q, 0)
+                    .await?
+                    .iter()
+                    .map(|e| {
+                        let p = e.partition;
+                        (p, e.sequence - 1, (e.sequence + 1).min(cursor(p)))
+                    })
+                    .collect()
+            }
+            Replay::EventIds(ids) => self
+                .locate_all(s, &ids)
+                .await?
+                .into_iter()
+                .map(|(p, seq)| (p, seq - 1, (seq + 1).min(cursor(p))))
+                .collect(),
+        };
+        let mut count = 0;
+        if ordering == GroupOrdering::None {
+            for (p, after, before) in ranges {
+                count += self.reopen((s, g), p, after, before).await?;
+            }
+        } else {
+            count = self.reopen_ordered(s, g, &Reopen::Ranges(ranges)).await?;
+        }
+        self.wake(s).await;
+        Ok(count)
+    }
+
+    /// Deletes the group's deliveries in the selected partitions, then
+    /// moves their cursors to the start and the group's epoch on (a fetch
+    /// that read the group before cannot move a cursor after).
+    pub(crate) async fn reset(&self, req: ResetRequest) -> Result<()> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        let (partition_count, _) = self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let selected = req.partitions.resolve(partition_count)?;
+        let starts = self.start_points_of(s, partition_count, &req.start).await?;
+        let mut filter = deliveries_of(s, g);
+        let chosen: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
+        filter.insert("p", doc! {"$in": &chosen});
+        let mut set = Document::new();
+        for p in &selected {
+            set.insert(format!("cursor.{p}"), big(starts[*p as usize] + 1));
+        }
+        match req.ordering {
+            // A change of ordering (every partition: `ResetRequest::validate`)
+            // forgets every delivery and gate with the cursors in one
+            // transaction, so no fetch goes on under the old ordering.
+            Some(ordering) => {
+                set.insert("ordering", ordering.as_str());
+                let update = doc! {"$set": set, "$inc": {"epoch": 1_i64}};
+                transaction!(self, session => {
+                    self.coll(DELIVERIES)
+                        .delete_many(filter.clone())
+                        .session(&mut session)
+                        .await?;
+                    self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
+                    self.coll(GROUPS)
+                        .update_one(group_key(s, g), update.clone())
+                        .session(&mut session)
+                        .await?;
+                    Ok(())
+                })?;
+                self.forget_group(s, g);
+            }
+            None => {
+                self.coll(DELIVERIES)
+                    .delete_many(filter)
+                    .await
+                    .map_err(|e| map_error(e, Phase::Write))?;
+                if let Err(fail) = self.forget_gates(None, (s, g), &chosen).await {
+                    return Err(match fail {
+                        Fail::Mongo(e) => map_error(e, Phase::Write),
+                        Fail::Rheo(e) => e,
+                        Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
+                    });
+                }
+                self.coll(GROUPS)
+                    .update_one(
+                        group_key(s, g),
+                        doc! {"$set": set, "$inc": {"epoch": 1_i64}},
+                    )
+                    .await
+                    .map_err(|e| map_error(e, Phase::Write))?;
+            }
+        }
+        self.wake(s).await;
+        Ok(())
+    }
+}
+
+/// How many inserts of an unordered `insert_many` failed on a duplicate key.
+fn duplicates(e: &mongodb::error::Error) -> u64 {
+    match &*e.kind {
+        mongodb::error::ErrorKind::InsertMany(m) => m
+            .write_errors
+            .as_ref()
+            .map_or(0, |w| w.iter().filter(|w| w.code == 11000).count() as u64),
+        _ => 0,
+    }
+}

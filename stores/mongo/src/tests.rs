@@ -1,0 +1,211 @@
+//! The MongoDB backend against a MongoDB-compatible server
+//! (`TEST_MONGODB_URL`; `scripts/test` starts the SecantusDB stand-in):
+//! the conformance suite, the two-node suite and a lost connection. Each
+//! test has a database of its own, dropped when its backend is dropped.
+
+use std::sync::Arc;
+
+use super::MongoBackend;
+use rheo_core::backend::Backend;
+use rheo_core::backend::conformance::service_url;
+use rheo_core::clock::SharedClock;
+
+/// The store timeout of the tests' backends (the driver's commit and
+/// connect limits derive from it): a minute, not the server's default of
+/// ten seconds, because the stand-in these tests run against takes
+/// seconds for one commit at times when every test binary of a CI run
+/// shares it. The deadline itself is checked with a bound of its own
+/// (`a_stalled_connection_answers_within_the_deadline_and_recovers`).
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Drops a test's database when dropped (the end of the test).
+#[derive(Debug)]
+pub(super) struct Janitor {
+    url: String,
+    database: String,
+}
+
+impl Drop for Janitor {
+    fn drop(&mut self) {
+        let (url, database) = (self.url.clone(), self.database.clone());
+        // Drop runs outside any runtime the test may still be tearing down.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let client = mongodb::Client::with_uri_str(&url).await.ok()?;
+                client.database(&database).drop().await.ok()
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// `url` with its database replaced by `database`.
+pub(super) fn with_database(url: &str, database: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a mongodb:// URL");
+    let (hosts, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = tail.split_once('?').map_or("", |(_, q)| q);
+    match query {
+        "" => format!("{scheme}://{hosts}/{database}"),
+        q => format!("{scheme}://{hosts}/{database}?{q}"),
+    }
+}
+
+/// A fresh database name.
+pub(super) fn fresh_database() -> String {
+    format!("rheo_t_{:016x}", rand::random::<u64>())
+}
+
+/// A backend on a fresh database of `TEST_MONGODB_URL`, or `None` (with a
+/// note) when it is unset and MongoDB is not required.
+async fn connect_fresh(clock: SharedClock) -> Option<MongoBackend> {
+    let url = service_url("TEST_MONGODB_URL", "mongodb")?;
+    let database = fresh_database();
+    let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true, TIMEOUT)
+        .await
+        .expect("connect to TEST_MONGODB_URL and migrate");
+    let janitor = Arc::new(Janitor { url, database });
+    let _ = backend.cluster.janitor.set(Arc::clone(&janitor));
+    backend.janitor = Some(janitor);
+    Some(backend)
+}
+
+async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+    Some(Arc::new(connect_fresh(clock).await?))
+}
+
+mod conformance {
+    use super::factory;
+    rheo_core::backend_conformance!(factory);
+}
+
+/// Two backends (two servers) on one database.
+async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let a = connect_fresh(clock.clone()).await?;
+    let url = std::env::var("TEST_MONGODB_URL").expect("set when a backend exists");
+    let url = with_database(&url, a.db.name());
+    let mut b = MongoBackend::connect(&url, clock, false, TIMEOUT)
+        .await
+        .expect("node b");
+    // One database: b shares a's janitor, so it goes with the last node.
+    b.janitor = a.janitor.clone();
+    if let Some(janitor) = &b.janitor {
+        let _ = b.cluster.janitor.set(Arc::clone(janitor));
+    }
+    Some((Arc::new(a), Arc::new(b)))
+}
+
+mod nodes {
+    use super::nodes;
+    rheo_core::shared_store_conformance!(nodes);
+}
+
+/// Two servers' cluster stores on one database. Each store keeps the
+/// database's janitor: it is dropped with the last of them.
+async fn cluster_pair(
+    clock: SharedClock,
+) -> Option<(
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    Some((
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    ))
+}
+
+rheo_core::cluster_conformance!(cluster_pair);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_module_past_the_document_limit_is_stored_in_parts() {
+    use rheo_core::backend::conformance::START;
+    use rheo_core::clock::FrozenClock;
+    use rheo_core::model::Timestamp;
+
+    let Some(backend) = connect_fresh(FrozenClock::new(START)).await else {
+        return;
+    };
+    let store = backend.cluster().expect("a cluster store");
+    // Past MongoDB's 16 MiB document limit, like a Python handler.
+    let bytes: Vec<u8> = (0..17 << 20).map(|i: u32| (i % 251) as u8).collect();
+    store.put_module("big", &bytes, START).await.unwrap();
+    store.put_module("big", b"other", START).await.unwrap();
+    assert!(store.module("big").await.unwrap() == Some(bytes));
+    let parts = backend.coll(super::cluster::MODULE_PARTS);
+    assert_eq!(
+        parts.count_documents(mongodb::bson::doc! {}).await.unwrap(),
+        5
+    );
+
+    let later = Timestamp::from_millis(START.as_millis() + 1);
+    assert_eq!(store.forget_modules(&[], later).await.unwrap(), 1);
+    assert_eq!(store.module("big").await.unwrap(), None);
+    assert_eq!(
+        parts.count_documents(mongodb::bson::doc! {}).await.unwrap(),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
+    let Some(url) = service_url("TEST_MONGODB_URL", "mongodb") else {
+        return;
+    };
+    let database = fresh_database();
+    let janitor = Janitor {
+        url: url.clone(),
+        database: database.clone(),
+    };
+    rheo_core::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
+        &url,
+        |relayed, clock| async move {
+            let url = with_database(&relayed, &database);
+            let b = MongoBackend::connect(&url, clock, true, TIMEOUT).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = service_url("TEST_MONGODB_URL", "mongodb") else {
+        return;
+    };
+    let database = fresh_database();
+    let janitor = Janitor {
+        url: url.clone(),
+        database: database.clone(),
+    };
+    // The stand-in takes tens of milliseconds a write: a roomier timeout.
+    rheo_core::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        std::time::Duration::from_secs(3),
+        |relayed, clock, timeout| async move {
+            let url = with_database(&relayed, &database);
+            let b = MongoBackend::connect(&url, clock, true, timeout).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[test]
+fn a_url_gets_the_database_it_is_given() {
+    let url = "mongodb://127.0.0.1:27018/?directConnection=true";
+    assert_eq!(
+        with_database(url, "x"),
+        "mongodb://127.0.0.1:27018/x?directConnection=true"
+    );
+    assert_eq!(with_database("mongodb://h:1", "y"), "mongodb://h:1/y");
+    assert_eq!(
+        with_database("mongodb://h:1/old?a=b&c=d", "z"),
+        "mongodb://h:1/z?a=b&c=d"
+    );
+}

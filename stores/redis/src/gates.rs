@@ -1,0 +1,794 @@
+//! Group ordering on Redis (`docs/groups.md#ordering`,
+//! `docs/backends.md#redis`).
+//!
+//! Every open delivery of an ordered group that has a gate (its key, or
+//! its partition) is a member of the partition's `gates` sorted set, all
+//! scored 0 and named gate-then-sequence, so that one gate's open
+//! deliveries are one lex range in sequence order and its lowest is one
+//! `ZRANGEBYLEX … LIMIT 0 1` away. A gate's head (available or leased) is
+//! in the claim indexes as any delivery; its other open deliveries are
+//! *parked*: their records say `P`, and they are in no claim index.
+//!
+//! What a fetch, a settle or a re-open decides from a gate it read is
+//! written guarded on that read (the range's first members unchanged), so
+//! two servers never let two deliveries of one gate out. The walk over
+//! unseen events is the shared one ([`GateWalk`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use super::claims::{Delivery, Entry, Slot, Status};
+use super::planned::{ahead_of, read_ahead};
+use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
+use super::{corrupt, map_error};
+use rheo_core::backend::policy::{
+    GateView as Gate, GateWalk, POISON_REASON, Share, claim_capacity, regate,
+};
+use rheo_core::backend::{FetchRequest, Result};
+use rheo_core::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName, Timestamp};
+
+/// The member of the delivery at `seq` in its gate: the gate's length in
+/// bytes, the gate and the zero-padded sequence, so that a gate's members
+/// are exactly those starting with its length and name, whatever
+/// characters a key holds, and sort by sequence.
+pub(super) fn member(gate: &str, seq: u64) -> String {
+    format!("{:05}:{gate}:{seq:020}", gate.len())
+}
+
+/// The lex range (min, max) of a gate's members.
+pub(super) fn range(gate: &str) -> [String; 2] {
+    let prefix = format!("{:05}:{gate}", gate.len());
+    // Every member of the gate is `prefix:` and digits: at or after
+    // `prefix:`, before `prefix;` (`;` follows `:`).
+    [format!("[{prefix}:"), format!("({prefix};")]
+}
+
+/// The sequence of a [`member`].
+fn sequence_of(member: &str) -> Result<u64> {
+    member
+        .rsplit_once(':')
+        .and_then(|(_, seq)| seq.parse().ok())
+        .ok_or_else(|| corrupt("gate member", member.escape_debug()))
+}
+
+/// A gated delivery's gate as a settle read it: the gate's first two
+/// members, and the first one other than the delivery with its record.
+#[derive(Debug)]
+pub(super) struct GateView {
+    gate: String,
+    firsts: Vec<String>,
+    /// The sequence and record (`None`: none) of the first member that is
+    /// not the delivery.
+    other: Option<(u64, Option<(String, Delivery)>)>,
+    /// The gate's count of open deliveries, as read (`None`: none).
+    count: Option<String>,
+}
+
+impl GateView {
+    /// Whether the gate has another open delivery than the settled one.
+    pub(super) fn is_crowded(&self) -> bool {
+        self.other.is_some()
+    }
+}
+
+/// A re-opened delivery, decided but not written yet.
+#[derive(Debug)]
+pub(super) struct Reopened {
+    pub(super) seq: u64,
+    /// Its record as read (`None`: it had none).
+    pub(super) raw: Option<String>,
+    pub(super) new: Delivery,
+}
+
+/// One partition asked for claims in a round of an ordered fetch: its
+/// index, the ask, how many it re-claimed, and its walk (an index into the
+/// fetch's walks) with what that walk had leased before the round.
+type Asked = (usize, usize, usize, Option<(usize, usize)>);
+
+/// One partition's walk over its unseen events in an ordered fetch.
+struct Walking {
+    /// Index into the fetch's selected partitions.
+    at: usize,
+    walk: GateWalk,
+    cursor: u64,
+    cursor_raw: Option<String>,
+    high_watermark: u64,
+    /// What the candidates read ahead of the cursor.
+    ahead: Vec<Entry>,
+}
+
+impl RedisBackend {
+    /// How many open deliveries each (partition, gate) has, as its count
+    /// reads raw (`None`: none), in one round trip.
+    async fn gate_counts(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        gates: &[(u32, String)],
+    ) -> Result<Vec<Option<String>>> {
+        if gates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (p, gate) in gates {
+            pipe.cmd("HGET").arg(self.keys.counts(s, g, *p)).arg(gate);
+        }
+        pipe.query_async(&mut self.read_conn())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))
+    }
+
+    /// The key of the event at each position: `known` where this process
+    /// kept it, else read from the log.
+    pub(super) async fn keys_at(
+        &self,
+        s: &StreamName,
+        positions: &[(u32, u64)],
+        known: Vec<Option<Option<Arc<str>>>>,
+    ) -> Result<Vec<Option<Arc<str>>>> {
+        let missing: Vec<(u32, u64)> = positions
+            .iter()
+            .zip(&known)
+            .filter(|(_, k)| k.is_none())
+            .map(|(at, _)| *at)
+            .collect();
+        let events = self.events_at(s, &missing).await?;
+        positions
+            .iter()
+            .zip(known)
+            .map(|(at, k)| match k {
+                Some(key) => Ok(key),
+                None => {
+                    let event = events
+                        .get(at)
+                        .ok_or_else(|| corrupt("log", format!("{}:{} has no entry", at.0, at.1)))?;
+                    Ok(event.key.as_deref().map(Arc::from))
+                }
+            })
+            .collect()
+    }
+
+    /// The gate of each of `items` — (partition, sequence, gate) — as a
+    /// settle needs it ([`GateView`]), in one round trip (`gate_view.lua`).
+    pub(super) async fn gate_views(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: &[(u32, u64, String)],
+    ) -> Result<Vec<GateView>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.gate_view.prepare_invoke();
+        for (p, seq, gate) in items {
+            let [min, max] = range(gate);
+            invocation
+                .arg(self.keys.gates(s, g, *p))
+                .arg(self.keys.deliveries(s, g, *p))
+                .arg(min)
+                .arg(max)
+                .arg(member(gate, *seq))
+                .arg(self.keys.counts(s, g, *p))
+                .arg(gate);
+        }
+        let replies: Vec<(Vec<String>, Option<String>, Option<String>)> = invocation
+            .invoke_async(&mut self.read_conn())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        if replies.len() != items.len() {
+            return Err(corrupt("gate view", format!("{} replies", replies.len())));
+        }
+        items
+            .iter()
+            .zip(replies)
+            .map(|((_, seq, gate), (firsts, raw, count))| {
+                let mine = member(gate, *seq);
+                let other = match firsts.iter().find(|m| **m != mine) {
+                    Some(m) => {
+                        let record = match raw {
+                            Some(raw) => {
+                                let delivery = Delivery::decode(&raw)?;
+                                Some((raw, delivery))
+                            }
+                            None => None,
+                        };
+                        Some((sequence_of(m)?, record))
+                    }
+                    None => None,
+                };
+                Ok(GateView {
+                    gate: gate.clone(),
+                    firsts,
+                    other,
+                    count,
+                })
+            })
+            .collect()
+    }
+
+    /// Keeps the gate's rule when its head at `seq` is settled to `new`
+    /// (the record the settle policy made), guarded on `view`: an ack or a
+    /// dead letter takes the head out of its gate, a retry parks it, and
+    /// the gate then gets the head the shared rule gives it ([`regate`]) —
+    /// its lowest open delivery: the retried one itself, or the gate's
+    /// lowest parked one. Returns the record to place for the settled
+    /// delivery, and whether another delivery was let through (claimable
+    /// now or at its due time).
+    pub(super) fn settle_gated(
+        &self,
+        cas: &mut Cas,
+        k: &PartitionKeys,
+        seq: u64,
+        view: &GateView,
+        new: Delivery,
+    ) -> (Delivery, bool) {
+        cas.lex_first_are(&k.gates, range(&view.gate), 2, view.firsts.clone());
+        cas.hget_is(&k.counts, &view.gate, view.count.as_deref());
+        if let Some((other, record)) = &view.other {
+            let raw = record.as_ref().map(|(raw, _)| raw.as_str());
+            cas.hget_is(&k.records, &other.to_string(), raw);
+        }
+        let mine = member(&view.gate, seq);
+        let closes = matches!(new.status, Status::Acked | Status::Dead);
+        if closes {
+            cas.write(&["ZREM", &k.gates, &mine]);
+            let count: u64 = view
+                .count
+                .as_deref()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(1);
+            match count.saturating_sub(1) {
+                0 => cas.write(&["HDEL", &k.counts, &view.gate]),
+                left => cas.write(&["HSET", &k.counts, &view.gate, &left.to_string()]),
+            }
+        }
+        let other = view
+            .other
+            .as_ref()
+            .map(|(other, record)| (*other, record.as_ref().map(|(_, d)| d)));
+        let status =
+            |want: Status| other.and_then(|(o, d)| d.filter(|d| d.status == want).map(|_| o));
+        let step = regate(Gate {
+            out: status(Status::Leased).is_some(),
+            head: status(Status::Available),
+            lowest: match other.map(|(o, _)| o) {
+                Some(o) if closes || o < seq => Some(o),
+                _ if closes => None,
+                _ => Some(seq),
+            },
+        });
+        let mut released = false;
+        if let Some((o, Some(d))) = other {
+            let status = if step.release == Some(o) {
+                released = true;
+                Status::Available
+            } else if step.park == Some(o) {
+                Status::Parked
+            } else {
+                d.status
+            };
+            if status != d.status {
+                let moved = Delivery {
+                    status,
+                    ..d.clone()
+                };
+                self.place(cas, k, o, Some(Slot::of(d)), &moved);
+            }
+        }
+        if !closes && step.release != Some(seq) {
+            let parked = Delivery {
+                status: Status::Parked,
+                ..new
+            };
+            return (parked, released);
+        }
+        (new, released)
+    }
+
+    /// A fetch of an ordered group (`docs/groups.md#ordering`): re-claims
+    /// as any fetch (claimable deliveries are heads, or have no gate), then
+    /// walks each partition's unseen events by the shared rule, asking the
+    /// `gates` set whether each gate it passes has a delivery open. The
+    /// claims, the parked deliveries, the new members and the cursors are
+    /// written in one script guarded by the records, the cursors and the
+    /// gates it read. A fetch that finds poison dead-letters it (letting
+    /// its gate's next delivery through) and runs again. `None` when
+    /// another node changed what it read.
+    pub(super) async fn fetch_ordered(
+        &self,
+        req: &FetchRequest,
+        settings: &Settings,
+        selected: &[u32],
+        first: usize,
+    ) -> Result<Option<Vec<Lease>>> {
+        let (s, g) = (&req.stream, &req.group);
+        let (config, ordering) = (&settings.config, settings.config.ordering);
+        let now = self.clock.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let limit = req.limit as usize;
+        // The first window of a walk holds at least 16 events.
+        let ahead = limit.div_ceil(selected.len()).max(16);
+        let mut parts = self
+            .candidates(s, g, selected, (now, limit, ahead), config)
+            .await?;
+        if parts.iter().any(|p| !p.poison.is_empty()) {
+            let poison: Vec<(u32, u64, String, Delivery)> = selected
+                .iter()
+                .zip(&mut parts)
+                .flat_map(|(&p, part)| {
+                    std::mem::take(&mut part.poison)
+                        .into_iter()
+                        .map(move |(seq, raw, d)| (p, seq, raw, d))
+                })
+                .collect();
+            self.bury(s, g, settings, poison, now).await?;
+            return Ok(None);
+        }
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable heads first, then a walk over its unseen events; a
+        // walk that comes back short has no more, and its share goes to the
+        // others, whose walks go on.
+        let bound: Vec<usize> = parts
+            .iter()
+            .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
+            .collect();
+        let mut share = Share::new(bound, limit, first);
+        // Gates are asked before deciding only in a group where they were
+        // lately found busy; elsewhere each is taken to be free and the
+        // write guarded on it, which saves a round trip when consumers
+        // keep up (`docs/backends.md#redis`).
+        let group = (s.clone(), g.clone());
+        let optimistic = !self.crowded.lock().contains(&group);
+        let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
+        let mut claimed: Vec<(u32, u64, u32, LeaseId)> = Vec::new();
+        let mut reclaimed = vec![0; parts.len()];
+        let mut walks: Vec<Walking> = Vec::new();
+        let mut events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
+        let mut probed: HashMap<(u32, String), Option<String>> = HashMap::new();
+        while !share.done() {
+            // Per partition asked: its index, the ask, how many it
+            // re-claimed now, and its walk with what the walk had leased
+            // before.
+            let mut asked: Vec<Asked> = Vec::new();
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let (p, part) = (selected[i], &mut parts[i]);
+                let k = self.keys.partition(s, g, p);
+                let take = ask.min(part.claimable.len() - reclaimed[i]);
+                for (seq, raw, delivery) in &part.claimable[reclaimed[i]..reclaimed[i] + take] {
+                    cas.hget_is(&k.records, &seq.to_string(), Some(raw));
+                    let lease_id = LeaseId::generate();
+                    let leased =
+                        delivery
+                            .clone()
+                            .leased(&lease_id, &req.consumer_id, now, expires_at);
+                    self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &leased);
+                    claimed.push((p, *seq, leased.attempt, lease_id));
+                }
+                reclaimed[i] += take;
+                let walk = (ask > take).then(|| {
+                    let w = match walks.iter().position(|w| w.at == i) {
+                        Some(w) => w,
+                        None => {
+                            walks.push(Walking {
+                                at: i,
+                                walk: GateWalk::new(ordering, part.cursor, 0),
+                                cursor: part.cursor,
+                                cursor_raw: part.cursor_raw.clone(),
+                                high_watermark: part.high_watermark,
+                                ahead: std::mem::take(&mut part.ahead),
+                            });
+                            walks.len() - 1
+                        }
+                    };
+                    walks[w].walk.want_more(ask - take);
+                    (w, walks[w].walk.lease.len())
+                });
+                asked.push((i, ask, take, walk));
+            }
+            self.walk(
+                s,
+                g,
+                selected,
+                &mut walks,
+                &mut events,
+                &mut probed,
+                optimistic,
+            )
+            .await?;
+            for (i, ask, take, walk) in asked {
+                let walked = walk.map_or(0, |(w, before)| walks[w].walk.lease.len() - before);
+                share.gave(i, ask, take + walked);
+            }
+        }
+        let mut fresh_events: HashMap<(u32, u64), Arc<Event>> = HashMap::new();
+        let mut cursors_after = Vec::new();
+        // Per (partition, gate), the deliveries the walks added to it.
+        let mut joined: HashMap<(u32, String), u64> = HashMap::new();
+        for w in walks {
+            if w.walk.next == w.cursor {
+                continue;
+            }
+            let p = selected[w.at];
+            let k = self.keys.partition(s, g, p);
+            // The cursor's guard covers the new records (none exists at or
+            // above a cursor) and what the walk read of the log.
+            let cursors = self.keys.cursors(s, g);
+            cas.hget_is(&cursors, &p.to_string(), w.cursor_raw.as_deref());
+            for (seq, gate) in w.walk.lease {
+                let lease_id = LeaseId::generate();
+                let new = Delivery::fresh().leased(&lease_id, &req.consumer_id, now, expires_at);
+                self.place(&mut cas, &k, seq, None, &new);
+                if let Some(gate) = gate {
+                    cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
+                    *joined.entry((p, gate)).or_default() += 1;
+                }
+                let event = events
+                    .get(&(p, seq))
+                    .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
+                fresh_events.insert((p, seq), Arc::clone(event));
+                claimed.push((p, seq, 1, lease_id));
+            }
+            for (seq, gate) in w.walk.park {
+                let parked = Delivery {
+                    status: Status::Parked,
+                    ..Delivery::fresh()
+                };
+                self.place(&mut cas, &k, seq, None, &parked);
+                cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
+                *joined.entry((p, gate)).or_default() += 1;
+            }
+            cas.write(&["HSET", &cursors, &p.to_string(), &w.walk.next.to_string()]);
+            cursors_after.push((p, w.walk.next));
+        }
+        // Each gate passed: guarded on its count as read (or taken to be),
+        // and counting what the walk added to it.
+        let busy = probed.values().any(Option::is_some);
+        for ((p, gate), count) in probed {
+            let counts = self.keys.counts(s, g, p);
+            cas.hget_is(&counts, &gate, count.as_deref());
+            if let Some(added) = joined.get(&(p, gate.clone())) {
+                let before: u64 = match &count {
+                    Some(raw) => raw.parse().map_err(|_| corrupt("gate count", raw))?,
+                    None => 0,
+                };
+                cas.write(&["HSET", &counts, &gate, &(before + added).to_string()]);
+            }
+        }
+        if cas.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        // Where gates are taken to be free, the events past each new
+        // cursor are read ahead in the same round trip, for the next fetch
+        // to plan over (`planned.rs`).
+        let applied = if optimistic {
+            let ahead = read_ahead(limit, selected.len());
+            let reads: Vec<(u32, u64, usize)> = cursors_after
+                .iter()
+                .map(|&(p, next)| (p, next, ahead))
+                .collect();
+            self.apply_and_read(&cas, s, &reads).await?
+        } else {
+            (self.apply(&cas).await? == Applied::Yes).then(Vec::new)
+        };
+        let Some(read) = applied else {
+            // Something changed since the read; when gates were only taken
+            // to be free, the next round asks them.
+            if optimistic {
+                self.crowded.lock().insert(group);
+            }
+            return Ok(None);
+        };
+        {
+            let mut views = self.views.lock();
+            for ((p, cursor), (entries, high_watermark)) in cursors_after.iter().zip(read) {
+                if let Some(view) = views.get_mut(&(s.clone(), g.clone(), *p)) {
+                    view.high_watermark = view.high_watermark.max(high_watermark);
+                    view.ahead = ahead_of(s, *p, *cursor, entries)?;
+                }
+            }
+        }
+        if !optimistic && !busy {
+            self.crowded.lock().remove(&group);
+        } else if busy {
+            self.crowded.lock().insert(group);
+        }
+        let times = (now, expires_at);
+        self.claimed(req, claimed, fresh_events, cursors_after, times, ordering)
+            .await
+            .map(Some)
+    }
+
+    /// Runs the walks of an ordered fetch on in rounds, until each has what
+    /// it wants or is over: each round reads the next window of every walk
+    /// (one pipeline, from what was read ahead where it covers the window),
+    /// then asks the gates they pass (one pipeline) and passes the windows.
+    /// Adds the events read to `events`, and each asked gate's count of
+    /// open deliveries as read (`None`: free) to `probed` — or,
+    /// `optimistic`, each asked gate as free without asking: the caller's
+    /// write is guarded on it.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    async fn walk(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+        walks: &mut [Walking],
+        events: &mut HashMap<(u32, u64), Arc<Event>>,
+        probed: &mut HashMap<(u32, String), Option<String>>,
+        optimistic: bool,
+    ) -> Result<()> {
+        loop {
+            // This round's window of each walk: (walk, events), read ahead
+            // or to read.
+            let mut windows: Vec<(usize, Vec<Event>)> = Vec::new();
+            let mut reads: Vec<(usize, u64, u64)> = Vec::new();
+            for (i, w) in walks.iter_mut().enumerate() {
+                let Some((first, last)) = w.walk.window(w.high_watermark) else {
+                    continue;
+                };
+                let p = selected[w.at];
+                let mut held = Vec::new();
+                for (entry, fields) in &w.ahead {
+                    let seq = super::entry_sequence(entry)?;
+                    if (first..=last).contains(&seq) {
+                        held.push(super::decode_event(s, p, entry, fields.clone())?);
+                    }
+                }
+                if held.len() as u64 == last - first + 1 {
+                    windows.push((i, held));
+                } else {
+                    reads.push((i, first, last));
+                }
+            }
+            if windows.is_empty() && reads.is_empty() {
+                break;
+            }
+            if !reads.is_empty() {
+                let mut pipe = redis::pipe();
+                for &(i, first, last) in &reads {
+                    pipe.cmd("XRANGE")
+                        .arg(self.keys.log(s, selected[walks[i].at]))
+                        .arg(super::claims::entry_id(first))
+                        .arg(super::claims::entry_id(last));
+                }
+                let replies: Vec<Vec<Entry>> = pipe
+                    .query_async(&mut self.read_conn())
+                    .await
+                    .map_err(|e| map_error(e, Phase::Read))?;
+                for ((i, ..), entries) in reads.into_iter().zip(replies) {
+                    let p = selected[walks[i].at];
+                    let window = entries
+                        .into_iter()
+                        .map(|(entry, fields)| super::decode_event(s, p, &entry, fields))
+                        .collect::<Result<Vec<_>>>()?;
+                    windows.push((i, window));
+                }
+            }
+            let mut asked: Vec<(u32, String)> = Vec::new();
+            let mut keyed: Vec<(usize, Vec<(u64, Option<String>)>)> = Vec::new();
+            for (i, window) in windows {
+                let p = selected[walks[i].at];
+                let pairs: Vec<(u64, Option<String>)> =
+                    window.iter().map(|e| (e.sequence, e.key.clone())).collect();
+                let mut new: HashSet<String> = walks[i].walk.to_ask(&pairs);
+                new.retain(|gate| !probed.contains_key(&(p, gate.clone())));
+                asked.extend(new.into_iter().map(|gate| (p, gate)));
+                for event in window {
+                    events.insert((p, event.sequence), Arc::new(event));
+                }
+                keyed.push((i, pairs));
+            }
+            if optimistic {
+                // Every gate passed is taken to be free; the fetch's write
+                // is guarded on each being so.
+                probed.extend(asked.into_iter().map(|pg| (pg, None)));
+            } else {
+                let counts = self.gate_counts(s, g, &asked).await?;
+                for (pg, count) in asked.into_iter().zip(counts) {
+                    probed.insert(pg, count);
+                }
+            }
+            for (i, pairs) in keyed {
+                let p = selected[walks[i].at];
+                let busy = |gate: &str| {
+                    probed
+                        .get(&(p, gate.to_owned()))
+                        .is_some_and(Option::is_some)
+                };
+                walks[i].walk.pass(pairs, busy);
+            }
+        }
+        Ok(())
+    }
+
+    /// Dead-letters expired last attempts of an ordered group (the poison
+    /// guard, `docs/groups.md#poison-guard`), each letting its gate's next
+    /// delivery through, in one guarded script.
+    async fn bury(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        settings: &Settings,
+        poison: Vec<(u32, u64, String, Delivery)>,
+        now: Timestamp,
+    ) -> Result<()> {
+        let ordering = settings.config.ordering;
+        let positions: Vec<(u32, u64)> = poison.iter().map(|(p, seq, ..)| (*p, *seq)).collect();
+        let keys = self
+            .keys_at(s, &positions, vec![None; positions.len()])
+            .await?;
+        let mut gated = Vec::new();
+        let mut seen = HashSet::new();
+        let mut buried = Vec::new();
+        for ((p, seq, raw, delivery), key) in poison.into_iter().zip(keys) {
+            let gate = ordering.gate(key.as_deref()).map(str::to_owned);
+            // One head per gate is out: a second of one gate waits for the
+            // next fetch.
+            if let Some(gate) = &gate
+                && !seen.insert((p, gate.clone()))
+            {
+                continue;
+            }
+            if let Some(gate) = &gate {
+                gated.push((p, seq, gate.clone()));
+            }
+            buried.push((p, seq, raw, delivery, gate.is_some()));
+        }
+        let mut views = self.gate_views(s, g, &gated).await?.into_iter();
+        let mut cas = Cas::default();
+        self.guard_settings(&mut cas, s, g, settings);
+        let mut released = false;
+        for (p, seq, raw, delivery, has_gate) in buried {
+            let k = self.keys.partition(s, g, p);
+            cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
+            let old = Slot::of(&delivery);
+            let mut dead = delivery.dead(POISON_REASON.to_owned(), now);
+            if has_gate {
+                let view = views.next().expect("a view per gated delivery");
+                let through;
+                (dead, through) = self.settle_gated(&mut cas, &k, seq, &view, dead);
+                released |= through;
+            }
+            self.place(&mut cas, &k, seq, Some(old), &dead);
+        }
+        if released {
+            self.publish_wake(&mut cas, s);
+        }
+        self.apply(&cas).await?;
+        Ok(())
+    }
+
+    /// Gives each gate that re-opened deliveries of partition `k` belong to
+    /// the one head the shared rule gives it ([`regate`],
+    /// `docs/groups.md#ordering`): none while a delivery not re-opened is
+    /// out, else its lowest open one; the gate's other open deliveries are
+    /// parked. Sets each
+    /// re-opened record's status, adds the re-opened deliveries to their
+    /// gates and writes the changes of the gates' other members, guarded
+    /// on their records (the caller guards the cursor).
+    pub(super) async fn regate(
+        &self,
+        cas: &mut Cas,
+        (s, _, ordering): (&StreamName, &GroupName, GroupOrdering),
+        k: &PartitionKeys,
+        reopened: &mut [Reopened],
+    ) -> Result<()> {
+        let p = k.partition;
+        let positions: Vec<(u32, u64)> = reopened.iter().map(|r| (p, r.seq)).collect();
+        let keys = self
+            .keys_at(s, &positions, vec![None; positions.len()])
+            .await?;
+        let mut by_gate: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(gate) = ordering.gate(key.as_deref()) {
+                by_gate.entry(gate.to_owned()).or_default().push(i);
+            }
+        }
+        // The gates' members, their records and counts, as one snapshot.
+        let mut invocation = self.gate_members.prepare_invoke();
+        invocation.key(&k.gates).key(&k.records).key(&k.counts);
+        for gate in by_gate.keys() {
+            let [min, max] = range(gate);
+            invocation.arg(min).arg(max).arg(gate);
+        }
+        #[allow(clippy::type_complexity)]
+        let read: Vec<(Vec<String>, Vec<Option<String>>, Option<String>)> = if by_gate.is_empty() {
+            Vec::new()
+        } else {
+            invocation
+                .invoke_async(&mut self.read_conn())
+                .await
+                .map_err(|e| map_error(e, Phase::Read))?
+        };
+        let reopened_seqs: HashSet<u64> = reopened.iter().map(|r| r.seq).collect();
+        let mut records: HashMap<u64, (Option<String>, Option<Delivery>)> = HashMap::new();
+        let mut gate_members: Vec<Vec<u64>> = Vec::with_capacity(read.len());
+        let mut counts = Vec::with_capacity(read.len());
+        for (members, raws, count) in read {
+            let seqs = members
+                .iter()
+                .map(|m| sequence_of(m))
+                .collect::<Result<Vec<u64>>>()?;
+            for (&seq, raw) in seqs.iter().zip(raws) {
+                if !reopened_seqs.contains(&seq) {
+                    let delivery = raw.as_deref().map(Delivery::decode).transpose()?;
+                    records.insert(seq, (raw, delivery));
+                }
+            }
+            gate_members.push(seqs);
+            counts.push(count);
+        }
+        for (((gate, indexes), seqs), count) in by_gate.iter().zip(gate_members).zip(counts) {
+            let mut open: Vec<u64> = seqs
+                .into_iter()
+                .chain(indexes.iter().map(|&i| reopened[i].seq))
+                .collect();
+            open.sort_unstable();
+            open.dedup();
+            // The gate counts its members, the re-opened ones with them.
+            cas.hget_is(&k.counts, gate, count.as_deref());
+            cas.write(&["HSET", &k.counts, gate, &open.len().to_string()]);
+            // The re-opened deliveries are parked to start with; the gate
+            // then gets the head the shared rule gives it.
+            let standing = |want: Status| {
+                open.iter().copied().find(|q| {
+                    !reopened_seqs.contains(q)
+                        && records
+                            .get(q)
+                            .and_then(|(_, d)| d.as_ref())
+                            .is_some_and(|d| d.status == want)
+                })
+            };
+            let step = regate(Gate {
+                out: standing(Status::Leased).is_some(),
+                head: standing(Status::Available),
+                lowest: open.first().copied(),
+            });
+            for &i in indexes {
+                let r = &mut reopened[i];
+                r.new.status = if step.release == Some(r.seq) {
+                    Status::Available
+                } else {
+                    Status::Parked
+                };
+                cas.write(&["ZADD", &k.gates, "0", &member(gate, r.seq)]);
+            }
+            for q in open.iter().filter(|q| !reopened_seqs.contains(q)) {
+                let Some((raw, delivery)) = records.get(q) else {
+                    continue;
+                };
+                cas.hget_is(&k.records, &q.to_string(), raw.as_deref());
+                let Some(delivery) = delivery else { continue };
+                let wanted = if step.release == Some(*q) {
+                    Status::Available
+                } else if step.park == Some(*q) {
+                    Status::Parked
+                } else {
+                    continue;
+                };
+                let new = Delivery {
+                    status: wanted,
+                    ..delivery.clone()
+                };
+                self.place(cas, k, *q, Some(Slot::of(delivery)), &new);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settles of one batch that share a gate cannot be decided from one read
+/// of it: the items after the first of each gate, by index, for a later
+/// round. Only a broken invariant (two heads of one gate) makes any.
+pub(super) fn later_of_shared_gates(gated: &[(usize, u32, String)]) -> HashSet<usize> {
+    let mut seen = HashSet::new();
+    gated
+        .iter()
+        .filter(|(_, p, gate)| !seen.insert((*p, gate.clone())))
+        .map(|(i, ..)| *i)
+        .collect()
+}

@@ -1,0 +1,143 @@
+//! Creating and listing groups on Redis
+//! (`docs/groups.md#groups-and-start-positions`): the start of every
+//! partition comes from the policy module; the group's settings and
+//! cursors are written in one guarded script.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::{Applied, Cas, Phase, RedisBackend, corrupt};
+use rheo_core::backend::policy::{Marks, start_lookup, start_points};
+use rheo_core::backend::{Error, Result};
+use rheo_core::model::{
+    Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName, Timestamp,
+};
+
+impl RedisBackend {
+    pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
+        spec.validate()?;
+        let (partition_count, _) = self.meta(s).await?;
+        let now = self.clock.now();
+        let starts = self.start_points(s, partition_count, &spec.start).await?;
+        let settings = json!({
+            "max_attempts": spec.max_attempts,
+            "retry_backoff_ms": spec.retry_backoff_ms,
+            "ordering": spec.ordering.as_str(),
+            "created_at": now.as_millis(),
+        });
+        let (groups, name) = (self.keys.groups(s), spec.name.as_str());
+        let mut cas = Cas::default();
+        cas.hget_is(&groups, name, None);
+        cas.write(&["HSET", &groups, name, &settings.to_string()]);
+        let cursors = self.keys.cursors(s, &spec.name);
+        let floors = self.keys.floors(s, &spec.name);
+        for (p, start) in starts.iter().enumerate() {
+            let (field, cursor) = (p.to_string(), (start + 1).to_string());
+            cas.write(&["HSET", &cursors, &field, &cursor]);
+            cas.write(&["HSET", &floors, &field, &cursor]);
+        }
+        if self.apply(&cas).await? == Applied::Conflict {
+            return Err(Error::AlreadyExists(format!(
+                "group {name:?} on stream {:?}",
+                s.as_str()
+            )));
+        }
+        Ok(Group {
+            stream: s.clone(),
+            name: spec.name,
+            max_attempts: spec.max_attempts,
+            retry_backoff_ms: spec.retry_backoff_ms,
+            ordering: spec.ordering,
+            created_at: now,
+        })
+    }
+
+    pub(crate) async fn list_groups(&self, s: &StreamName) -> Result<Vec<Group>> {
+        self.meta(s).await?;
+        let all: BTreeMap<String, String> = self
+            .run(
+                &redis::cmd("HGETALL").arg(self.keys.groups(s)).clone(),
+                Phase::Read,
+            )
+            .await?;
+        all.into_iter()
+            .map(|(name, raw)| {
+                let name = GroupName::parse(name).map_err(|e| corrupt("group name", e))?;
+                decode_group(s, name, &raw)
+            })
+            .collect()
+    }
+
+    /// The exclusive start sequence of every partition for `start`.
+    pub(super) async fn start_points(
+        &self,
+        s: &StreamName,
+        partition_count: u32,
+        start: &StartPosition,
+    ) -> Result<Vec<u64>> {
+        let mut marks = Vec::new();
+        if let Some(t) = start_lookup(start, partition_count)? {
+            let hws = self.high_watermarks(s, partition_count).await?;
+            for (p, high_watermark) in (0..partition_count).zip(hws) {
+                marks.push(Marks {
+                    first_at_or_after: self.first_at_or_after(s, p, t).await?,
+                    high_watermark,
+                });
+            }
+        }
+        Ok(start_points(start, partition_count, &marks))
+    }
+
+    /// The lowest sequence of a partition whose timestamp is at or after
+    /// `t`. Timestamps are the producers' and need not grow with the
+    /// sequence, so this reads every entry of the time index from `t` on.
+    pub(super) async fn first_at_or_after(
+        &self,
+        s: &StreamName,
+        p: u32,
+        t: Timestamp,
+    ) -> Result<Option<u64>> {
+        let cmd = redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.times(s, p))
+            .arg(t.as_millis())
+            .arg("+inf")
+            .clone();
+        let sequences: Vec<u64> = self.run(&cmd, Phase::Read).await?;
+        Ok(sequences.into_iter().min())
+    }
+}
+
+pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result<Group> {
+    let v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
+    let bad = || corrupt("group", raw);
+    let backoff = v["retry_backoff_ms"]
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|d| d.as_u64().ok_or_else(bad))
+        .collect::<Result<_>>()?;
+    Ok(Group {
+        stream: s.clone(),
+        name,
+        max_attempts: v["max_attempts"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(bad)?,
+        retry_backoff_ms: backoff,
+        // Groups created before orderings existed have none.
+        ordering: match v["ordering"].as_str() {
+            Some(o) => o.parse().map_err(|_| bad())?,
+            None => GroupOrdering::None,
+        },
+        created_at: Timestamp::from_millis(v["created_at"].as_i64().ok_or_else(bad)?),
+    })
+}
+
+/// A group's stored settings with another ordering.
+pub(super) fn with_ordering(raw: &str, ordering: GroupOrdering) -> Result<String> {
+    let mut v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
+    let settings = v.as_object_mut().ok_or_else(|| corrupt("group", raw))?;
+    settings.insert("ordering".into(), ordering.as_str().into());
+    Ok(v.to_string())
+}

@@ -1,0 +1,172 @@
+//! The `Backend` trait on Redis: each operation is the inherent method of
+//! the same name (`docs/backends.md#redis`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::RedisBackend;
+use rheo_core::backend::{
+    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
+};
+use rheo_core::clock::SharedClock;
+use rheo_core::model::{
+    Appended, ConsumerId, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName,
+    GroupSpec, Lag, Lease, LeaseId, Page, Query, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
+};
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SHARED
+    }
+
+    fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    fn cluster(&self) -> Option<Arc<dyn rheo_core::cluster::ClusterStore>> {
+        Some(Arc::clone(&self.cluster) as Arc<dyn rheo_core::cluster::ClusterStore>)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        RedisBackend::ping(self).await
+    }
+
+    async fn migrate(&self) -> Result<Vec<String>> {
+        self.migrate_layout().await
+    }
+
+    async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
+        RedisBackend::create_stream(self, req).await
+    }
+
+    async fn list_streams(&self) -> Result<Vec<Stream>> {
+        RedisBackend::list_streams(self).await
+    }
+
+    async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
+        RedisBackend::get_stream(self, stream).await
+    }
+
+    async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
+        RedisBackend::append(self, stream, events).await
+    }
+
+    async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
+        RedisBackend::read(self, req).await
+    }
+
+    async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
+        RedisBackend::query(self, stream, query).await
+    }
+
+    async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
+        RedisBackend::create_group(self, stream, spec).await
+    }
+
+    async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
+        RedisBackend::list_groups(self, stream).await
+    }
+
+    async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        RedisBackend::fetch(self, req).await
+    }
+
+    async fn renew(&self, req: RenewRequest) -> Result<Lease> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        let target = vec![req.target.clone()];
+        let expires_at = RedisBackend::renew_many(self, s, g, target, req.lease_ms)
+            .await?
+            .pop()
+            .unwrap_or(Err(Error::StaleLease))?;
+        // The renewed record: who holds it, since when, on which attempt.
+        let held = self.held(s, g, std::slice::from_ref(&req.target)).await?;
+        let (p, seq, _, delivery) = held.into_iter().next().unwrap_or(Err(Error::StaleLease))?;
+        let event = self.event_at(s, p, seq).await?;
+        let consumer = ConsumerId::parse(delivery.consumer.unwrap_or_default())
+            .map_err(|e| super::corrupt("consumer id", e))?;
+        let leased_at = Timestamp::from_millis(delivery.leased_at.unwrap_or_default());
+        let lease_id = LeaseId::parse(req.target.lease_id.as_str())
+            .map_err(|e| super::corrupt("lease id", e))?;
+        let mut lease = Lease::new(
+            g.clone(),
+            Arc::clone(&event),
+            lease_id,
+            consumer,
+            delivery.attempt,
+            leased_at,
+            expires_at,
+        );
+        lease.receipt = Some(super::claims::entry_id(seq));
+        Ok(lease)
+    }
+
+    async fn renew_many(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        RedisBackend::renew_many(self, stream, group, targets, lease_ms).await
+    }
+
+    async fn settle(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        RedisBackend::settle(self, stream, group, items).await
+    }
+
+    async fn lag(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        RedisBackend::lag(self, stream, group, partitions).await
+    }
+
+    async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
+        RedisBackend::group_info(self, stream, group).await
+    }
+
+    async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        RedisBackend::dead_letters(self, req).await
+    }
+
+    async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
+        RedisBackend::redrive(self, stream, group, which).await
+    }
+
+    async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
+        RedisBackend::replay(self, stream, group, how).await
+    }
+
+    async fn reset(&self, req: ResetRequest) -> Result<()> {
+        RedisBackend::reset(self, req).await
+    }
+
+    async fn next_due(
+        &self,
+        stream: &StreamName,
+        group: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        RedisBackend::next_due(self, stream, group, partitions).await
+    }
+}

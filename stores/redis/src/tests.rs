@@ -1,0 +1,1280 @@
+//! The Redis backend against a real Redis (`TEST_REDIS_URL`): URL parsing,
+//! the guarded script, streams, appends (idempotent, gap-free under
+//! concurrent writers), reads, claims, settles, rewinds and queries, the
+//! conformance suites and a lost connection. Each test (each conformance
+//! check too) keys under a prefix of its own, deleted when its backend is
+//! dropped; prefixes left by a crashed run are deleted by the first test of
+//! the next run after an hour.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{Applied, Cas, RedisBackend, RedisUrl};
+use rheo_core::backend::conformance::{code, service_url};
+use rheo_core::backend::{
+    CreateStream, DeadLettersRequest, FetchRequest, Partitions, ReadRequest, Redrive, Replay,
+    ResetRequest,
+};
+use rheo_core::clock::FrozenClock;
+use rheo_core::model::{
+    ConsumerId, Direction, EventId, EventInput, GroupName, GroupSpec, Lease, LeaseId, OrderBy,
+    OrderField, Query, QueryCursor, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition,
+    StreamName, Timestamp, parse_where,
+};
+
+const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+
+/// The store timeout of the tests' backends: the server's default.
+const TIMEOUT: std::time::Duration = rheo_core::backend::DEFAULT_STORE_TIMEOUT;
+
+/// A backend under a fresh prefix, or `None` (with a note) when
+/// `TEST_REDIS_URL` is unset and Redis is not required.
+async fn backend() -> Option<RedisBackend> {
+    Some(clocked().await?.0)
+}
+
+/// The same, with its frozen clock.
+async fn clocked() -> Option<(RedisBackend, Arc<FrozenClock>)> {
+    let clock = FrozenClock::new(START);
+    Some((connect_fresh(clock.clone()).await?, clock))
+}
+
+/// A backend on `TEST_REDIS_URL` under a fresh prefix whose keys are
+/// deleted when the backend's last clone is dropped.
+async fn connect_fresh(clock: rheo_core::clock::SharedClock) -> Option<RedisBackend> {
+    let url = service_url("TEST_REDIS_URL", "redis")?;
+    let prefix = fresh_prefix(&url).await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let mut backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock, TIMEOUT)
+        .await
+        .expect("connect to TEST_REDIS_URL");
+    backend.janitor = Some(Arc::new(Janitor {
+        url,
+        pattern: backend.keys.all(),
+    }));
+    // As `rheo serve` opens it.
+    backend.migrate_layout().await.expect("migrate");
+    Some(backend)
+}
+
+/// Deletes every key matching `pattern` when dropped (the end of a test).
+#[derive(Debug)]
+pub(super) struct Janitor {
+    url: String,
+    pattern: String,
+}
+
+impl Drop for Janitor {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&self.pattern)
+            .query(&mut conn)
+            .unwrap_or_default();
+        for chunk in keys.chunks(500) {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+        }
+    }
+}
+
+/// A prefix of its own for one test (`rheo_t_<unix secs>_<random>`); the
+/// first call of a run deletes the keys of prefixes older than an hour.
+async fn fresh_prefix(url: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    drop_stale_prefixes(url, now).await;
+    format!("rheo_t_{now}_{:08x}", rand::random::<u32>())
+}
+
+/// Deletes the keys of test prefixes older than an hour (once per run).
+async fn drop_stale_prefixes(url: &str, now: u64) {
+    static CLEANED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CLEANED
+        .get_or_init(|| async {
+            let client = redis::Client::open(url).expect("a Redis URL");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect to TEST_REDIS_URL");
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("rheo_t_*")
+                .query_async(&mut conn)
+                .await
+                .expect("list test keys");
+            let stale: Vec<&String> = keys
+                .iter()
+                .filter(|k| {
+                    let created: u64 = k
+                        .split('_')
+                        .nth(2)
+                        .and_then(|t| t.parse().ok())
+                        .unwrap_or(0);
+                    created + 3600 < now
+                })
+                .collect();
+            if !stale.is_empty() {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEL").arg(&stale).query_async(&mut conn).await;
+            }
+        })
+        .await;
+}
+
+fn sn(s: &str) -> StreamName {
+    StreamName::parse(s).unwrap()
+}
+
+fn with_id(id: &str, partition: u32) -> EventInput {
+    EventInput {
+        id: Some(EventId::parse(id).unwrap()),
+        partition: Some(partition),
+        ..EventInput::default()
+    }
+}
+
+async fn stream(b: &RedisBackend, name: &str, partitions: u32) -> StreamName {
+    let name = sn(name);
+    b.create_stream(CreateStream {
+        name: name.clone(),
+        partition_count: partitions,
+    })
+    .await
+    .expect("create stream");
+    name
+}
+
+#[test]
+fn urls_keep_their_prefix_apart_from_what_the_driver_sees() {
+    let u = RedisUrl::parse("redis://127.0.0.1:6379/2?prefix=tenant-a").unwrap();
+    assert_eq!(
+        (u.connect.as_str(), u.prefix.as_str()),
+        ("redis://127.0.0.1:6379/2", "tenant-a")
+    );
+    let u = RedisUrl::parse("redis://h?protocol=resp3&prefix=x.y").unwrap();
+    assert_eq!(
+        (u.connect.as_str(), u.prefix.as_str()),
+        ("redis://h?protocol=resp3", "x.y")
+    );
+    let u = RedisUrl::parse("redis://h:1").unwrap();
+    assert_eq!(u.prefix, "rheo", "the default prefix");
+    for bad in [
+        "redis://h?prefix=",
+        "redis://h?prefix=a:b",
+        "redis://h?prefix=a{b}",
+        "mongodb://h",
+    ] {
+        assert_eq!(code(RedisUrl::parse(bad)), "invalid", "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn the_script_writes_everything_or_nothing() {
+    let Some(b) = backend().await else { return };
+    let key = format!("{}:scratch", b.keys.prefix);
+    let mut first = Cas::default();
+    first.hget_is(&key, "a", None);
+    first.write(&["HSET", &key, "a", "1"]);
+    first.write(&["HSET", &key, "b", "2"]);
+    assert_eq!(b.apply(&first).await.unwrap(), Applied::Yes);
+
+    let mut stale = Cas::default();
+    stale.hget_is(&key, "b", Some("2"));
+    stale.hget_is(&key, "a", None);
+    stale.write(&["HSET", &key, "c", "3"]);
+    assert_eq!(b.apply(&stale).await.unwrap(), Applied::Conflict);
+
+    let mut refused = Cas::default();
+    refused.write(&["HSET", &key, "d", "4"]);
+    refused.write(&["FLUSHALL"]);
+    assert!(
+        b.apply(&refused).await.is_err(),
+        "a command outside the list"
+    );
+
+    let all: std::collections::BTreeMap<String, String> = b
+        .run(&redis::cmd("HGETALL").arg(&key).clone(), super::Phase::Read)
+        .await
+        .unwrap();
+    assert_eq!(
+        all,
+        [("a".into(), "1".into()), ("b".into(), "2".into())].into()
+    );
+}
+
+#[tokio::test]
+async fn streams_are_created_once_listed_sorted_and_found() {
+    let Some(b) = backend().await else { return };
+    let zed = stream(&b, "zed", 3).await;
+    let alpha = stream(&b, "alpha", 1).await;
+    let again = b
+        .create_stream(CreateStream {
+            name: zed.clone(),
+            partition_count: 1,
+        })
+        .await;
+    assert_eq!(code(again), "already_exists");
+    let bad = b
+        .create_stream(CreateStream {
+            name: sn("none"),
+            partition_count: 0,
+        })
+        .await;
+    assert_eq!(code(bad), "invalid_partition_count");
+
+    let listed = b.list_streams().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "zed"]);
+    let got = b.get_stream(&zed).await.unwrap();
+    assert_eq!(
+        (got.partition_count, got.created_at, got.high_watermarks),
+        (3, START, vec![0, 0, 0])
+    );
+    assert_eq!(b.get_stream(&alpha).await.unwrap().partition_count, 1);
+    assert_eq!(code(b.get_stream(&sn("nope")).await), "stream_not_found");
+}
+
+#[tokio::test]
+async fn appends_number_each_partition_and_keep_ids_once() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "orders", 2).await;
+    let payload = json!({"big": 18446744073709551617u128, "name": "a"});
+    let first = EventInput {
+        event_type: Some("order.created".into()),
+        key: Some("customer-1".into()),
+        payload: payload.as_object().cloned().unwrap(),
+        ..with_id("e1", 1)
+    };
+    let out = b
+        .append(
+            &s,
+            vec![first, with_id("e2", 1), with_id("e3", 0), with_id("e1", 0)],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, u32, u64, bool)> = out
+        .iter()
+        .map(|a| {
+            (
+                a.event.id.as_str(),
+                a.event.partition,
+                a.event.sequence,
+                a.duplicate,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("e1", 1, 1, false),
+            ("e2", 1, 2, false),
+            ("e3", 0, 1, false),
+            ("e1", 1, 1, true)
+        ],
+        "a repeated id in one batch is a duplicate of the first"
+    );
+
+    let again = b
+        .append(&s, vec![with_id("e2", 0), with_id("e4", 1)])
+        .await
+        .unwrap();
+    assert!(again[0].duplicate);
+    assert_eq!((again[0].event.partition, again[0].event.sequence), (1, 2));
+    assert_eq!((again[1].event.sequence, again[1].duplicate), (3, false));
+    assert_eq!(b.get_stream(&s).await.unwrap().high_watermarks, [1, 3]);
+
+    let read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 1,
+            after: 0,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 3);
+    assert_eq!(read[0], *out[0].event, "read back exactly as appended");
+    assert_eq!(read[0].payload["big"].to_string(), "18446744073709551617");
+    assert_eq!(read[0].timestamp, START);
+    let tail = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 1,
+            after: 1,
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tail.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e2"]
+    );
+
+    assert_eq!(
+        code(b.append(&sn("nope"), vec![EventInput::default()]).await),
+        "stream_not_found"
+    );
+    let out_of_range = b.append(&s, vec![with_id("e9", 2)]).await;
+    assert_eq!(code(out_of_range), "invalid_partition");
+    let bad_read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 2,
+            after: 0,
+            limit: 1,
+        })
+        .await;
+    assert_eq!(code(bad_read), "invalid_partition");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "busy", 1).await;
+    // Two "nodes" (their own connections) and a shared set of ids.
+    let other = RedisBackend::connect_like(&b).await;
+    let writers = [Arc::new(b.clone()), Arc::new(other)];
+    let mut tasks = Vec::new();
+    for (w, node) in writers.iter().enumerate() {
+        for round in 0..20 {
+            let (node, s) = (Arc::clone(node), s.clone());
+            tasks.push(tokio::spawn(async move {
+                let batch = (0..5)
+                    .map(|i| with_id(&format!("id-{round}-{i}"), 0))
+                    .chain([EventInput::default()])
+                    .collect();
+                let _ = w;
+                node.append(&s, batch).await.expect("append")
+            }));
+        }
+    }
+    let mut stored = 0;
+    for task in tasks {
+        stored += task.await.unwrap().iter().filter(|a| !a.duplicate).count();
+    }
+    // 20 rounds × 5 shared ids + 40 generated ids.
+    assert_eq!(stored, 140, "each shared id stored once");
+    let read = b
+        .read(ReadRequest {
+            stream: s.clone(),
+            partition: 0,
+            after: 0,
+            limit: 1000,
+        })
+        .await
+        .unwrap();
+    let sequences: Vec<u64> = read.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (1..=140).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+}
+
+#[tokio::test]
+async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "orders", 2).await;
+    // Partition 0: sequences 1..=3 at START+30, +10, +20; partition 1 empty.
+    let at = |ms: i64| EventInput {
+        timestamp: Some(Timestamp::from_millis(START.as_millis() + ms)),
+        partition: Some(0),
+        ..EventInput::default()
+    };
+    b.append(&s, vec![at(30), at(10), at(20)]).await.unwrap();
+    let cursors = async |g: &str| -> Vec<u64> {
+        let key = b.keys.cursors(&s, &GroupName::parse(g).unwrap());
+        let all: std::collections::BTreeMap<u32, u64> = b
+            .run(&redis::cmd("HGETALL").arg(key).clone(), super::Phase::Read)
+            .await
+            .unwrap();
+        all.into_values().collect()
+    };
+    let spec = |name: &str, start: StartPosition| GroupSpec {
+        start,
+        ..GroupSpec::new(GroupName::parse(name).unwrap())
+    };
+    let cases = [
+        ("all", StartPosition::Beginning, vec![1, 1]),
+        (
+            "after",
+            StartPosition::After(StartAfter::All(2)),
+            vec![3, 3],
+        ),
+        (
+            "mapped",
+            StartPosition::After(StartAfter::PerPartition([(1, 5)].into())),
+            vec![1, 6],
+        ),
+        // The lowest sequence stamped at or after +15 is 1 (stamped +30);
+        // an empty partition starts at its end.
+        (
+            "timed",
+            StartPosition::At(Timestamp::from_millis(START.as_millis() + 15)),
+            vec![1, 1],
+        ),
+        (
+            "late",
+            StartPosition::At(Timestamp::from_millis(START.as_millis() + 31)),
+            vec![4, 1],
+        ),
+    ];
+    for (name, start, expected) in cases {
+        let group = b.create_group(&s, spec(name, start)).await.unwrap();
+        assert_eq!((group.created_at, group.max_attempts), (START, 5), "{name}");
+        assert_eq!(cursors(name).await, expected, "{name}");
+    }
+    let twice = b
+        .create_group(&s, spec("all", StartPosition::Beginning))
+        .await;
+    assert_eq!(code(twice), "already_exists");
+    let outside = StartPosition::After(StartAfter::PerPartition([(2, 1)].into()));
+    assert_eq!(
+        code(b.create_group(&s, spec("x", outside)).await),
+        "invalid_partition"
+    );
+    let nowhere = b
+        .create_group(&sn("nope"), spec("x", StartPosition::Beginning))
+        .await;
+    assert_eq!(code(nowhere), "stream_not_found");
+    let mut bad = spec("bad", StartPosition::Beginning);
+    bad.max_attempts = 0;
+    assert_eq!(code(b.create_group(&s, bad).await), "invalid");
+
+    let mut retrying = spec("retrying", StartPosition::Beginning);
+    retrying.retry_backoff_ms = vec![100, 2000];
+    b.create_group(&s, retrying).await.unwrap();
+    let listed = b.list_groups(&s).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["after", "all", "late", "mapped", "retrying", "timed"]
+    );
+    assert_eq!(listed[4].retry_backoff_ms, [100, 2000]);
+    assert_eq!(code(b.list_groups(&sn("nope")).await), "stream_not_found");
+}
+
+/// Stream `s` (`partitions`), group `g` (`max_attempts`), `per` events in
+/// every partition.
+async fn consuming(
+    b: &RedisBackend,
+    partitions: u32,
+    per: u32,
+    max_attempts: u32,
+) -> (StreamName, GroupName) {
+    let s = stream(b, "s", partitions).await;
+    let inputs = (0..partitions)
+        .flat_map(|p| (0..per).map(move |_| p))
+        .map(|p| EventInput {
+            partition: Some(p),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let g = GroupName::parse("g").unwrap();
+    let mut spec = GroupSpec::new(g.clone());
+    spec.max_attempts = max_attempts;
+    b.create_group(&s, spec).await.unwrap();
+    (s, g)
+}
+
+async fn fetch(b: &RedisBackend, s: &StreamName, g: &GroupName, limit: u32) -> Vec<Lease> {
+    b.fetch(FetchRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit,
+        consumer_id: ConsumerId::parse("c1").unwrap(),
+        lease_ms: 1000,
+        partitions: Partitions::All,
+    })
+    .await
+    .expect("fetch")
+}
+
+fn positions(leases: &[Lease]) -> Vec<(u32, u64, u32)> {
+    leases
+        .iter()
+        .map(|l| (l.event.partition, l.event.sequence, l.attempt))
+        .collect()
+}
+
+async fn settle(b: &RedisBackend, l: &Lease, op: SettleOp) -> &'static str {
+    let item = Settlement {
+        target: l.target(),
+        op,
+    };
+    let mut results = b.settle(&l.stream, &l.group, vec![item]).await.unwrap();
+    results.pop().unwrap().map_or_else(|e| e.code(), |()| "ok")
+}
+
+/// The dead set's members, in order.
+async fn dead(b: &RedisBackend, s: &StreamName, g: &GroupName) -> Vec<String> {
+    b.run(
+        &redis::cmd("ZRANGE")
+            .arg(b.keys.dead(s, g))
+            .arg(0)
+            .arg(-1)
+            .clone(),
+        super::Phase::Read,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn fetches_share_the_limit_across_partitions_and_skip_held_leases() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 2, 3, 5).await;
+    let first = fetch(&b, &s, &g, 3).await;
+    assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (1, 1, 1)]);
+    let leases: std::collections::HashSet<&LeaseId> = first.iter().map(|l| &l.lease_id).collect();
+    assert_eq!(leases.len(), 3, "a fresh lease id per lease");
+    let receipts: Vec<Option<&str>> = first.iter().map(|l| l.receipt.as_deref()).collect();
+    assert_eq!(
+        receipts,
+        [Some("1-0"), Some("2-0"), Some("1-0")],
+        "the receipt is the entry id"
+    );
+    assert_eq!(
+        (first[0].leased_at, first[0].expires_at),
+        (START, START.add_ms(1000))
+    );
+    // The rotation starts the next fetch at the other partition.
+    let second = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&second), [(0, 3, 1), (1, 2, 1), (1, 3, 1)]);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty(), "everything is held");
+    let nowhere = b
+        .fetch(FetchRequest {
+            group: GroupName::parse("nope").unwrap(),
+            ..FetchRequest {
+                stream: s.clone(),
+                group: g.clone(),
+                limit: 1,
+                consumer_id: ConsumerId::parse("c1").unwrap(),
+                lease_ms: 1000,
+                partitions: Partitions::All,
+            }
+        })
+        .await;
+    assert_eq!(code(nowhere), "group_not_found");
+}
+
+#[tokio::test]
+async fn settles_follow_the_policy_and_are_fenced() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 5, 2).await;
+    let l = fetch(&b, &s, &g, 5).await;
+    let nack = |delay_ms| SettleOp::Nack {
+        reason: Some("later".into()),
+        delay_ms,
+    };
+    assert_eq!(settle(&b, &l[0], SettleOp::Ack).await, "ok");
+    assert_eq!(
+        settle(&b, &l[0], SettleOp::Ack).await,
+        "stale_lease",
+        "acked once"
+    );
+    assert_eq!(settle(&b, &l[1], nack(Some(500))).await, "ok");
+    assert_eq!(
+        settle(
+            &b,
+            &l[2],
+            SettleOp::Reject {
+                reason: Some("bad".into())
+            }
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(settle(&b, &l[3], nack(None)).await, "ok");
+    let mut forged = l[4].target();
+    forged.lease_id = LeaseId::parse("forged").unwrap();
+    let mut mismatched = l[4].target();
+    mismatched.receipt = Some("not-it".into());
+    let batch = vec![
+        Settlement {
+            target: forged,
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: mismatched,
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: l[4].target(),
+            op: SettleOp::Ack,
+        },
+        Settlement {
+            target: l[4].target(),
+            op: SettleOp::Ack,
+        },
+    ];
+    let results: Vec<&str> = b
+        .settle(&s, &g, batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.map_or_else(|e| e.code(), |()| "ok"))
+        .collect();
+    assert_eq!(
+        results,
+        ["stale_lease", "receipt_mismatch", "ok", "stale_lease"]
+    );
+
+    // The immediate nack is back at once; the delayed one when due.
+    assert_eq!(positions(&fetch(&b, &s, &g, 10).await), [(0, 4, 2)]);
+    clock.advance(500);
+    let again = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&again), [(0, 2, 2)]);
+    // Its second nack is past max_attempts 2: a dead letter.
+    assert_eq!(settle(&b, &again[0], nack(None)).await, "ok");
+    assert_eq!(
+        dead(&b, &s, &g).await,
+        [
+            super::claims::dead_member(0, 2),
+            super::claims::dead_member(0, 3)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn expired_leases_come_back_and_an_expired_last_attempt_is_dead() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 2, 2).await;
+    let first = fetch(&b, &s, &g, 10).await;
+    // Renewed in one call: the first lease outlives its first expiry.
+    let renewed = b
+        .renew_many(&s, &g, vec![first[0].target(), first[1].target()], 5000)
+        .await
+        .unwrap();
+    assert!(renewed.iter().all(Result::is_ok));
+    clock.advance(1500);
+    assert!(
+        fetch(&b, &s, &g, 10).await.is_empty(),
+        "renewed leases are held"
+    );
+    clock.advance(4000);
+    let second = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&second), [(0, 1, 2), (0, 2, 2)]);
+    let stale = b
+        .renew_many(&s, &g, vec![first[0].target()], 1000)
+        .await
+        .unwrap();
+    assert_eq!(stale[0].as_ref().map_err(|e| e.code()), Err("stale_lease"));
+    assert_eq!(code(settle_err(&b, &first[0]).await), "stale_lease");
+    // The second attempt was the last: expiring, it is dead, not claimed.
+    clock.advance(1000);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty());
+    assert_eq!(dead(&b, &s, &g).await.len(), 2);
+    let record: String = b
+        .run(
+            &redis::cmd("HGET")
+                .arg(b.keys.deliveries(&s, &g, 0))
+                .arg(1)
+                .clone(),
+            super::Phase::Read,
+        )
+        .await
+        .unwrap();
+    let record = super::claims::Delivery::decode(&record).unwrap();
+    assert_eq!(record.reason.as_deref(), Some("max_attempts_expired"));
+}
+
+#[tokio::test]
+async fn lag_group_info_and_the_next_due_time_follow_the_deliveries() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 2, 3, 5).await;
+    let all = Partitions::All;
+    let lag = b.lag(&s, &g, &all).await.unwrap();
+    assert_eq!(
+        (lag.lag, lag.pending, lag.inflight, lag.waiting_retry),
+        (6, 6, 0, 0)
+    );
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START),
+        "events never delivered"
+    );
+
+    let l = fetch(&b, &s, &g, 6).await;
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START.add_ms(1000))
+    );
+    let by_pos = |p: u32, q: u64| {
+        l.iter()
+            .find(|x| (x.event.partition, x.event.sequence) == (p, q))
+            .unwrap()
+    };
+    assert_eq!(settle(&b, by_pos(0, 1), SettleOp::Ack).await, "ok");
+    assert_eq!(settle(&b, by_pos(0, 3), SettleOp::Ack).await, "ok");
+    let nack = SettleOp::Nack {
+        reason: None,
+        delay_ms: Some(300),
+    };
+    assert_eq!(settle(&b, by_pos(1, 1), nack).await, "ok");
+    assert_eq!(
+        settle(&b, by_pos(1, 2), SettleOp::Reject { reason: None }).await,
+        "ok"
+    );
+    clock.advance(100);
+
+    let lag = b.lag(&s, &g, &all).await.unwrap();
+    // Partition 0: 2 still leased, frontier 1; partition 1: 1 waiting a
+    // retry, 1 dead (settled), 1 leased, frontier 0.
+    assert_eq!(
+        (lag.partitions[&0].frontier, lag.partitions[&1].frontier),
+        (1, 0)
+    );
+    assert_eq!(
+        (lag.lag, lag.pending, lag.inflight, lag.waiting_retry),
+        (5, 0, 2, 1)
+    );
+    assert_eq!(lag.oldest_unacked_age_ms, Some(100));
+    let only_0 = b.lag(&s, &g, &Partitions::Only(vec![0])).await.unwrap();
+    assert_eq!(only_0.lag, 2);
+    assert_eq!(
+        b.next_due(&s, &g, &all).await.unwrap(),
+        Some(START.add_ms(300)),
+        "the retry"
+    );
+
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!(
+        (info.inflight, info.dead_letters, info.max_attempts),
+        (2, 1, 5)
+    );
+    assert_eq!(info.cursors, [(0, 4), (1, 4)].into());
+    assert_eq!(info.lag, lag);
+    assert_eq!(
+        code(b.group_info(&s, &GroupName::parse("nope").unwrap()).await),
+        "group_not_found"
+    );
+    b.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn dead_letters_page_in_sequence_order_and_redrive_with_fresh_attempts() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 2, 2, 1).await;
+    for l in fetch(&b, &s, &g, 10).await {
+        let reason = Some(format!("bad {}", l.event.sequence));
+        assert_eq!(settle(&b, &l, SettleOp::Reject { reason }).await, "ok");
+    }
+    let page = |after: Option<EventId>| {
+        let req = DeadLettersRequest {
+            stream: s.clone(),
+            group: g.clone(),
+            limit: 3,
+            after,
+        };
+        b.dead_letters(req)
+    };
+    let first = page(None).await.unwrap();
+    let got: Vec<(u64, u32, &str)> = first
+        .dead_letters
+        .iter()
+        .map(|d| (d.sequence, d.partition, d.reason.as_str()))
+        .collect();
+    assert_eq!(got, [(1, 0, "bad 1"), (1, 1, "bad 1"), (2, 0, "bad 2")]);
+    assert_eq!(first.dead_letters[0].attempt, 1);
+    assert_eq!(first.dead_letters[0].dead_lettered_at, START);
+    let second = page(first.next.clone()).await.unwrap();
+    let rest: Vec<(u64, u32)> = second
+        .dead_letters
+        .iter()
+        .map(|d| (d.sequence, d.partition))
+        .collect();
+    assert_eq!((rest, second.next), (vec![(2, 1)], None));
+    let unknown = page(Some(EventId::parse("nope").unwrap())).await;
+    assert_eq!(code(unknown), "cursor_not_found");
+
+    let one = first.dead_letters[0].event_id.clone();
+    assert_eq!(
+        b.redrive(&s, &g, Redrive::Events(vec![one.clone()]))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        b.redrive(&s, &g, Redrive::Events(vec![one])).await.unwrap(),
+        0,
+        "no longer dead"
+    );
+    let missing = b
+        .redrive(&s, &g, Redrive::Events(vec![EventId::parse("zz").unwrap()]))
+        .await;
+    assert_eq!(code(missing), "invalid");
+    assert_eq!(b.redrive(&s, &g, Redrive::All).await.unwrap(), 3);
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.dead_letters, info.lag.pending), (0, 4), "fresh again");
+    let again = fetch(&b, &s, &g, 10).await;
+    assert_eq!(
+        again.iter().map(|l| l.attempt).collect::<Vec<_>>(),
+        [1, 1, 1, 1]
+    );
+}
+
+/// The fields of a partition's delivery records.
+async fn record_fields(b: &RedisBackend, s: &StreamName, g: &GroupName) -> Vec<String> {
+    let mut fields: Vec<String> = b
+        .run(
+            &redis::cmd("HKEYS").arg(b.keys.deliveries(s, g, 0)).clone(),
+            super::Phase::Read,
+        )
+        .await
+        .unwrap();
+    fields.sort_unstable();
+    fields
+}
+
+#[tokio::test]
+async fn an_ack_keeps_a_record_only_after_a_retry_and_replay_counts_on() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let (s, g) = consuming(&b, 1, 3, 5).await;
+    let first = fetch(&b, &s, &g, 3).await;
+    // Sequence 2 expires and is claimed again: attempt 2.
+    for l in [&first[0], &first[2]] {
+        assert_eq!(settle(&b, l, SettleOp::Ack).await, "ok");
+    }
+    clock.advance(1000);
+    let again = fetch(&b, &s, &g, 3).await;
+    assert_eq!(positions(&again), [(0, 2, 2)]);
+    // All acks of leases this node fetched: one unread, guarded batch.
+    let acks = vec![Settlement {
+        target: again[0].target(),
+        op: SettleOp::Ack,
+    }];
+    assert!(b.settle(&s, &g, acks).await.unwrap()[0].is_ok());
+    assert_eq!(
+        record_fields(&b, &s, &g).await,
+        ["2"],
+        "a first-attempt ack leaves no record; a later one keeps its attempts"
+    );
+    // The old lease of sequence 2 is stale, on the guarded path too.
+    assert_eq!(settle(&b, &first[1], SettleOp::Ack).await, "stale_lease");
+
+    let all = Replay::FromSequence {
+        after: 0,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, all).await.unwrap(), 3);
+    let replayed = fetch(&b, &s, &g, 3).await;
+    assert_eq!(
+        positions(&replayed),
+        [(0, 1, 2), (0, 2, 3), (0, 3, 2)],
+        "attempts count on"
+    );
+}
+
+#[tokio::test]
+async fn replay_reopens_and_reset_starts_over() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let typed = |t: &str| EventInput {
+        event_type: Some(t.into()),
+        ..EventInput::default()
+    };
+    let appended = b
+        .append(
+            &s,
+            vec![typed("a"), typed("b"), typed("a"), typed("b"), typed("a")],
+        )
+        .await
+        .unwrap();
+    let g = GroupName::parse("g").unwrap();
+    let mut spec = GroupSpec::new(g.clone());
+    spec.start = StartPosition::After(StartAfter::All(1));
+    b.create_group(&s, spec).await.unwrap();
+    for l in fetch(&b, &s, &g, 10).await {
+        assert_eq!(settle(&b, &l, SettleOp::Ack).await, "ok");
+    }
+    let seqs = |leases: &[Lease]| {
+        leases
+            .iter()
+            .map(|l| (l.event.sequence, l.attempt))
+            .collect::<Vec<_>>()
+    };
+
+    let after_3 = Replay::FromSequence {
+        after: 3,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, after_3).await.unwrap(), 2);
+    assert_eq!(
+        b.lag(&s, &g, &Partitions::All).await.unwrap().partitions[&0].frontier,
+        3
+    );
+    assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(4, 2), (5, 2)]);
+
+    // Sequence 1 lies before the group's start: replaying it by id gives
+    // the group a delivery for it.
+    let by_id = Replay::EventIds(vec![appended[0].event.id.clone()]);
+    assert_eq!(b.replay(&s, &g, by_id).await.unwrap(), 1);
+    let by_type = Replay::Query(Query {
+        filters: parse_where(&json!({"type": "a"})).unwrap(),
+        limit: 1,
+        ..Query::default()
+    });
+    assert_eq!(
+        b.replay(&s, &g, by_type).await.unwrap(),
+        2,
+        "3 and 5 (held: reopened); 1 already open"
+    );
+    assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(1, 1), (3, 2), (5, 3)]);
+
+    let reset = ResetRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+        start: StartPosition::Beginning,
+        partitions: Partitions::All,
+        ordering: None,
+    };
+    b.reset(reset).await.unwrap();
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.cursors[&0], info.inflight, info.lag.lag), (1, 0, 5));
+    assert_eq!(
+        seqs(&fetch(&b, &s, &g, 10).await),
+        [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+    );
+}
+
+#[tokio::test]
+async fn queries_filter_order_and_page_like_every_backend() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 2).await;
+    let inputs = (0..12u32)
+        .map(|i| EventInput {
+            event_type: Some(if i % 3 == 0 { "x" } else { "y" }.into()),
+            partition: Some(i % 2),
+            timestamp: Some(Timestamp::from_millis(
+                START.as_millis() + i64::from(100 - i),
+            )),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let where_x = parse_where(&json!({"type": "x"})).unwrap();
+    let all = b
+        .query(
+            &s,
+            &Query {
+                filters: where_x.clone(),
+                limit: 100,
+                ..Query::default()
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(u32, u64)> = all
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    // Types x: i = 0, 3, 6, 9 → (0,1), (1,2), (0,4), (1,5); sequence order
+    // across partitions.
+    assert_eq!(got, [(0, 1), (1, 2), (0, 4), (1, 5)]);
+    assert_eq!(all.next_cursor, None);
+
+    let newest_first = Query {
+        filters: where_x,
+        order: OrderBy {
+            field: OrderField::Sequence,
+            dir: Direction::Desc,
+        },
+        limit: 2,
+        ..Query::default()
+    };
+    let page = b.query(&s, &newest_first).await.unwrap();
+    let got: Vec<(u32, u64)> = page
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 5), (0, 4)]);
+    let cursor =
+        QueryCursor::decode(page.next_cursor.as_deref().unwrap(), newest_first.order).unwrap();
+    let next = b
+        .query(
+            &s,
+            &Query {
+                cursor: Some(cursor),
+                ..newest_first.clone()
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(u32, u64)> = next
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 2), (0, 1)]);
+
+    let by_time = Query {
+        order: OrderBy {
+            field: OrderField::Timestamp,
+            dir: Direction::Asc,
+        },
+        limit: 3,
+        ..Query::default()
+    };
+    let page = b.query(&s, &by_time).await.unwrap();
+    // The latest appended carry the earliest stamps: i = 11, 10, 9.
+    let got: Vec<(u32, u64)> = page
+        .events
+        .iter()
+        .map(|e| (e.partition, e.sequence))
+        .collect();
+    assert_eq!(got, [(1, 6), (0, 6), (1, 5)]);
+    assert_eq!(
+        code(b.query(&sn("nope"), &by_time).await),
+        "stream_not_found"
+    );
+}
+
+async fn settle_err(b: &RedisBackend, l: &Lease) -> rheo_core::backend::Result<()> {
+    let item = Settlement {
+        target: SettleTarget { ..l.target() },
+        op: SettleOp::Ack,
+    };
+    b.settle(&l.stream, &l.group, vec![item])
+        .await?
+        .pop()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_claim_every_event_exactly_once() {
+    let Some(b) = backend().await else { return };
+    let (s, g) = consuming(&b, 3, 40, 5).await;
+    let other = RedisBackend::connect_like(&b).await;
+    let mut tasks = Vec::new();
+    for node in [Arc::new(b.clone()), Arc::new(other)] {
+        for _ in 0..3 {
+            let (node, s, g) = (Arc::clone(&node), s.clone(), g.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let leases = fetch(&node, &s, &g, 7).await;
+                    if leases.is_empty() {
+                        return mine;
+                    }
+                    for l in &leases {
+                        assert_eq!(settle(&node, l, SettleOp::Ack).await, "ok");
+                        mine.push((l.event.partition, l.event.sequence));
+                    }
+                }
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    let expected: Vec<(u32, u64)> = (0..3).flat_map(|p| (1..=40).map(move |q| (p, q))).collect();
+    assert_eq!(all, expected, "each event acked exactly once");
+}
+
+impl RedisBackend {
+    /// Another backend on the same Redis and prefix (a second node).
+    async fn connect_like(b: &RedisBackend) -> RedisBackend {
+        let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}prefix={}", b.keys.prefix);
+        let mut other = RedisBackend::connect(&url, b.clock.clone(), TIMEOUT)
+            .await
+            .expect("connect");
+        other.janitor = b.janitor.clone();
+        other
+    }
+}
+
+async fn factory(
+    clock: rheo_core::clock::SharedClock,
+) -> Option<Arc<dyn rheo_core::backend::Backend>> {
+    Some(Arc::new(connect_fresh(clock).await?))
+}
+
+mod conformance {
+    use super::factory;
+    rheo_core::backend_conformance!(factory);
+}
+
+/// Two backends (two servers) on one Redis and prefix.
+async fn nodes(
+    clock: rheo_core::clock::SharedClock,
+) -> Option<(
+    Arc<dyn rheo_core::backend::Backend>,
+    Arc<dyn rheo_core::backend::Backend>,
+)> {
+    let a = connect_fresh(clock.clone()).await?;
+    let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{sep}prefix={}", a.keys.prefix);
+    let mut b = RedisBackend::connect(&url, clock, TIMEOUT)
+        .await
+        .expect("node b");
+    // One prefix: b shares a's janitor, so the keys go with the last node.
+    b.janitor = a.janitor.clone();
+    Some((Arc::new(a), Arc::new(b)))
+}
+
+mod nodes {
+    use super::nodes;
+    rheo_core::shared_store_conformance!(nodes);
+}
+
+/// Two servers' cluster stores on one prefix. The backends are leaked:
+/// each one's pub/sub listener carries the other's handler writes while
+/// the test runs (their keys go with the stale prefixes of a later run).
+async fn cluster_pair(
+    clock: rheo_core::clock::SharedClock,
+) -> Option<(
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    let stores = (
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    );
+    std::mem::forget((a, b));
+    Some(stores)
+}
+
+rheo_core::cluster_conformance!(cluster_pair);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
+    let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
+        return;
+    };
+    let prefix = fresh_prefix(&url).await;
+    let janitor = Arc::new(Janitor {
+        url: url.clone(),
+        pattern: format!("{prefix}:*"),
+    });
+    rheo_core::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
+        &url,
+        |relayed, clock| async move {
+            let sep = if relayed.contains('?') { '&' } else { '?' };
+            let url = format!("{relayed}{sep}prefix={prefix}");
+            let b = RedisBackend::connect(&url, clock, TIMEOUT).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn rheo_core::backend::Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
+        return;
+    };
+    let prefix = fresh_prefix(&url).await;
+    let janitor = Arc::new(Janitor {
+        url: url.clone(),
+        pattern: format!("{prefix}:*"),
+    });
+    rheo_core::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        std::time::Duration::from_millis(1_500),
+        |relayed, clock, timeout| async move {
+            let sep = if relayed.contains('?') { '&' } else { '?' };
+            let url = format!("{relayed}{sep}prefix={prefix}");
+            let b = RedisBackend::connect(&url, clock, timeout).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn rheo_core::backend::Backend>
+        },
+    )
+    .await;
+    drop(janitor);
+}
+
+/// A store written before gates were counted (an ordered group with a key
+/// held and events parked behind it, and no gate counts): the migration
+/// counts every gate, and the group goes on by the rules; running the
+/// migrations again applies nothing.
+#[tokio::test]
+async fn the_gate_count_migration_counts_a_store_written_without_them() {
+    use rheo_core::model::{GroupOrdering, GroupSpec};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let mut spec = GroupSpec::new(GroupName::parse("g").unwrap());
+    spec.ordering = GroupOrdering::Key;
+    let g = b.create_group(&s, spec).await.unwrap().name;
+    let inputs = ["a", "a", "a", "b"]
+        .iter()
+        .map(|k| EventInput {
+            partition: Some(0),
+            key: Some((*k).to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(
+        positions(&first),
+        [(0, 1, 1), (0, 4, 1)],
+        "a's 2 and 3 parked"
+    );
+
+    // As an older version left it: no counts, no migrations recorded.
+    let counts = b.keys.counts(&s, &g, 0);
+    let mut conn = b.conn.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(&counts)
+        .arg(b.keys.migrations())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(b.migrate_layout().await.unwrap(), ["0001_gate_counts"]);
+    let rebuilt: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(&counts)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, BTreeMap::from([("a".into(), 3), ("b".into(), 1)]));
+    assert!(b.migrate_layout().await.unwrap().is_empty(), "applied once");
+
+    // The group goes on: each ack lets the key's next through, in order.
+    assert_eq!(settle(&b, &first[1], SettleOp::Ack).await, "ok");
+    let mut order = Vec::new();
+    let mut lease = first[0].clone();
+    loop {
+        assert_eq!(settle(&b, &lease, SettleOp::Ack).await, "ok");
+        let next = fetch(&b, &s, &g, 10).await;
+        if next.is_empty() {
+            break;
+        }
+        assert_eq!(next.len(), 1, "one of a at a time");
+        order.push(next[0].event.sequence);
+        lease = next[0].clone();
+    }
+    assert_eq!(order, [2, 3]);
+    let left: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(&counts)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "every gate closed: {left:?}");
+}

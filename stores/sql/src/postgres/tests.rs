@@ -1,0 +1,313 @@
+//! PostgreSQL tests: the shared conformance suite, the shared-store suite
+//! (two nodes on one schema), and a connection lost mid-way.
+//!
+//! Each test gets its own schema (`rheo_t_<unix secs>_<random>`); schemas
+//! older than an hour are dropped by the first test of a run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{PostgresBackend, PostgresOptions};
+use rheo_core::backend::Backend;
+use rheo_core::backend::conformance::{outage, service_url};
+use rheo_core::clock::SharedClock;
+
+fn url() -> Option<String> {
+    service_url("TEST_POSTGRES_URL", "postgres")
+}
+
+/// A fresh schema name; the first call of a run drops stale ones.
+async fn fresh_schema(url: &str) -> String {
+    static CLEANED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    CLEANED
+        .get_or_init(|| async {
+            let pool = sqlx::PgPool::connect(url)
+                .await
+                .expect("connect to TEST_POSTGRES_URL");
+            let schemas: Vec<String> = sqlx::query_scalar(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'rheo\\_t\\_%'",
+            )
+            .fetch_all(&pool)
+            .await
+            .expect("list test schemas");
+            for schema in schemas {
+                let created: u64 = schema
+                    .split('_')
+                    .nth(2)
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0);
+                if created + 3600 < now {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    )))
+                    .execute(&pool)
+                    .await;
+                }
+            }
+        })
+        .await;
+    format!("rheo_t_{now}_{:08x}", rand::random::<u32>())
+}
+
+fn options(schema: &str) -> PostgresOptions {
+    PostgresOptions {
+        schema: Some(schema.to_owned()),
+        max_connections: 4,
+        ..PostgresOptions::default()
+    }
+}
+
+async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+    let url = url()?;
+    let schema = fresh_schema(&url).await;
+    let backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
+        .await
+        .expect("connect to TEST_POSTGRES_URL and migrate");
+    Some(Arc::new(backend))
+}
+
+rheo_core::backend_conformance!(factory);
+
+/// Two backends (two servers) on one schema.
+async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let url = url()?;
+    let schema = fresh_schema(&url).await;
+    let open =
+        |migrate| PostgresBackend::connect_with(&url, options(&schema), clock.clone(), migrate);
+    let a = open(true).await.expect("connect node a and migrate");
+    let b = open(false).await.expect("connect node b");
+    Some((Arc::new(a), Arc::new(b)))
+}
+
+rheo_core::shared_store_conformance!(nodes);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(&url, |relayed, clock| {
+        let opts = PostgresOptions {
+            timeouts: super::Timeouts::derived(Duration::from_secs(1)),
+            ..options(&schema)
+        };
+        async move {
+            let b = PostgresBackend::connect_with(&relayed, opts, clock, true).await;
+            Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let timeout = Duration::from_millis(1_500);
+    outage::a_stalled_store_answers_within_the_deadline_and_recovers(
+        &url,
+        timeout,
+        |relayed, clock, timeout| {
+            let opts = PostgresOptions {
+                timeouts: super::Timeouts::derived(timeout),
+                ..options(&schema)
+            };
+            async move {
+                let b = PostgresBackend::connect_with(&relayed, opts, clock, true).await;
+                Arc::new(b.expect("connect through the relay")) as Arc<dyn Backend>
+            }
+        },
+    )
+    .await;
+}
+
+/// Two servers' cluster stores on one schema. The backends are leaked: each
+/// one's LISTEN task carries the other's notifications while the test runs.
+async fn cluster_pair(
+    clock: SharedClock,
+) -> Option<(
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+    Arc<dyn rheo_core::cluster::ClusterStore>,
+)> {
+    let (a, b) = nodes(clock).await?;
+    let stores = (
+        a.cluster().expect("a cluster store"),
+        b.cluster().expect("a cluster store"),
+    );
+    std::mem::forget((a, b));
+    Some(stores)
+}
+
+rheo_core::cluster_conformance!(cluster_pair);
+
+/// A database that refuses connections (`ALLOW_CONNECTIONS false`, its
+/// sessions ended: what an operator does before maintenance) is
+/// `backend_unavailable`, for reads and writes alike — not `failed`: the
+/// server answers the connection with an error of its own (55000), which
+/// means nothing more than that the store cannot be reached now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_closed_to_connections_is_unavailable_and_recovers() {
+    use rheo_core::backend::CreateStream;
+    use rheo_core::model::{EventInput, StreamName};
+    let Some(url) = url() else { return };
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .expect("connect to TEST_POSTGRES_URL");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let db = format!("rheo_closed_{now}_{:08x}", rand::random::<u32>());
+    let run = |sql: String| {
+        let admin = admin.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&admin)
+                .await
+                .expect("admin statement");
+        }
+    };
+    run(format!("CREATE DATABASE {db}")).await;
+    let mut db_url = url::Url::parse(&url).expect("a URL");
+    db_url.set_path(&db);
+    let clock = rheo_core::clock::SystemClock::shared();
+    let backend = PostgresBackend::connect_with(
+        db_url.as_str(),
+        PostgresOptions {
+            max_connections: 2,
+            ..PostgresOptions::with_store_timeout(Duration::from_secs(4))
+        },
+        clock,
+        true,
+    )
+    .await
+    .expect("connect and migrate");
+    let stream = StreamName::parse("s").unwrap();
+    backend
+        .create_stream(CreateStream {
+            name: stream.clone(),
+            partition_count: 1,
+        })
+        .await
+        .expect("create the stream");
+
+    run(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false")).await;
+    run(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+    ))
+    .await;
+    let read = backend.get_stream(&stream).await;
+    let write = backend.append_one(&stream, EventInput::default()).await;
+    run(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
+    let again = backend.append_one(&stream, EventInput::default()).await;
+    drop(backend);
+    run(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+
+    for (what, got) in [("read", read.map(|_| ())), ("write", write.map(|_| ()))] {
+        let e = got.expect_err(what);
+        assert_eq!(e.code(), "backend_unavailable", "{what}: {e}");
+    }
+    again.expect("an append once the database is open again");
+}
+
+/// A batch settle PostgreSQL rolls back to break a deadlock is run again,
+/// and every item of it holds: the caller never sees the conflict.
+///
+/// Another transaction holds the row of the batch's second delivery while
+/// the batch, which has written its first, waits for it; that transaction
+/// then asks for the first row. PostgreSQL aborts the batch (it has waited
+/// longest: this session's own `deadlock_timeout` is far longer), the other
+/// transaction commits, and the batch runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_rolled_back_to_break_a_deadlock_runs_again() {
+    use rheo_core::backend::conformance::Harness;
+    use rheo_core::model::{SettleOp, Settlement};
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let open = |clock| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            let backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
+                .await
+                .expect("connect to TEST_POSTGRES_URL and migrate");
+            Some(Arc::new(backend) as Arc<dyn Backend>)
+        }
+    };
+    let h = Harness::start(open).await.expect("a backend");
+    let s = h.stream("s", 1).await;
+    let g = h.group(&s, "g").await;
+    h.append_n(&s, 2).await;
+    let leases = h.fetch(&s, &g, 2).await;
+    assert_eq!(leases.len(), 2);
+    let (first, second) = (&leases[0], &leases[1]);
+
+    let other = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut tx = other.begin().await.expect("begin");
+    let touch = |id: &str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE \"{schema}\".rheo_deliveries SET reason = reason WHERE event_id = '{id}'"
+        )))
+    };
+    sqlx::query("SET LOCAL deadlock_timeout = '60s'")
+        .execute(&mut *tx)
+        .await
+        .expect("set deadlock_timeout");
+    touch(second.event.id.as_str())
+        .execute(&mut *tx)
+        .await
+        .expect("lock the second row");
+
+    let batch = vec![
+        Settlement {
+            target: first.target(),
+            op: SettleOp::Nack {
+                reason: Some("again".into()),
+                delay_ms: Some(0),
+            },
+        },
+        Settlement {
+            target: second.target(),
+            op: SettleOp::Ack,
+        },
+    ];
+    let backend = Arc::clone(&h.backend);
+    let (s2, g2) = (s.clone(), g.clone());
+    let settle = tokio::spawn(async move { backend.settle(&s2, &g2, batch).await });
+
+    // Once the batch waits for this transaction, ask for its first row.
+    let mut waited = 0;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .expect("who waits");
+        if waiting > 0 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 500, "the batch never waited for the second row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    touch(first.event.id.as_str())
+        .execute(&mut *tx)
+        .await
+        .expect("the deadlock's survivor gets the first row");
+    tx.commit().await.expect("commit");
+
+    let results = settle.await.expect("join").expect("the batch settles");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let again = h.fetch(&s, &g, 2).await;
+    let ids: Vec<&str> = again.iter().map(|l| l.event.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [first.event.id.as_str()],
+        "the nacked one comes back alone"
+    );
+}

@@ -1,0 +1,453 @@
+//! Claims and lease renewal (`docs/groups.md#claims`,
+//! `docs/groups.md#leases-and-fencing`).
+//!
+//! A fetch runs in one write transaction: the poison guard first, then the
+//! claimable deliveries of each selected partition (locked, where the
+//! dialect locks, skipping rows other fetchers hold), then the cursor rows
+//! (locked in partition order, so one fetcher at a time creates deliveries
+//! in a partition). The shares per partition come from the shared
+//! round-robin; re-claims and new deliveries are written in one statement
+//! each, and the cursors move past the new ones. Lock order — delivery
+//! rows, then cursor rows in partition order — keeps concurrent
+//! transactions deadlock-free.
+//!
+//! A fetch of an ordered group (`docs/groups.md#ordering`) takes the cursor
+//! rows first instead, and walks the unseen events, leasing those whose
+//! gate is free and parking the others. It can: every delivery row it
+//! locks afterwards is taken skipping rows others hold, so it never waits
+//! while holding the cursor rows.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::engine::{exec, one, rows};
+use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
+use super::{partitions, small};
+use rheo_core::backend::policy::{
+    GateWalk, Held as Fenced, POISON_REASON, Share, claim_capacity, fence,
+};
+use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
+use rheo_core::model::{
+    ConsumerId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
+};
+
+/// Positions and fresh lease ids as the columns `fetch_claim.sql` and
+/// `fetch_materialize.sql` take.
+#[derive(Debug, Default)]
+struct Claims {
+    partition: Vec<i32>,
+    sequence: Vec<i64>,
+    lease_id: Vec<String>,
+}
+
+impl Claims {
+    fn push(&mut self, partition: u32, sequence: u64) {
+        self.partition.push(partition as i32);
+        self.sequence.push(int(sequence));
+        self.lease_id.push(LeaseId::generate().as_str().to_owned());
+    }
+
+    fn rows(&self) -> Arg<'static> {
+        Arg::Rows(vec![
+            Column::I32(self.partition.clone()),
+            Column::I64(self.sequence.clone()),
+            Column::Text(self.lease_id.clone()),
+        ])
+    }
+}
+
+/// A leased delivery as the fencing check sees it.
+pub(super) struct Held {
+    pub(super) partition: u32,
+    pub(super) sequence: u64,
+    pub(super) attempt: u32,
+    pub(super) consumer_id: Option<String>,
+    pub(super) leased_at: Option<Timestamp>,
+}
+
+impl<D: Dialect> SqlBackend<D> {
+    pub(super) async fn fetch_tx(&self, req: FetchRequest) -> Result<Vec<Lease>> {
+        req.validate()?;
+        let meta = self.meta(&req.stream).await?;
+        let now = self.now();
+        let expires_at = now.add_ms(req.lease_ms);
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Write).await?;
+        let config = self.group_config(&mut tx, s, g).await?;
+        let selected = req.partitions.resolve(meta.partition_count)?;
+        if selected.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ordering = config.ordering;
+        // An ordered group holds its cursor rows from the start, so that no
+        // settle lets a gate's next delivery through while this fetch is
+        // deciding what to park behind it (docs/groups.md#ordering). Its
+        // fetches never wait for a delivery row (they skip locked ones), so
+        // taking the cursor rows first cannot deadlock with a settle.
+        let mut cursors = Vec::new();
+        if ordering != GroupOrdering::None {
+            let stored;
+            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            self.same_ordering((s, g), ordering, stored)?;
+        }
+        let max = small(config.max_attempts);
+        let poison = args![s, g, now, max, partitions(&selected), POISON_REASON];
+        if ordering == GroupOrdering::None {
+            exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
+        } else {
+            let mut dead = Vec::new();
+            for row in rows::<D>(&mut tx, Statement::fetch_poison, poison).await? {
+                if let Some(gate) = row.opt_text(1)? {
+                    dead.push((row.u32(0)?, gate));
+                }
+            }
+            Self::release_gates(&mut tx, s, g, dead).await?;
+        }
+        let args = args![s, g, partitions(&selected), now, small(req.limit)];
+        let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
+        for row in rows::<D>(&mut tx, Statement::fetch_candidates, args).await? {
+            let p = row.u32(0)?;
+            if let Ok(i) = selected.binary_search(&p) {
+                claimable[i].push(row.u64(1)?);
+            }
+        }
+        // The statement picks each partition's lowest claimable sequences
+        // but SQL promises no order for the rows it returns (SQLite gives
+        // them by rowid, so a delivery created later for a lower sequence
+        // — an event before the start, replayed — came after higher ones):
+        // the lowest go first (docs/groups.md#fairness).
+        for candidates in &mut claimable {
+            candidates.sort_unstable();
+        }
+        if ordering == GroupOrdering::None {
+            let stored;
+            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            self.same_ordering((s, g), ordering, stored)?;
+        }
+
+        // Each partition's share by the shared rule (docs/groups.md#fairness):
+        // its claimable deliveries first, then unseen events — all of which
+        // an unordered group takes, and which an ordered group walks,
+        // leasing free gates' events and parking the others. A walk that
+        // comes back short has no more: its share goes to the others.
+        let bound: Vec<usize> = claimable
+            .iter()
+            .zip(&cursors)
+            .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
+            .collect();
+        let first = self.rotate(s, g) % selected.len();
+        let mut share = Share::new(bound, req.limit as usize, first);
+        let mut reclaimed = vec![0; selected.len()];
+        let mut fresh_to: Vec<u64> = cursors.iter().map(|(cursor, _)| *cursor).collect();
+        let mut walks: Vec<Option<GateWalk>> = selected.iter().map(|_| None).collect();
+        let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
+        while !share.done() {
+            for (i, ask) in share.asks().into_iter().enumerate() {
+                if ask == 0 {
+                    continue;
+                }
+                let p = selected[i];
+                let take = ask.min(claimable[i].len() - reclaimed[i]);
+                for &seq in &claimable[i][reclaimed[i]..reclaimed[i] + take] {
+                    reclaim.push(p, seq);
+                }
+                reclaimed[i] += take;
+                let want = ask - take;
+                let (cursor, hw) = cursors[i];
+                let walked = if want == 0 {
+                    0
+                } else if ordering == GroupOrdering::None {
+                    let unseen = hw.saturating_sub(fresh_to[i].saturating_sub(1));
+                    let n = (want as u64).min(unseen);
+                    for seq in fresh_to[i]..fresh_to[i] + n {
+                        fresh.push(p, seq);
+                    }
+                    fresh_to[i] += n;
+                    n as usize
+                } else {
+                    let walk = walks[i].get_or_insert_with(|| GateWalk::new(ordering, cursor, 0));
+                    let before = walk.lease.len();
+                    walk.want_more(want);
+                    Self::walk(&mut tx, (s, g), p, walk, hw).await?;
+                    walk.lease.len() - before
+                };
+                share.gave(i, ask, take + walked);
+            }
+        }
+
+        let (mut moved, mut to) = (Vec::new(), Vec::new());
+        let mut parked = (Vec::new(), Vec::new());
+        for (i, &p) in selected.iter().enumerate() {
+            let next = match walks[i].take() {
+                None => fresh_to[i],
+                Some(walk) => {
+                    for (seq, _) in walk.lease {
+                        fresh.push(p, seq);
+                    }
+                    parked.0.extend(walk.park.iter().map(|_| p as i32));
+                    parked.1.extend(walk.park.iter().map(|(seq, _)| int(*seq)));
+                    walk.next
+                }
+            };
+            moved.push(p as i32);
+            to.push(int(next));
+        }
+        let leased = || args![s, g, &req.consumer_id, now, expires_at];
+        let mut claimed = Vec::with_capacity(reclaim.partition.len() + fresh.partition.len());
+        if !reclaim.partition.is_empty() {
+            let mut args = leased();
+            args.push(reclaim.rows());
+            for row in rows::<D>(&mut tx, Statement::fetch_claim, args).await? {
+                claimed.push(((row.u32(0)?, row.u64(1)?), row.u32(2)?, row.text(3)?));
+            }
+        }
+        if !fresh.partition.is_empty() {
+            self.dialect
+                .wrote(Table::Deliveries, fresh.partition.len() as u64);
+            let mut args = leased();
+            args.push(ordering.as_str().into());
+            args.push(fresh.rows());
+            exec::<D>(&mut tx, Statement::fetch_materialize, args).await?;
+            for i in 0..fresh.partition.len() {
+                let position = (fresh.partition[i] as u32, fresh.sequence[i] as u64);
+                claimed.push((position, 1, std::mem::take(&mut fresh.lease_id[i])));
+            }
+        }
+        if !parked.0.is_empty() {
+            self.dialect.wrote(Table::Deliveries, parked.0.len() as u64);
+            let rows = Arg::Rows(vec![Column::I32(parked.0), Column::I64(parked.1)]);
+            let args = args![s, g, ordering.as_str(), rows];
+            exec::<D>(&mut tx, Statement::fetch_park, args).await?;
+        }
+        // Every selected partition: the cursor past the new deliveries (and
+        // where the dialect keeps one, the scan floor up to the lowest open
+        // delivery).
+        let moved = Arg::Rows(vec![Column::I32(moved), Column::I64(to)]);
+        exec::<D>(&mut tx, Statement::advance_cursors, args![s, g, moved]).await?;
+
+        let positions: Vec<(u32, u64)> = claimed.iter().map(|(pos, _, _)| *pos).collect();
+        let mut events = Self::events_at(&mut tx, s, &positions).await?;
+        Self::commit(tx).await?;
+        let mut leases = Vec::with_capacity(claimed.len());
+        for ((p, seq), attempt, lease_id) in claimed {
+            let event = events
+                .remove(&(p, seq))
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            let lease_id = LeaseId::parse(lease_id).map_err(|e| super::corrupt("lease id", e))?;
+            let consumer = req.consumer_id.clone();
+            let event = Arc::new(event);
+            let lease = Lease::new(
+                g.clone(),
+                event,
+                lease_id,
+                consumer,
+                attempt,
+                now,
+                expires_at,
+            );
+            leases.push(lease);
+        }
+        leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
+        Ok(leases)
+    }
+
+    /// Locks the cursor rows of `selected` (sorted) in partition order;
+    /// returns each one's (cursor, high watermark), in `selected`'s order,
+    /// and the group's ordering as stored (a reset that changes it holds
+    /// every one of these rows).
+    pub(super) async fn lock_cursors(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+    ) -> Result<(Vec<(u64, u64)>, Option<GroupOrdering>)> {
+        let args = args![s, g, partitions(selected)];
+        let mut cursors = vec![(1, 0); selected.len()];
+        let mut ordering = None;
+        for row in rows::<D>(conn, Statement::fetch_lock_cursors, args).await? {
+            if let Ok(i) = selected.binary_search(&row.u32(0)?) {
+                cursors[i] = (row.u64(1)?, row.u64(2)?);
+            }
+            ordering = Some(super::ordering(row.text(3)?)?);
+        }
+        Ok((cursors, ordering))
+    }
+
+    /// Holds a fetch to the ordering stored with the cursor rows it locked:
+    /// when the cached one is stale (another node's reset changed it), the
+    /// cache is dropped and the fetch rolled back to run again
+    /// ([`super::conflict`]).
+    fn same_ordering(
+        &self,
+        (s, g): (&StreamName, &GroupName),
+        cached: GroupOrdering,
+        stored: Option<GroupOrdering>,
+    ) -> Result<()> {
+        match stored {
+            Some(stored) if stored != cached => {
+                self.forget_group(s, g);
+                Err(super::conflict(format!(
+                    "the group's ordering is {:?} now, not {:?}",
+                    stored.as_str(),
+                    cached.as_str()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Walks an ordered group's unseen events of partition `p` on, by the
+    /// shared rule ([`GateWalk`]), until it has what it wants or is over:
+    /// the store reads each window's keys and says which of its gates have
+    /// a delivery open.
+    async fn walk(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        walk: &mut GateWalk,
+        hw: u64,
+    ) -> Result<()> {
+        while let Some((first, last)) = walk.window(hw) {
+            let args = args![s, small(p), big(first), big(last)];
+            let mut events = Vec::new();
+            for row in rows::<D>(conn, Statement::fetch_window, args).await? {
+                events.push((row.u64(0)?, row.opt_text(1)?));
+            }
+            let asked = walk.to_ask(&events);
+            let mut busy: HashSet<String> = HashSet::new();
+            if !asked.is_empty() {
+                let asked = Arg::List(Column::Text(asked.into_iter().collect()));
+                let args = args![s, g, small(p), asked];
+                for row in rows::<D>(conn, Statement::gates_busy, args).await? {
+                    busy.insert(row.text(0)?);
+                }
+            }
+            walk.pass(events, |gate| busy.contains(gate));
+        }
+        Ok(())
+    }
+
+    /// Lets each (partition, gate) left without a head hand its lowest
+    /// parked delivery on (`docs/groups.md#ordering`), after heads were
+    /// acked or dead-lettered; returns how many were let through. The
+    /// caller holds the partitions' cursor rows.
+    pub(super) async fn release_gates(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        gates: Vec<(u32, String)>,
+    ) -> Result<u64> {
+        if gates.is_empty() {
+            return Ok(0);
+        }
+        let (parts, names): (Vec<i32>, Vec<String>) =
+            gates.into_iter().map(|(p, gate)| (p as i32, gate)).unzip();
+        let pairs = Arg::Rows(vec![Column::I32(parts), Column::Text(names)]);
+        exec::<D>(conn, Statement::release_gates, args![s, g, pairs]).await
+    }
+
+    /// The fencing check ([`fence`]): the delivery must be leased under
+    /// `target`.
+    /// The outer error is the call's; the inner one the item's.
+    pub(super) async fn fence(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        target: &SettleTarget,
+    ) -> Result<Result<Held>> {
+        let args = args![s, g, &target.event_id];
+        let Some(row) = one::<D>(conn, Statement::delivery_by_event, args).await? else {
+            return Ok(Err(Error::StaleLease));
+        };
+        let status = row.text(2)?;
+        let lease_id = row.opt_text(4)?;
+        let held = lease_id
+            .as_deref()
+            .filter(|_| status == "leased")
+            .map(|id| Fenced {
+                lease_id: id,
+                receipt: id,
+            });
+        if let Err(e) = fence(held, target) {
+            return Ok(Err(e));
+        }
+        Ok(Ok(Held {
+            partition: row.u32(0)?,
+            sequence: row.u64(1)?,
+            attempt: row.u32(3)?,
+            consumer_id: row.opt_text(5)?,
+            leased_at: row.opt_ts(6)?,
+        }))
+    }
+
+    pub(super) async fn renew_tx(&self, req: RenewRequest) -> Result<Lease> {
+        req.validate()?;
+        self.meta(&req.stream).await?;
+        let now = self.now();
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Write).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let (held, expires_at) =
+            Self::renew_in(&mut tx, s, g, &req.target, req.lease_ms, now).await??;
+        let position = (held.partition, held.sequence);
+        let event = Self::events_at(&mut tx, s, &[position])
+            .await?
+            .remove(&position)
+            .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+        Self::commit(tx).await?;
+        let consumer = ConsumerId::parse(held.consumer_id.unwrap_or_default())
+            .map_err(|e| super::corrupt("consumer id", e))?;
+        let leased_at = held.leased_at.unwrap_or(now);
+        let (lease_id, attempt) = (req.target.lease_id, held.attempt);
+        let event = Arc::new(event);
+        let lease = Lease::new(
+            req.group, event, lease_id, consumer, attempt, leased_at, expires_at,
+        );
+        Ok(lease)
+    }
+
+    /// Renews each lease in one transaction; per-item results.
+    pub(super) async fn renew_many_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        targets: Vec<SettleTarget>,
+        lease_ms: u64,
+    ) -> Result<Vec<Result<Timestamp>>> {
+        validate_renewals(&targets, lease_ms)?;
+        self.meta(s).await?;
+        let now = self.now();
+        let mut tx = self.begin(Access::Write).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let mut results = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let renewed = Self::renew_in(&mut tx, s, g, target, lease_ms, now).await?;
+            results.push(renewed.map(|(_, expires_at)| expires_at));
+        }
+        Self::commit(tx).await?;
+        Ok(results)
+    }
+
+    /// Fences `target` and moves its expiry to `now + lease_ms`. The outer
+    /// error is the call's; the inner one the item's.
+    async fn renew_in(
+        tx: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        target: &SettleTarget,
+        lease_ms: u64,
+        now: Timestamp,
+    ) -> Result<Result<(Held, Timestamp)>> {
+        let held = match Self::fence(tx, s, g, target).await? {
+            Ok(held) => held,
+            Err(e) => return Ok(Err(e)),
+        };
+        let expires_at = now.add_ms(lease_ms);
+        let (t, p, seq) = (target, small(held.partition), big(held.sequence));
+        let args = args![s, g, &t.event_id, &t.lease_id, expires_at, p, seq];
+        if exec::<D>(tx, Statement::renew, args).await? != 1 {
+            return Ok(Err(Error::StaleLease));
+        }
+        Ok(Ok((held, expires_at)))
+    }
+}

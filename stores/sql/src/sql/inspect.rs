@@ -1,0 +1,162 @@
+//! Read-only views: lag, group info, dead letters, the next due time
+//! (`docs/groups.md#frontier-and-lag`), each read in one snapshot.
+
+use std::collections::HashMap;
+
+use super::engine::{one, rows};
+use super::log::count;
+use super::{Access, Arg, Conn, Dialect, SqlBackend, Statement, args, big, partitions, small};
+use rheo_core::backend::policy::{LagBuilder, OpenCounts};
+use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
+use rheo_core::model::{
+    DeadLetter, DeadLetterPage, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+};
+
+impl<D: Dialect> SqlBackend<D> {
+    /// Lag over `selected`; also returns every partition's (cursor, high watermark).
+    async fn compute_lag(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+        now: Timestamp,
+    ) -> Result<(Lag, HashMap<u32, (u64, u64)>)> {
+        let positions = Self::positions(conn, s, g).await?;
+        let args = args![s, g, now];
+        let mut open: HashMap<u32, OpenCounts> = HashMap::new();
+        for r in rows::<D>(conn, Statement::lag_open, args).await? {
+            let counts = OpenCounts {
+                first_open: r.opt_u64(1)?,
+                leased: r.u64(2)?,
+                fresh: r.u64(3)?,
+                waiting: r.u64(4)?,
+            };
+            open.insert(r.u32(0)?, counts);
+        }
+        let mut lag = LagBuilder::new(s, g);
+        let mut unsettled = Vec::new();
+        for &p in selected {
+            let (cursor, hw) = positions.get(&p).copied().unwrap_or((1, 0));
+            let frontier = lag.add(p, cursor, hw, open.get(&p).copied().unwrap_or_default());
+            if frontier < hw {
+                unsettled.push((p, frontier + 1));
+            }
+        }
+        for event in Self::events_at(conn, s, &unsettled).await?.values() {
+            lag.unsettled_since(event.timestamp, now);
+        }
+        Ok((lag.lag, positions))
+    }
+
+    pub(super) async fn lag_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        partitions: &Partitions,
+    ) -> Result<Lag> {
+        let meta = self.meta(s).await?;
+        let now = self.now();
+        let mut tx = self.begin(Access::Read).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let selected = partitions.resolve(meta.partition_count)?;
+        Ok(Self::compute_lag(&mut tx, s, g, &selected, now).await?.0)
+    }
+
+    pub(super) async fn group_info_tx(&self, s: &StreamName, g: &GroupName) -> Result<GroupInfo> {
+        let meta = self.meta(s).await?;
+        let now = self.now();
+        let mut tx = self.begin(Access::Read).await?;
+        let config = self.group_config(&mut tx, s, g).await?;
+        let all: Vec<u32> = (0..meta.partition_count).collect();
+        let (lag, positions) = Self::compute_lag(&mut tx, s, g, &all, now).await?;
+        let dead_letters = count::<D>(&mut tx, Statement::dead_count, args![s, g]).await?;
+        Ok(GroupInfo {
+            stream: s.clone(),
+            group: g.clone(),
+            max_attempts: config.max_attempts,
+            retry_backoff_ms: config.retry_backoff_ms,
+            ordering: config.ordering,
+            inflight: lag.inflight,
+            dead_letters,
+            cursors: all
+                .iter()
+                .map(|p| (*p, positions.get(p).map_or(1, |(c, _)| *c)))
+                .collect(),
+            lag,
+        })
+    }
+
+    pub(super) async fn dead_letters_tx(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
+        req.validate()?;
+        self.meta(&req.stream).await?;
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Read).await?;
+        self.group_config(&mut tx, s, g).await?;
+        // Listing order is (sequence, partition); a page starts after its cursor.
+        let (after_seq, after_p) = match &req.after {
+            None => (big(0), Arg::I32(-1)),
+            Some(id) => {
+                let found = Self::locate(&mut tx, s, std::slice::from_ref(id)).await?;
+                let (p, seq) = found
+                    .get(id.as_str())
+                    .copied()
+                    .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+                (big(seq), small(p))
+            }
+        };
+        let args = args![s, g, after_seq, after_p, small(req.limit)];
+        let mut dead_letters = Vec::new();
+        // Columns: the event's eight, then attempt, reason, dead_lettered_at.
+        for row in rows::<D>(&mut tx, Statement::dead_letters, args).await? {
+            let event = row.event(s, 0)?;
+            dead_letters.push(DeadLetter {
+                event_id: event.id.clone(),
+                partition: event.partition,
+                sequence: event.sequence,
+                attempt: row.u32(8)?,
+                reason: row.opt_text(9)?.unwrap_or_default(),
+                dead_lettered_at: row.opt_ts(10)?.unwrap_or(Timestamp::EPOCH),
+                event,
+            });
+        }
+        let next = (dead_letters.len() == req.limit as usize)
+            .then(|| dead_letters.last().map(|d| d.event_id.clone()))
+            .flatten();
+        Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    pub(super) async fn next_due_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        partitions_: &Partitions,
+    ) -> Result<Option<Timestamp>> {
+        let meta = self.meta(s).await?;
+        let now = self.now();
+        let mut tx = self.begin(Access::Read).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let selected = partitions_.resolve(meta.partition_count)?;
+        if selected.is_empty() {
+            return Ok(None);
+        }
+        let positions = Self::positions(&mut tx, s, g).await?;
+        let unseen = selected.iter().any(|p| {
+            let (cursor, hw) = positions.get(p).copied().unwrap_or((1, 0));
+            cursor <= hw
+        });
+        let args = args![s, g, partitions(&selected), now];
+        if unseen
+            || one::<D>(&mut tx, Statement::claimable_now, args)
+                .await?
+                .is_some()
+        {
+            return Ok(Some(now));
+        }
+        let args = args![s, g, partitions(&selected)];
+        let due = one::<D>(&mut tx, Statement::next_due, args).await?;
+        Ok(match due {
+            Some(row) => row.opt_ts(0)?.map(|t| t.max(now)),
+            None => None,
+        })
+    }
+}

@@ -1,0 +1,228 @@
+//! Moving a group back (`docs/groups.md#dead-letters-and-redrive`,
+//! `docs/groups.md#replay-and-reset`): redrive dead letters, replay, reset.
+//!
+//! Whatever re-opens deliveries also lowers the partitions' scan floors
+//! (`lower_floors.sql`, last in the transaction, after the deliveries: the
+//! order fetches lock them in) in dialects that keep floors.
+
+use std::collections::BTreeMap;
+
+use super::engine::{exec, rows};
+use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, args, big, int, small};
+use rheo_core::backend::{Redrive, Replay, ResetRequest, Result};
+use rheo_core::model::{GroupName, GroupOrdering, StreamName};
+
+/// The lowest re-opened sequence per partition.
+#[derive(Debug, Default)]
+struct Floors(BTreeMap<u32, u64>);
+
+impl Floors {
+    fn lower(&mut self, partition: u32, sequence: u64) {
+        let floor = self.0.entry(partition).or_insert(sequence);
+        *floor = (*floor).min(sequence);
+    }
+
+    /// In an ordered group, gives each gate of the re-opened partitions
+    /// one head again (`regate.sql`, `docs/groups.md#ordering`). After
+    /// [`Floors::apply`], which holds the partitions' cursor rows where the
+    /// dialect locks them: a fetch that leased a gate's event meanwhile has
+    /// committed, and this statement sees it.
+    async fn regate<D: Dialect>(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        ordering: GroupOrdering,
+    ) -> Result<()> {
+        if ordering == GroupOrdering::None || self.0.is_empty() {
+            return Ok(());
+        }
+        let touched: Vec<u32> = self.0.keys().copied().collect();
+        let args = args![s, g, super::partitions(&touched)];
+        exec::<D>(conn, Statement::regate, args).await?;
+        Ok(())
+    }
+
+    async fn apply<D: Dialect>(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+    ) -> Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.0.keys().map(|&p| p as i32).collect();
+        let floors = self.0.values().map(|&f| int(f)).collect();
+        let rows = Arg::Rows(vec![Column::I32(partitions), Column::I64(floors)]);
+        exec::<D>(conn, Statement::lower_floors, args![s, g, rows]).await?;
+        Ok(())
+    }
+}
+
+impl<D: Dialect> SqlBackend<D> {
+    pub(super) async fn redrive_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        which: Redrive,
+    ) -> Result<u64> {
+        self.meta(s).await?;
+        let mut tx = self.begin(Access::Write).await?;
+        // Read afresh: the ordering gates what this re-opens, and another
+        // node may have changed it.
+        self.forget_group(s, g);
+        let config = self.group_config(&mut tx, s, g).await?;
+        let mut args = args![s, g];
+        let statement = match which {
+            Redrive::All => Statement::redrive_all,
+            Redrive::Events(ids) => {
+                let found = Self::locate_all(&mut tx, s, &ids).await?;
+                let names = found.into_iter().map(|(id, _, _)| id.as_str().to_owned());
+                args.push(Arg::List(Column::Text(names.collect())));
+                Statement::redrive_events
+            }
+        };
+        // One row per redriven delivery: its partition and sequence.
+        let mut floors = Floors::default();
+        let redriven = rows::<D>(&mut tx, statement, args).await?;
+        for row in &redriven {
+            floors.lower(row.u32(0)?, row.u64(1)?);
+        }
+        floors.apply::<D>(&mut tx, s, g).await?;
+        floors.regate::<D>(&mut tx, s, g, config.ordering).await?;
+        if !redriven.is_empty() {
+            self.notify_in(&mut tx, s).await?;
+        }
+        Self::commit(tx).await?;
+        Ok(redriven.len() as u64)
+    }
+
+    /// Re-opens the sequences strictly between `after` and `before` in one
+    /// partition: creates deliveries the group never had (below its start)
+    /// and makes every other one available now. Returns how many were not
+    /// open.
+    async fn reopen(
+        conn: &mut Conn<D>,
+        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
+        p: u32,
+        (after, before): (u64, u64),
+        floors: &mut Floors,
+    ) -> Result<u64> {
+        if after.saturating_add(1) >= before {
+            return Ok(0);
+        }
+        floors.lower(p, after + 1);
+        let args = || args![s, g, small(p), big(after), big(before)];
+        let mut insert = args();
+        insert.push(ordering.as_str().into());
+        let created = exec::<D>(conn, Statement::reopen_insert, insert).await?;
+        let reopened = exec::<D>(conn, Statement::reopen_update, args()).await?;
+        // Deliveries already open but waiting on a retry delay become due
+        // now; they were not closed, so they are not counted.
+        exec::<D>(conn, Statement::reopen_undelay, args()).await?;
+        Ok(created + reopened)
+    }
+
+    pub(super) async fn replay_tx(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        how: Replay,
+    ) -> Result<u64> {
+        how.validate()?;
+        let meta = self.meta(s).await?;
+        // A query replay reads the (immutable) log before the transaction.
+        let matched = match &how {
+            Replay::Query(q) => self.run_query(s, q, false).await?,
+            _ => Vec::new(),
+        };
+        let mut tx = self.begin(Access::Write).await?;
+        // Read afresh: the ordering gates what this re-opens, and another
+        // node may have changed it.
+        self.forget_group(s, g);
+        let ordering = self.group_config(&mut tx, s, g).await?.ordering;
+        let positions = Self::positions(&mut tx, s, g).await?;
+        let cursor = |p: u32| positions.get(&p).map_or(1, |(c, _)| *c);
+        // Every (partition, after, before) range to re-open.
+        let ranges: Vec<(u32, u64, u64)> = match how {
+            Replay::FromSequence { after, partitions } => partitions
+                .resolve(meta.partition_count)?
+                .into_iter()
+                .map(|p| (p, after, cursor(p)))
+                .collect(),
+            Replay::FromTime { from, partitions } => {
+                let selected = partitions.resolve(meta.partition_count)?;
+                let firsts = Self::first_at_or_after(&mut tx, s, &selected, from).await?;
+                selected
+                    .into_iter()
+                    .filter_map(|p| firsts.get(&p).map(|first| (p, first - 1, cursor(p))))
+                    .collect()
+            }
+            Replay::Query(_) => matched
+                .iter()
+                .map(|e| {
+                    (
+                        e.partition,
+                        e.sequence - 1,
+                        (e.sequence + 1).min(cursor(e.partition)),
+                    )
+                })
+                .collect(),
+            Replay::EventIds(ids) => Self::locate_all(&mut tx, s, &ids)
+                .await?
+                .into_iter()
+                .map(|(_, p, seq)| (p, seq - 1, (seq + 1).min(cursor(p))))
+                .collect(),
+        };
+        let mut count = 0;
+        let mut floors = Floors::default();
+        for (p, after, before) in ranges {
+            let group = (s, g, ordering);
+            count += Self::reopen(&mut tx, group, p, (after, before), &mut floors).await?;
+        }
+        floors.apply::<D>(&mut tx, s, g).await?;
+        floors.regate::<D>(&mut tx, s, g, ordering).await?;
+        self.notify_in(&mut tx, s).await?;
+        Self::commit(tx).await?;
+        Ok(count)
+    }
+
+    pub(super) async fn reset_tx(&self, req: ResetRequest) -> Result<()> {
+        req.validate()?;
+        let meta = self.meta(&req.stream).await?;
+        let (s, g) = (&req.stream, &req.group);
+        let mut tx = self.begin(Access::Write).await?;
+        self.group_config(&mut tx, s, g).await?;
+        let selected = req.partitions.resolve(meta.partition_count)?;
+        if let Some(ordering) = req.ordering {
+            // Every partition (`ResetRequest::validate`): its cursor rows
+            // first, so that no fetch decides under the old ordering while
+            // this one changes it and forgets every delivery it gated.
+            Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            exec::<D>(
+                &mut tx,
+                Statement::set_ordering,
+                args![s, g, ordering.as_str()],
+            )
+            .await?;
+        }
+        let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &req.start).await?;
+        // Deliveries first, cursor rows second: the order fetches lock them in.
+        let args = args![s, g, super::partitions(&selected)];
+        exec::<D>(&mut tx, Statement::reset_partitions, args).await?;
+        let cursors = selected
+            .iter()
+            .map(|p| int(starts[*p as usize] + 1))
+            .collect();
+        let chosen = selected.iter().map(|&p| p as i32).collect();
+        let rows = Arg::Rows(vec![Column::I32(chosen), Column::I64(cursors)]);
+        exec::<D>(&mut tx, Statement::set_cursors, args![s, g, rows]).await?;
+        self.notify_in(&mut tx, s).await?;
+        let committed = Self::commit(tx).await;
+        if req.ordering.is_some() {
+            self.forget_group(s, g);
+        }
+        committed
+    }
+}
