@@ -57,6 +57,25 @@ fn of_gate(s: &StreamName, g: &GroupName, p: u32, gate: &str, statuses: &[&str])
     filter
 }
 
+/// The update statements (for [`MongoBackend::update_each`]) that carry
+/// out a gate's step in partition `p`: the delivery handed out before
+/// parked, the new head let through.
+fn head_moves((s, g): (&StreamName, &GroupName), p: u32, step: &Regate) -> Vec<Document> {
+    [
+        (step.park, AVAILABLE, PARKED),
+        (step.release, PARKED, AVAILABLE),
+    ]
+    .into_iter()
+    .filter_map(|(seq, from, to)| {
+        let mut filter = deliveries_of(s, g);
+        filter.insert("p", p as i32);
+        filter.insert("q", big(seq?));
+        filter.insert("st", from);
+        Some(doc! {"q": filter, "u": {"$set": {"st": to}}})
+    })
+    .collect()
+}
+
 /// A delivery document's partition.
 fn partition_of(d: &Document) -> Result<u32> {
     u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))
@@ -551,18 +570,7 @@ impl MongoBackend {
         let (heads, done) = self.regate_settled(session, (s, g), &settled).await?;
         woke |= heads.values().any(|step| step.release.is_some());
         for ((p, _), step) in &heads {
-            for (seq, from, to) in [
-                (step.park, AVAILABLE, PARKED),
-                (step.release, PARKED, AVAILABLE),
-            ] {
-                if let Some(seq) = seq {
-                    let mut filter = deliveries_of(s, g);
-                    filter.insert("p", *p as i32);
-                    filter.insert("q", big(seq));
-                    filter.insert("st", from);
-                    updates.push(doc! {"q": filter, "u": {"$set": {"st": to}}});
-                }
-            }
+            updates.extend(head_moves((s, g), *p, step));
         }
         let expected = updates.len() as u64;
         if self.update_each(session, DELIVERIES, updates).await? != expected {
@@ -895,20 +903,11 @@ impl MongoBackend {
             head: with(AVAILABLE)?,
             lowest: open.first().map(|d| uint(d, "q")).transpose()?,
         });
-        for (seq, from, to) in [
-            (step.park, AVAILABLE, PARKED),
-            (step.release, PARKED, AVAILABLE),
-        ] {
-            if let Some(seq) = seq {
-                let mut filter = deliveries_of(sg.0, sg.1);
-                filter.insert("p", p as i32);
-                filter.insert("q", big(seq));
-                filter.insert("st", from);
-                self.coll(DELIVERIES)
-                    .update_one(filter, doc! {"$set": {"st": to}})
-                    .session(&mut *session)
-                    .await?;
-            }
+        let moves = head_moves(sg, p, &step);
+        let expected = moves.len() as u64;
+        if self.update_each(session, DELIVERIES, moves).await? != expected {
+            // Each statement names one document this transaction read.
+            return Err(Fail::Retry);
         }
         self.touch_gate(session, sg, p, gate).await?;
         Ok(step.release.is_some())
