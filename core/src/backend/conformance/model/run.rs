@@ -529,21 +529,39 @@ impl Run<'_> {
             return expect_code("redrive on a missing group", &got, "group_not_found");
         }
         let now = self.now();
-        match self.model.redrive(g, &which, now) {
-            Err(code) => expect_code("redrive", &got, code)?,
-            Ok(n) => same("redriven", &outcome_n(&got), &Ok(n))?,
+        let want = self.model.redrive(g, &which, now);
+        self.judge_count(("redrive", "redriven"), &got, want)
+    }
+
+    /// Judges a call that answers how many deliveries it re-opened (a
+    /// redrive, a replay) against the model's answer; `what` names the
+    /// call and its count.
+    fn judge_count(
+        &mut self,
+        (call, count): (&str, &str),
+        got: &Result<u64>,
+        want: std::result::Result<u64, Code>,
+    ) -> std::result::Result<(), Divergence> {
+        match want {
+            Err(code) => expect_code(call, got, code)?,
+            Ok(n) => same(count, &outcome_n(got), &Ok(n))?,
         }
-        self.then(&format!(" → {:?}", outcome_n(&got)));
+        self.then(&format!(" → {:?}", outcome_n(got)));
         Ok(())
+    }
+
+    /// The highest high watermark of any partition.
+    fn max_hwm(&self) -> u64 {
+        (0..self.model.partition_count())
+            .map(|p| self.model.hwm(p))
+            .max()
+            .unwrap_or(0)
     }
 
     async fn replay(&mut self) -> std::result::Result<(), Divergence> {
         let g = self.pick_group();
         let known = self.known_ids();
-        let max_hwm = (0..self.model.partition_count())
-            .map(|p| self.model.hwm(p))
-            .max()
-            .unwrap_or(0);
+        let max_hwm = self.max_hwm();
         let how = match self.rng.random_range(0..100) {
             0..40 => Replay::FromSequence {
                 after: self.rng.random_range(0..=max_hwm + 1),
@@ -577,20 +595,13 @@ impl Run<'_> {
             return expect_code("replay on a missing group", &got, "group_not_found");
         }
         let now = self.now();
-        match self.model.replay(g, &how, now) {
-            Err(code) => expect_code("replay", &got, code)?,
-            Ok(n) => same("reopened", &outcome_n(&got), &Ok(n))?,
-        }
-        self.then(&format!(" → {:?}", outcome_n(&got)));
-        Ok(())
+        let want = self.model.replay(g, &how, now);
+        self.judge_count(("replay", "reopened"), &got, want)
     }
 
     async fn reset(&mut self) -> std::result::Result<(), Divergence> {
         let g = self.pick_group();
-        let max_hwm = (0..self.model.partition_count())
-            .map(|p| self.model.hwm(p))
-            .max()
-            .unwrap_or(0);
+        let max_hwm = self.max_hwm();
         let start = match self.rng.random_range(0..100) {
             0..40 => StartPosition::Beginning,
             40..70 => StartPosition::After(StartAfter::All(self.rng.random_range(0..=max_hwm + 2))),
