@@ -28,17 +28,72 @@ pub struct Pair {
     pub a: Arc<dyn ClusterStore>,
     pub b: Arc<dyn ClusterStore>,
     pub clock: Arc<FrozenClock>,
+    /// What must live as long as the handles (see [`Opened`]); dropped
+    /// after them.
+    _keep: Keep,
+}
+
+/// What a cluster factory opened: the two handles and, optionally,
+/// whatever must live as long as they do (the backends whose listeners
+/// carry each other's notifications, and with them the store's
+/// [`Janitor`](crate::backend::conformance::Janitor)). A factory returns
+/// `(a, b)` or `(a, b, keep)`.
+#[derive(Debug)]
+pub struct Opened {
+    pub a: Arc<dyn ClusterStore>,
+    pub b: Arc<dyn ClusterStore>,
+    keep: Keep,
+}
+
+struct Keep {
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Keep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keep(..)")
+    }
+}
+
+impl From<(Arc<dyn ClusterStore>, Arc<dyn ClusterStore>)> for Opened {
+    fn from((a, b): (Arc<dyn ClusterStore>, Arc<dyn ClusterStore>)) -> Self {
+        Opened {
+            a,
+            b,
+            keep: Keep { _held: None },
+        }
+    }
+}
+
+impl<K: std::any::Any + Send + Sync> From<(Arc<dyn ClusterStore>, Arc<dyn ClusterStore>, K)>
+    for Opened
+{
+    fn from((a, b, keep): (Arc<dyn ClusterStore>, Arc<dyn ClusterStore>, K)) -> Self {
+        Opened {
+            a,
+            b,
+            keep: Keep {
+                _held: Some(Box::new(keep)),
+            },
+        }
+    }
 }
 
 impl Pair {
-    pub async fn start<F, Fut>(factory: F) -> Option<Pair>
+    pub async fn start<F, Fut, O>(factory: F) -> Option<Pair>
     where
         F: FnOnce(SharedClock) -> Fut,
-        Fut: Future<Output = Option<(Arc<dyn ClusterStore>, Arc<dyn ClusterStore>)>>,
+        Fut: Future<Output = Option<O>>,
+        O: Into<Opened>,
     {
         let clock = FrozenClock::new(START);
-        let (a, b) = factory(clock.clone()).await?;
-        Some(Pair { a, b, clock })
+        let Opened { a, b, keep } = factory(clock.clone()).await?.into();
+        Some(Pair {
+            a,
+            b,
+            clock,
+            _keep: keep,
+        })
     }
 }
 

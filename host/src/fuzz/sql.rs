@@ -225,9 +225,19 @@ fn postgres_query_results_equal_the_matcher() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
         .as_secs();
-    // Named like the PostgreSQL tests' schemas, so a left-over one is
-    // dropped by their clean-up after an hour.
+    // Named like the PostgreSQL tests' schemas (a left-over one is dropped
+    // by their clean-up after an hour), and dropped when the test ends,
+    // passed or failed.
     let schema = format!("rheo_t_{now}_{:08x}", rand::random::<u32>());
+    let _janitor = {
+        let (url, schema) = (url.clone(), schema.clone());
+        crate::backend::conformance::Janitor::new(move || async move {
+            if let Ok(pool) = sqlx::PgPool::connect(&url).await {
+                let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                let _ = sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&pool).await;
+            }
+        })
+    };
     let mut options = PostgresOptions::with_store_timeout(crate::backend::DEFAULT_STORE_TIMEOUT);
     options.schema = Some(schema.clone());
     options.max_connections = 2;
@@ -240,13 +250,4 @@ fn postgres_query_results_equal_the_matcher() {
         rt.block_on(differential(backend.as_ref(), inputs, &bodies, false))
     });
     drop(backend);
-    rt.block_on(async {
-        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA \"{schema}\" CASCADE"
-        )))
-        .execute(&pool)
-        .await
-        .expect("drop the schema");
-    });
 }

@@ -1143,22 +1143,26 @@ mod nodes {
     rheo_core::shared_store_conformance!(nodes);
 }
 
-/// Two servers' cluster stores on one prefix. The backends are leaked:
-/// each one's pub/sub listener carries the other's handler writes while
-/// the test runs (their keys go with the stale prefixes of a later run).
+/// Two servers' cluster stores on one prefix. The backends live as long
+/// as the stores (each one's pub/sub listener carries the other's handler
+/// writes), and the prefix's keys go with them.
+#[allow(clippy::type_complexity)]
 async fn cluster_pair(
     clock: rheo_core::clock::SharedClock,
 ) -> Option<(
     Arc<dyn rheo_core::cluster::ClusterStore>,
     Arc<dyn rheo_core::cluster::ClusterStore>,
+    (
+        Arc<dyn rheo_core::backend::Backend>,
+        Arc<dyn rheo_core::backend::Backend>,
+    ),
 )> {
     let (a, b) = nodes(clock).await?;
-    let stores = (
+    Some((
         a.cluster().expect("a cluster store"),
         b.cluster().expect("a cluster store"),
-    );
-    std::mem::forget((a, b));
-    Some(stores)
+        (a, b),
+    ))
 }
 
 rheo_core::cluster_conformance!(cluster_pair);

@@ -79,6 +79,47 @@ impl std::fmt::Debug for Reopen {
     }
 }
 
+/// Removes what a test created on a shared service (a PostgreSQL schema, a
+/// MongoDB database, Redis keys) when dropped: at the end of the test,
+/// whether it passed or failed, so a developer's database does not fill up
+/// run after run (docs/testing.md#services). A store's test backend keeps
+/// one, shared by every node on the same schema, so it runs when the last
+/// of them goes. The removal runs to completion on a thread and runtime of
+/// its own (the test's runtime may be shutting down) and is best effort.
+pub struct Janitor(Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>>);
+
+impl Janitor {
+    /// A janitor that runs `remove` when dropped.
+    pub fn new<F, Fut>(remove: F) -> Janitor
+    where
+        F: FnOnce() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Janitor(Some(Box::new(move || Box::pin(remove()))))
+    }
+}
+
+impl Drop for Janitor {
+    fn drop(&mut self) {
+        let Some(remove) = self.0.take() else { return };
+        let removed = std::thread::spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                runtime.block_on(remove());
+            }
+        });
+        let _ = removed.join();
+    }
+}
+
+impl std::fmt::Debug for Janitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Janitor(..)")
+    }
+}
+
 /// What a backend factory opened: the backend and, for a store that can
 /// be restarted on, how ([`Harness::reopen`]). A factory may return a
 /// plain `Arc<dyn Backend>` instead.

@@ -1,15 +1,17 @@
 //! PostgreSQL tests: the shared conformance suite, the shared-store suite
 //! (two nodes on one schema), and a connection lost mid-way.
 //!
-//! Each test gets its own schema (`rheo_t_<unix secs>_<random>`); schemas
-//! older than an hour are dropped by the first test of a run.
+//! Each test gets its own schema (`rheo_t_<unix secs>_<random>`), dropped
+//! when the test ends, passed or failed (its [`Janitor`]); schemas older
+//! than an hour (a test killed mid-way) are dropped by the first test of a
+//! run.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{PostgresBackend, PostgresOptions};
 use rheo_core::backend::Backend;
-use rheo_core::backend::conformance::{outage, service_url};
+use rheo_core::backend::conformance::{Janitor, outage, service_url};
 use rheo_core::clock::SharedClock;
 
 fn url() -> Option<String> {
@@ -53,6 +55,27 @@ async fn fresh_schema(url: &str) -> String {
     format!("rheo_t_{now}_{:08x}", rand::random::<u32>())
 }
 
+/// Drops `schema` when dropped.
+fn janitor(url: &str, schema: &str) -> Arc<Janitor> {
+    let (url, schema) = (url.to_owned(), schema.to_owned());
+    Arc::new(Janitor::new(move || async move {
+        use sqlx::Connection as _;
+        let Ok(mut conn) = sqlx::PgConnection::connect(&url).await else {
+            return;
+        };
+        // A session the test left mid-transaction must not hold the drop
+        // for long: the stale sweep of a later run takes what is left.
+        let _ = sqlx::query("SET lock_timeout = '10s'")
+            .execute(&mut conn)
+            .await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&mut conn)
+        .await;
+    }))
+}
+
 fn options(schema: &str) -> PostgresOptions {
     PostgresOptions {
         schema: Some(schema.to_owned()),
@@ -64,22 +87,25 @@ fn options(schema: &str) -> PostgresOptions {
 async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
-    let backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
+    let mut backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
         .await
         .expect("connect to TEST_POSTGRES_URL and migrate");
+    backend.janitor = Some(janitor(&url, &schema));
     Some(Arc::new(backend))
 }
 
 rheo_core::backend_conformance!(factory);
 
-/// Two backends (two servers) on one schema.
+/// Two backends (two servers) on one schema, which goes with the last.
 async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
     let open =
         |migrate| PostgresBackend::connect_with(&url, options(&schema), clock.clone(), migrate);
-    let a = open(true).await.expect("connect node a and migrate");
-    let b = open(false).await.expect("connect node b");
+    let mut a = open(true).await.expect("connect node a and migrate");
+    let mut b = open(false).await.expect("connect node b");
+    let janitor = janitor(&url, &schema);
+    (a.janitor, b.janitor) = (Some(janitor.clone()), Some(janitor));
     Some((Arc::new(a), Arc::new(b)))
 }
 
@@ -89,6 +115,7 @@ rheo_core::shared_store_conformance!(nodes);
 async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
     let Some(url) = url() else { return };
     let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
     outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(&url, |relayed, clock| {
         let opts = PostgresOptions {
             timeouts: super::Timeouts::derived(Duration::from_secs(1)),
@@ -106,6 +133,7 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
 async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
     let Some(url) = url() else { return };
     let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
     let timeout = Duration::from_millis(1_500);
     outage::a_stalled_store_answers_within_the_deadline_and_recovers(
         &url,
@@ -124,21 +152,23 @@ async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
     .await;
 }
 
-/// Two servers' cluster stores on one schema. The backends are leaked: each
-/// one's LISTEN task carries the other's notifications while the test runs.
+/// Two servers' cluster stores on one schema. The backends live as long
+/// as the stores (each one's LISTEN task carries the other's
+/// notifications), and the schema goes with them.
+#[allow(clippy::type_complexity)]
 async fn cluster_pair(
     clock: SharedClock,
 ) -> Option<(
     Arc<dyn rheo_core::cluster::ClusterStore>,
     Arc<dyn rheo_core::cluster::ClusterStore>,
+    (Arc<dyn Backend>, Arc<dyn Backend>),
 )> {
     let (a, b) = nodes(clock).await?;
-    let stores = (
+    Some((
         a.cluster().expect("a cluster store"),
         b.cluster().expect("a cluster store"),
-    );
-    std::mem::forget((a, b));
-    Some(stores)
+        (a, b),
+    ))
 }
 
 rheo_core::cluster_conformance!(cluster_pair);
@@ -228,6 +258,7 @@ async fn a_settle_rolled_back_to_break_a_deadlock_runs_again() {
     use rheo_core::model::{SettleOp, Settlement};
     let Some(url) = url() else { return };
     let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
     let open = |clock| {
         let (url, schema) = (url.clone(), schema.clone());
         async move {

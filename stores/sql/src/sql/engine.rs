@@ -43,6 +43,9 @@ pub struct SqlBackend<D: Dialect> {
     groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
+    /// Tests: drops the test's schema when the last node on it is dropped.
+    #[cfg(test)]
+    pub(crate) janitor: Option<Arc<rheo_core::backend::conformance::Janitor>>,
 }
 
 /// A stream's fixed facts.
@@ -63,6 +66,8 @@ impl<D: Dialect> SqlBackend<D> {
             streams: RwLock::new(HashMap::new()),
             groups: RwLock::new(HashMap::new()),
             rotation: Mutex::new(HashMap::new()),
+            #[cfg(test)]
+            janitor: None,
         }
     }
 
