@@ -1,12 +1,12 @@
-//! Build script of `rheo`: with the `wasm` feature, compiles the example
-//! guests of `guests/` (a separate workspace) for `wasm32-wasip2` and embeds
-//! them, so the unit tests, the benches, the end-to-end tests, `rheo demo`
+//! Build script of `rheo-example-guests`: compiles the example guests of
+//! `guests/` (a separate workspace) for `wasm32-wasip2` and embeds them, so
+//! the WebAssembly tests, the benches, the end-to-end tests, `rheo demo`
 //! and `rheo bench` all use this one build — and an installed `rheo` runs
 //! `rheo demo` from any folder, with no source tree.
 //!
 //! It writes `example_guests.rs` into `OUT_DIR`: a table of each guest's
 //! name and bytes (`include_bytes!` of a copy in `OUT_DIR`), included by
-//! `src/example_guests.rs`. The nested `cargo build` gets its own target
+//! `src/lib.rs`. The nested `cargo build` gets its own target
 //! folder (`<target>/example-guests`): the outer build holds the lock of
 //! its own, and one folder shared by `check`, `clippy`, `test` and `build`
 //! means the guests compile once and are then only checked for changes.
@@ -44,10 +44,6 @@ fn main() {
 
 fn run() -> Result<(), String> {
     println!("cargo::rerun-if-changed=build");
-    if std::env::var_os("CARGO_FEATURE_WASM").is_none() {
-        // Without the WebAssembly host nothing runs a guest.
-        return Ok(());
-    }
     let out_dir = PathBuf::from(var("OUT_DIR")?);
     let manifest_dir = PathBuf::from(var("CARGO_MANIFEST_DIR")?);
     let guests_dir = manifest_dir.join("../guests");
@@ -179,7 +175,7 @@ fn build_guests(cargo: &OsString, guests_dir: &Path, target_dir: &Path) -> Resul
     Ok(())
 }
 
-/// Writes the table `src/example_guests.rs` includes.
+/// Writes the table `src/lib.rs` includes.
 fn write_table(path: &Path, embedded: &[(String, PathBuf)]) -> Result<(), String> {
     let mut table = String::from(
         "/// Each example guest of `guests/`, by name (sorted), with its component.\n",

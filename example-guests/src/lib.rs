@@ -1,12 +1,16 @@
 //! The example guests of `guests/` (`echo`, `flaky`, `poison`, … — what
 //! each does is in `guests/README.md`), compiled by the build script
-//! (`host/build/main.rs`) and embedded in this crate.
+//! (`build/main.rs`) and embedded in this crate.
 //!
-//! This is the one place anything finds them: `rheo demo`, `rheo bench`,
-//! the unit tests, the benches and the end-to-end tests. Being embedded, an
-//! installed `rheo` binary needs no source tree to run them.
+//! This is the one place anything finds them: the `rheo` binary (which
+//! hands them to `rheo::example_guests` for `rheo demo` and `rheo bench`),
+//! the WebAssembly tests, the benches and the end-to-end tests. Being
+//! embedded, an installed `rheo` binary needs no source tree to run them.
 
 include!(concat!(env!("OUT_DIR"), "/example_guests.rs"));
+
+/// Each example guest by name (sorted), with its component.
+pub const ALL: &[(&str, &[u8])] = &EMBEDDED;
 
 /// The names of the example guests, sorted.
 pub fn names() -> impl Iterator<Item = &'static str> {

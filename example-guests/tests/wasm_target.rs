@@ -1,5 +1,5 @@
 //! The build script's handling of a toolchain without `wasm32-wasip2`
-//! (`host/build/wasm_target.rs`), against a fake `rustc` that prints a
+//! (`build/wasm_target.rs`), against a fake `rustc` that prints a
 //! sysroot inside a fake rustup home and a fake `rustup` that records its
 //! arguments — the real target is shared by every build on the machine, so
 //! it is not removed to test this.

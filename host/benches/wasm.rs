@@ -3,7 +3,7 @@
 //! guest whose call appends an event to the memory backend.
 //!
 //! Run: `cargo bench -p rheo --bench wasm` (the example guests come from
-//! `rheo::example_guests`, built with the crate).
+//! `rheo-example-guests`).
 
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
@@ -24,7 +24,7 @@ use serde_json::json;
 
 /// The bytes of the example guest `name`.
 fn guest(name: &str) -> Vec<u8> {
-    rheo::example_guests::get(name)
+    rheo_example_guests::get(name)
         .unwrap_or_else(|| panic!("no example guest {name}"))
         .to_vec()
 }

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::api::tls::TlsFiles;
 use crate::api::{ApiSettings, NamedToken};
 use crate::handler_logs::{DEFAULT_LOG_LINES, MAX_LOG_LINES};
 use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
@@ -162,15 +163,6 @@ impl ServeOptions {
             request_timeout_ms: self.request_timeout_ms.or(fallback.request_timeout_ms),
         }
     }
-}
-
-/// The PEM files of an HTTPS server (docs/http.md#https).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain, the server's own certificate first.
-    pub cert: PathBuf,
-    /// Its private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
 }
 
 /// The resolved, checked configuration of a server.

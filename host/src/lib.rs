@@ -13,8 +13,9 @@
 //! - [`runtime`] — the per-handler claim / dispatch / renew / settle loops; runs the version it is given (hot swap), counts per version.
 //! - [`settle`]  — the settle policy: handler outcome → ack / nack / reject, settle failures, fetch backoff.
 //! - [`bench`]   — the workloads behind `rheo bench`.
-//! - [`cli`]     — the `rheo` command line (one module per subcommand).
-//! - [`example_guests`] — the example guests of `guests/`, built by `build/main.rs` and embedded (feature `wasm`).
+//! - [`server`]  — a whole server in the library: `server::run(config, listener, shutdown)`.
+//! - [`cli`]     — the `rheo` command line (one module per subcommand); `rheo serve` reads its arguments and calls `server::run`.
+//! - [`example_guests`] — the example guests as the `rheo` binary provides them (built and embedded by `rheo-example-guests`).
 //! - [`handler_logs`] — the last log lines of every handler, in memory, with followers.
 //! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
 //! - [`telemetry`] — logs (text or JSON), the span per delivery, OTLP trace export.
@@ -27,7 +28,6 @@ pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod config;
-#[cfg(feature = "wasm")]
 pub mod example_guests;
 #[cfg(test)]
 mod fuzz;
@@ -36,6 +36,7 @@ pub mod handler_logs;
 pub mod handlers;
 pub mod metrics;
 pub mod runtime;
+pub mod server;
 pub mod telemetry;
 #[cfg(feature = "wasm")]
 pub mod wasm;

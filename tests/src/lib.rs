@@ -5,11 +5,18 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Path of the `rheo` binary of this workspace, built once per test run
-/// with the same profile as the tests.
+/// Path of the `rheo` binary the tests drive: `RHEO_BIN` when set
+/// (scripts/run-tests sets it to the binary of the build it ran the tests
+/// from), else the binary of this workspace, built once per test run with
+/// the same profile as the tests.
 pub fn rheo_binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
+        if let Some(binary) = std::env::var_os("RHEO_BIN").filter(|b| !b.is_empty()) {
+            let binary = PathBuf::from(binary);
+            assert!(binary.exists(), "RHEO_BIN {} is missing", binary.display());
+            return binary;
+        }
         // Test binaries live in target/<profile>/deps; the rheo binary in target/<profile>.
         let exe = std::env::current_exe().expect("test executable path");
         let profile_dir = exe
@@ -20,7 +27,7 @@ pub fn rheo_binary() -> &'static PathBuf {
         let release = profile_dir.ends_with("release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "rheo", "--bin", "rheo"]);
+        build.args(["build", "--quiet", "-p", "rheo-cli", "--bin", "rheo"]);
         if release {
             build.arg("--release");
         }
@@ -298,4 +305,109 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("the workspace root")
         .to_path_buf()
+}
+
+/// A name no other test of any run uses: `rheo_t_<unix secs>_<pid><n>`.
+/// The stores' own tests drop `rheo_t_` names older than an hour (a run
+/// killed before its guards ran).
+fn scratch_name() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    format!("rheo_t_{secs}_{:x}{}", std::process::id(), unique())
+}
+
+/// A PostgreSQL schema of one test's own on `TEST_POSTGRES_URL`, dropped
+/// (with `psql`) when this is dropped: at the end of the test, passed or
+/// failed. Declare it before the servers on it, so that they stop first.
+#[derive(Debug)]
+pub struct PgSchema {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgSchema {
+    /// A fresh schema, or `None` (the test skips) without PostgreSQL.
+    pub fn fresh() -> Option<PgSchema> {
+        let admin = service_url("TEST_POSTGRES_URL", "postgres")?;
+        let name = scratch_name();
+        let sep = if admin.contains('?') { '&' } else { '?' };
+        let url = format!("{admin}{sep}schema={name}");
+        Some(PgSchema { admin, name, url })
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A backend URL for it: `TEST_POSTGRES_URL` with `schema=<name>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // A session left mid-transaction must not hold the drop for long.
+        let _ = Command::new("psql")
+            .args([self.admin.as_str(), "-qX", "-c", "SET lock_timeout = '10s'"])
+            .args([
+                "-c",
+                &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name),
+            ])
+            .output();
+    }
+}
+
+/// Keys under a prefix of one test's own on `TEST_REDIS_URL`, deleted
+/// (with `redis-cli`) when this is dropped: at the end of the test, passed
+/// or failed. Declare it before the servers on it.
+#[derive(Debug)]
+pub struct RedisPrefix {
+    admin: String,
+    url: String,
+    prefix: String,
+}
+
+impl RedisPrefix {
+    /// A fresh prefix, or `None` (the test skips) without Redis.
+    pub fn fresh() -> Option<RedisPrefix> {
+        let admin = service_url("TEST_REDIS_URL", "redis")?;
+        let prefix = scratch_name();
+        let sep = if admin.contains('?') { '&' } else { '?' };
+        let url = format!("{admin}{sep}prefix={prefix}");
+        Some(RedisPrefix { admin, url, prefix })
+    }
+
+    /// The Redis server's own URL (no prefix).
+    pub fn server(&self) -> &str {
+        &self.admin
+    }
+
+    /// A backend URL for it: `TEST_REDIS_URL` with `prefix=<prefix>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let pattern = format!("{}:*", self.prefix);
+        let Ok(keys) = Command::new("redis-cli")
+            .args(["-u", &self.admin, "--scan", "--pattern", &pattern])
+            .output()
+        else {
+            return;
+        };
+        let keys = String::from_utf8_lossy(&keys.stdout);
+        for chunk in keys.lines().collect::<Vec<_>>().chunks(500) {
+            let _ = Command::new("redis-cli")
+                .args(["-u", &self.admin, "del"])
+                .args(chunk)
+                .output();
+        }
+    }
 }

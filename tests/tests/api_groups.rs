@@ -1,10 +1,11 @@
 //! The consumer-group routes (`docs/groups.md`) against the real `rheo serve` on
 //! SQLite with `--test-clock`: groups, lag, fetch (with long polls), ack,
 //! nack, reject, renew, batch settle, the fencing story, the poison guard,
-//! replay, reset, dead letters and redrive. Expiry is reached by moving the
-//! server's clock over `POST /v1/test/clock`, never by sleeping.
+//! replay, reset, dead letters and redrive. Each test starts its own server
+//! in its own directory. Expiry is reached by moving the server's clock over
+//! `POST /v1/test/clock`, never by sleeping.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,6 @@ fn advance(http: &Agent, server: &Server, ms: u64) -> Value {
     now
 }
 
-/// Creates stream `name` with `partitions`.
 /// Appends one event; returns it.
 fn append(http: &Agent, server: &Server, stream: &str, event: Value) -> Value {
     let (status, body) = post(
@@ -98,34 +98,54 @@ fn consume_all(http: &Agent, server: &Server, path: &str) -> Vec<String> {
     ids(&leases).into_iter().map(str::to_owned).collect()
 }
 
+/// Stream `s` (two partitions) with three events in partition 0 and two in
+/// partition 1.
+fn two_partition_stream(http: &Agent, server: &Server) {
+    stream(http, server, "s", 2);
+    for p in [0, 0, 0, 1, 1] {
+        append(http, server, "s", json!({"partition": p}));
+    }
+}
+
+/// Group `a` on stream `s`: three attempts, two backoffs, and partition 0
+/// started after its second event.
+fn group_a(http: &Agent, server: &Server) -> Value {
+    group(
+        http,
+        server,
+        "s",
+        "a",
+        json!({"max_attempts": 3, "retry_backoff_ms": [100, 1000], "start_after": {"0": 2}}),
+    )
+}
+
 #[test]
-fn groups_are_created_listed_inspected_and_report_lag() {
+fn a_group_is_created_with_default_or_given_options() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
     let http = agent();
-    stream(&http, &server, "s", 2);
-    for p in [0, 0, 0, 1, 1] {
-        append(&http, &server, "s", json!({"partition": p}));
-    }
+    two_partition_stream(&http, &server);
 
     let b = group(&http, &server, "s", "b", json!({}));
     assert_eq!(
         b,
         json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "ordering": "none", "created_at": T0})
     );
-    let a = group(
-        &http,
-        &server,
-        "s",
-        "a",
-        json!({"max_attempts": 3, "retry_backoff_ms": [100, 1000], "start_after": {"0": 2}}),
-    );
+    let a = group_a(&http, &server);
     assert_eq!(
         (a["max_attempts"].clone(), a["retry_backoff_ms"].clone()),
         (json!(3), json!([100, 1000]))
     );
+}
 
-    // Errors: duplicate, unknown stream, bad options.
+#[test]
+fn creating_a_group_refuses_duplicates_unknown_streams_and_bad_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    two_partition_stream(&http, &server);
+    group_a(&http, &server);
+
     let dup = post(
         &http,
         &server,
@@ -157,6 +177,16 @@ fn groups_are_created_listed_inspected_and_report_lag() {
         let refused = post(&http, &server, "/v1/streams/s/groups", &body);
         assert_error(&refused, 400, expected);
     }
+}
+
+#[test]
+fn groups_are_listed_sorted_and_inspected_with_their_settings_and_cursors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    two_partition_stream(&http, &server);
+    group(&http, &server, "s", "b", json!({}));
+    group_a(&http, &server);
 
     // The list is sorted; unknown streams are 404.
     let (status, list) = get(&http, &server, "/v1/streams/s/groups");
@@ -193,8 +223,16 @@ fn groups_are_created_listed_inspected_and_report_lag() {
         404,
         "stream_not_found",
     );
+}
 
-    // Lag, all partitions and selected ones.
+#[test]
+fn lag_is_reported_for_all_partitions_or_selected_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    two_partition_stream(&http, &server);
+    group_a(&http, &server);
+
     let (status, lag) = get(&http, &server, "/v1/streams/s/groups/a/lag");
     assert_eq!(status, 200, "{lag}");
     assert_eq!(
@@ -235,8 +273,16 @@ fn groups_are_created_listed_inspected_and_report_lag() {
         404,
         "group_not_found",
     );
+}
 
-    // start_at: only events at or after that time count.
+#[test]
+fn a_group_started_at_a_time_counts_only_later_events_and_lag_ages_with_the_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    two_partition_stream(&http, &server);
+    group(&http, &server, "s", "b", json!({}));
+
     advance(&http, &server, 1000);
     let late = group(
         &http,
@@ -251,6 +297,7 @@ fn groups_are_created_listed_inspected_and_report_lag() {
     append(&http, &server, "s", json!({"id": "new", "partition": 1}));
     let leases = fetch(&http, &server, "/v1/streams/s/groups/late", json!({}));
     assert_eq!(ids(&leases), ["new"]);
+    // The group from the start counts all six; the oldest is a second old.
     let (_, lag) = get(&http, &server, "/v1/streams/s/groups/b/lag");
     assert_eq!(
         (lag["lag"].clone(), lag["oldest_unacked_age_ms"].clone()),
@@ -259,24 +306,33 @@ fn groups_are_created_listed_inspected_and_report_lag() {
     );
 }
 
-#[test]
-fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
-    stream(&http, &server, "s", 1);
-    for i in 1..=6 {
+/// Stream `s` (one partition) with an event `e{i}` (payload `{"i": i}`) for
+/// each `i` of `events`, then group `g` on it; returns the group's path.
+fn one_partition_group(
+    http: &Agent,
+    server: &Server,
+    events: std::ops::RangeInclusive<u32>,
+) -> &'static str {
+    stream(http, server, "s", 1);
+    for i in events {
         append(
-            &http,
-            &server,
+            http,
+            server,
             "s",
             json!({"id": format!("e{i}"), "payload": {"i": i}}),
         );
     }
-    group(&http, &server, "s", "g", json!({}));
-    let g = "/v1/streams/s/groups/g";
+    group(http, server, "s", "g", json!({}));
+    "/v1/streams/s/groups/g"
+}
 
-    // Fetch refusals.
+#[test]
+fn fetch_refuses_bad_options_and_unknown_groups_and_no_partitions_select_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 1..=1);
+
     for (body, expected) in [
         (json!({"limit": 0}), "invalid"),
         (json!({"limit": 1001}), "invalid"),
@@ -316,8 +372,15 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         fetch(&http, &server, g, json!({"partitions": []})).is_empty(),
         "[] selects nothing"
     );
+}
 
-    // A lease: its fields and the full event.
+#[test]
+fn a_lease_carries_its_consumer_attempt_expiry_and_the_full_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 1..=1);
+
     let e1 = fetch(
         &http,
         &server,
@@ -344,8 +407,17 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         (e1["event"]["id"].clone(), e1["event"]["payload"].clone()),
         (json!("e1"), json!({"i": 1}))
     );
+}
 
-    // Ack: fenced; a malformed body and a wrong receipt are refused.
+#[test]
+fn an_ack_is_fenced_by_the_lease_and_its_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 1..=2);
+    let e1 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
+
+    // A malformed body and a wrong receipt are refused.
     assert_error(
         &post(
             &http,
@@ -362,6 +434,7 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         409,
         "receipt_mismatch",
     );
+    // The holder's ack is taken once; a second one and a forged one are stale.
     let (status, ok) = post(
         &http,
         &server,
@@ -395,8 +468,15 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         404,
         "group_not_found",
     );
+}
 
-    // Nack with a delay: not due until the clock passes it.
+#[test]
+fn a_nack_with_a_delay_holds_the_event_back_until_the_clock_passes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 2..=3);
+
     let e2 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
     assert_eq!(e2["event_id"], "e2");
     assert_eq!(
@@ -419,10 +499,33 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
     );
     let (_, lag) = get(&http, &server, &format!("{g}/lag"));
     assert_eq!(lag["waiting_retry"], 1, "{lag}");
-    let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
+    let e3 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
     assert_eq!(e3["event_id"], "e3", "e2 is not due yet");
 
-    // Renew: moves the expiry from now, keeps the lease id; fenced.
+    // e2's delay ends: it comes back with attempt 2.
+    advance(&http, &server, 1000);
+    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
+    assert_eq!(
+        (lag["waiting_retry"].clone(), lag["inflight"].clone()),
+        (json!(0), json!(1)),
+        "{lag}"
+    );
+    let again = fetch(&http, &server, g, json!({"limit": 1}));
+    assert_eq!(
+        (again[0]["event_id"].clone(), again[0]["attempt"].clone()),
+        (json!("e2"), json!(2))
+    );
+    ack_all(&http, &server, g, &again);
+}
+
+#[test]
+fn a_renew_moves_the_expiry_from_now_and_keeps_the_lease_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 3..=3);
+    let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
+
     advance(&http, &server, 500);
     let renew = lease_ref(&e3, &json!({"lease_ms": 2000}));
     let (status, renewed) = post(&http, &server, &format!("{g}/renew"), &renew);
@@ -436,23 +539,16 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         400,
         "invalid",
     );
+}
 
-    // e2's delay ends: it comes back with attempt 2.
-    advance(&http, &server, 500);
-    let (_, lag) = get(&http, &server, &format!("{g}/lag"));
-    assert_eq!(
-        (lag["waiting_retry"].clone(), lag["inflight"].clone()),
-        (json!(0), json!(1)),
-        "{lag}"
-    );
-    let again = fetch(&http, &server, g, json!({"limit": 1}));
-    assert_eq!(
-        (again[0]["event_id"].clone(), again[0]["attempt"].clone()),
-        (json!("e2"), json!(2))
-    );
-    ack_all(&http, &server, g, &again);
+#[test]
+fn a_reject_dead_letters_the_event_with_its_reason_and_leaves_the_lease_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 3..=3);
+    let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
 
-    // Reject: dead-letters with the reason; then the lease is stale.
     let with_delay = lease_ref(&e3, &json!({"delay_ms": 5}));
     assert_error(
         &post(&http, &server, &format!("{g}/reject"), &with_delay),
@@ -467,6 +563,7 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         409,
         "stale_lease",
     );
+    let renew = lease_ref(&e3, &json!({"lease_ms": 2000}));
     assert_error(
         &post(&http, &server, &format!("{g}/renew"), &renew),
         409,
@@ -475,8 +572,20 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
     let (_, dead) = get(&http, &server, &format!("{g}/dead-letters"));
     assert_eq!(strings(&dead, "dead_letters", "event_id"), ["e3"]);
     assert_eq!(dead["dead_letters"][0]["reason"], "malformed");
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(info["lag"]["lag"], 0, "{info}");
+    assert_eq!(
+        (info["dead_letters"].clone(), info["inflight"].clone()),
+        (json!(1), json!(0))
+    );
+}
 
-    // Batch settle: each operation gets its own result.
+#[test]
+fn a_batch_settle_gives_each_operation_its_own_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = one_partition_group(&http, &server, 4..=6);
     let leases = fetch(&http, &server, g, json!({"limit": 3}));
     assert_eq!(ids(&leases), ["e4", "e5", "e6"]);
     let op = |op: &str, lease: &Value, extra: Value| {
@@ -484,6 +593,8 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         item["op"] = json!(op);
         item
     };
+
+    // A malformed item or an unknown operation refuses the whole batch.
     let malformed = json!({"settlements": [op("ack", &leases[0], json!({"reason": "x"}))]});
     assert_error(
         &post(&http, &server, &format!("{g}/settle"), &malformed),
@@ -496,6 +607,7 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
         400,
         "invalid",
     );
+
     let mut forged = op("ack", &leases[1], json!({}));
     forged["lease_id"] = json!("forged");
     forged["receipt"] = Value::Null;
@@ -523,18 +635,24 @@ fn leases_are_fetched_acked_nacked_rejected_renewed_and_settled_in_batches() {
     assert_eq!(info["lag"]["lag"], 0, "{info}");
     assert_eq!(
         (info["dead_letters"].clone(), info["inflight"].clone()),
-        (json!(1), json!(0))
+        (json!(0), json!(0))
     );
 }
 
+/// Stream `f` (one partition) and group `g` on it with two attempts at
+/// most; returns the group's path.
+fn two_attempt_group(http: &Agent, server: &Server) -> &'static str {
+    stream(http, server, "f", 1);
+    group(http, server, "f", "g", json!({"max_attempts": 2}));
+    "/v1/streams/f/groups/g"
+}
+
 #[test]
-fn the_fencing_story_and_the_poison_guard_with_the_test_clock() {
+fn an_expired_lease_goes_to_the_next_consumer_and_fences_the_old_holder() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
     let http = agent();
-    stream(&http, &server, "f", 1);
-    group(&http, &server, "f", "g", json!({"max_attempts": 2}));
-    let g = "/v1/streams/f/groups/g";
+    let g = two_attempt_group(&http, &server);
 
     // Consumer a leases x; b finds nothing while the lease runs.
     append(&http, &server, "f", json!({"id": "x"}));
@@ -594,8 +712,15 @@ fn the_fencing_story_and_the_poison_guard_with_the_test_clock() {
     assert_eq!((status, ok), (200, json!({"ok": true})));
     let (_, lag) = get(&http, &server, &format!("{g}/lag"));
     assert_eq!(lag["lag"], 0);
+}
 
-    // An expired lease nobody re-claimed can still be settled.
+#[test]
+fn an_expired_lease_nobody_reclaimed_can_still_be_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = two_attempt_group(&http, &server);
+
     append(&http, &server, "f", json!({"id": "late-ack"}));
     let lease = fetch(&http, &server, g, json!({"lease_ms": 1000})).remove(0);
     advance(&http, &server, 5000);
@@ -606,6 +731,14 @@ fn the_fencing_story_and_the_poison_guard_with_the_test_clock() {
         &lease_ref(&lease, &json!({})),
     );
     assert_eq!(status, 200);
+}
+
+#[test]
+fn the_poison_guard_dead_letters_an_event_whose_attempts_expired_or_were_nacked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = two_attempt_group(&http, &server);
 
     // max_attempts used up by expiries: dead-lettered instead of claimed.
     append(&http, &server, "f", json!({"id": "poison"}));
@@ -668,8 +801,16 @@ fn the_fencing_story_and_the_poison_guard_with_the_test_clock() {
         (info["dead_letters"].clone(), info["lag"]["lag"].clone()),
         (json!(2), json!(0))
     );
+}
 
-    // Bad clock moves are refused and move nothing.
+#[test]
+fn bad_test_clock_moves_are_refused_and_move_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let now = advance(&http, &server, 8000);
+    assert_eq!(now["now"], "2026-01-01T00:00:08.000Z");
+
     for body in [
         json!({"set": "noon"}),
         json!({"advance_ms": -5}),
@@ -762,36 +903,66 @@ fn a_long_poll_returns_when_another_thread_appends_or_a_lease_expires() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-#[test]
-fn replay_reset_dead_letters_and_redrive() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
-    stream(&http, &server, "r", 2);
-    // r1 p0 s1, r2 p1 s1, r3 p0 s2, r4 p1 s2 at T0; r5 p0 s3, r6 p1 s3 a second later.
+/// Stream `r` (two partitions) with events `r1`..`r6` (payload `{"i": i}`):
+/// r1, r3, r5 in partition 0 and r2, r4, r6 in partition 1 (sequences 1 to
+/// 3), r5 and r6 a second after the others; then groups `g` and `other`.
+/// Returns g's path; the clock is left at one second past [`T0`].
+fn replay_stream(http: &Agent, server: &Server) -> &'static str {
+    stream(http, server, "r", 2);
     for i in 1..=6 {
         if i == 5 {
-            advance(&http, &server, 1000);
+            advance(http, server, 1000);
         }
         append(
-            &http,
-            &server,
+            http,
+            server,
             "r",
             json!({"id": format!("r{i}"), "partition": (i + 1) % 2, "payload": {"i": i}}),
         );
     }
-    group(&http, &server, "r", "g", json!({}));
-    group(&http, &server, "r", "other", json!({}));
-    let g = "/v1/streams/r/groups/g";
+    group(http, server, "r", "g", json!({}));
+    group(http, server, "r", "other", json!({}));
+    "/v1/streams/r/groups/g"
+}
+
+/// [`replay_stream`] with every event consumed by `g`.
+fn consumed_replay_stream(http: &Agent, server: &Server) -> &'static str {
+    let g = replay_stream(http, server);
     // Leases come sorted by (partition, sequence).
     assert_eq!(
-        consume_all(&http, &server, g),
+        consume_all(http, server, g),
         ["r1", "r3", "r5", "r2", "r4", "r6"]
     );
-    let replay = |body: Value| post(&http, &server, &format!("{g}/replay"), &body);
+    g
+}
 
-    // from_sequence (exclusive) on selected partitions; attempts are kept.
-    let (status, reopened) = replay(json!({"from_sequence": 1, "partitions": [0]}));
+/// [`replay_stream`] with every event rejected by `g` (reason "nope"): six
+/// dead letters.
+fn dead_lettered_replay_stream(http: &Agent, server: &Server) -> &'static str {
+    let g = replay_stream(http, server);
+    let leases = fetch(http, server, g, json!({"limit": 100}));
+    assert_eq!(leases.len(), 6);
+    for lease in &leases {
+        let body = lease_ref(lease, &json!({"reason": "nope"}));
+        assert_eq!(post(http, server, &format!("{g}/reject"), &body).0, 200);
+    }
+    g
+}
+
+#[test]
+fn replay_from_a_sequence_reopens_later_events_of_selected_partitions_and_keeps_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = consumed_replay_stream(&http, &server);
+
+    // from_sequence is exclusive.
+    let (status, reopened) = post(
+        &http,
+        &server,
+        &format!("{g}/replay"),
+        &json!({"from_sequence": 1, "partitions": [0]}),
+    );
     assert_eq!((status, reopened), (200, json!({"reopened": 2})));
     let (_, lag) = get(&http, &server, &format!("{g}/lag"));
     assert_eq!(lag["lag"], 2, "the frontier rewound: {lag}");
@@ -799,19 +970,50 @@ fn replay_reset_dead_letters_and_redrive() {
     assert_eq!(ids(&leases), ["r3", "r5"]);
     assert_eq!(leases[0]["attempt"], 2);
     ack_all(&http, &server, g, &leases);
+}
 
-    // from (a timestamp, per partition).
-    let (status, reopened) = replay(json!({"from": "2026-01-01T00:00:01Z"}));
+#[test]
+fn replay_from_a_time_reopens_later_events_of_every_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = consumed_replay_stream(&http, &server);
+
+    let (status, reopened) = post(
+        &http,
+        &server,
+        &format!("{g}/replay"),
+        &json!({"from": "2026-01-01T00:00:01Z"}),
+    );
     assert_eq!((status, reopened), (200, json!({"reopened": 2})));
     assert_eq!(consume_all(&http, &server, g), ["r5", "r6"]);
+}
 
-    // query (its limit is ignored).
-    let (status, reopened) =
-        replay(json!({"query": {"where": {"i": {"$in": [2, 4]}}, "limit": 1}}));
+#[test]
+fn replay_by_query_reopens_its_matches_whatever_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = consumed_replay_stream(&http, &server);
+
+    let (status, reopened) = post(
+        &http,
+        &server,
+        &format!("{g}/replay"),
+        &json!({"query": {"where": {"i": {"$in": [2, 4]}}, "limit": 1}}),
+    );
     assert_eq!((status, reopened), (200, json!({"reopened": 2})));
     assert_eq!(consume_all(&http, &server, g), ["r2", "r4"]);
+}
 
-    // event_ids; the current holder of a replayed delivery becomes stale.
+#[test]
+fn replay_by_event_ids_makes_the_current_holder_stale_and_spares_other_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = consumed_replay_stream(&http, &server);
+    let replay = |body: Value| post(&http, &server, &format!("{g}/replay"), &body);
+
     let (_, reopened) = replay(json!({"event_ids": ["r1"]}));
     assert_eq!(reopened, json!({"reopened": 1}));
     let held = fetch(&http, &server, g, json!({}));
@@ -830,8 +1032,15 @@ fn replay_reset_dead_letters_and_redrive() {
     // Replay never touches another group.
     let (_, other) = get(&http, &server, "/v1/streams/r/groups/other/lag");
     assert_eq!(other["pending"], 6);
+}
 
-    // Invalid replay options.
+#[test]
+fn replay_refuses_bad_options_and_unknown_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = replay_stream(&http, &server);
+
     for body in [
         json!({}),
         json!({"from_sequence": 0, "event_ids": ["r1"]}),
@@ -841,7 +1050,11 @@ fn replay_reset_dead_letters_and_redrive() {
         json!({"from_seq": 3}),
         json!({"from_sequence": "three"}),
     ] {
-        assert_error(&replay(body), 400, "invalid_replay_opts");
+        assert_error(
+            &post(&http, &server, &format!("{g}/replay"), &body),
+            400,
+            "invalid_replay_opts",
+        );
     }
     assert_error(
         &post(
@@ -853,9 +1066,16 @@ fn replay_reset_dead_letters_and_redrive() {
         404,
         "group_not_found",
     );
+}
 
-    // Reset: confirm first, then the start point; attempts start again.
+#[test]
+fn reset_requires_confirmation_then_a_known_stream_and_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = replay_stream(&http, &server);
     let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
+
     for body in [
         json!({}),
         json!({"confirm": false}),
@@ -890,7 +1110,16 @@ fn replay_reset_dead_letters_and_redrive() {
         400,
         "invalid_partition",
     );
-    // An ordering change resets every partition; a bad one is named.
+}
+
+#[test]
+fn a_reset_changes_the_ordering_of_every_partition_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = replay_stream(&http, &server);
+    let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
+
     let refused = reset(json!({"confirm": true, "ordering": "key", "partitions": [0]}));
     assert_error(&refused, 400, "invalid");
     assert!(
@@ -913,6 +1142,24 @@ fn replay_reset_dead_letters_and_redrive() {
     let (_, info) = get(&http, &server, g);
     assert_eq!(info["ordering"], "key", "{info}");
     assert_eq!(reset(json!({"confirm": true, "ordering": "none"})).0, 200);
+}
+
+#[test]
+fn a_reset_moves_the_start_point_and_attempts_start_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = consumed_replay_stream(&http, &server);
+    let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
+    // A replay of everything: each event's last attempt was its second.
+    let (status, reopened) = post(
+        &http,
+        &server,
+        &format!("{g}/replay"),
+        &json!({"from_sequence": 0}),
+    );
+    assert_eq!((status, reopened), (200, json!({"reopened": 6})));
+    consume_all(&http, &server, g);
 
     let (status, ok) = reset(json!({"confirm": true, "start_after": 2}));
     assert_eq!((status, ok), (200, json!({"ok": true})));
@@ -923,16 +1170,19 @@ fn replay_reset_dead_letters_and_redrive() {
     assert_eq!(leases[0]["attempt"], 1);
     ack_all(&http, &server, g, &leases);
 
-    // Back to the beginning, and every event rejected: six dead letters.
+    // Back to the beginning: all six again.
     assert_eq!(reset(json!({"confirm": true})).0, 200);
     let leases = fetch(&http, &server, g, json!({"limit": 100}));
     assert_eq!(leases.len(), 6);
-    for lease in &leases {
-        let body = lease_ref(lease, &json!({"reason": "nope"}));
-        assert_eq!(post(&http, &server, &format!("{g}/reject"), &body).0, 200);
-    }
+}
 
-    // Dead letters: sequence order, paged by event id.
+#[test]
+fn dead_letters_are_listed_in_sequence_order_and_paged_by_event_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = dead_lettered_replay_stream(&http, &server);
+
     let (status, page) = get(&http, &server, &format!("{g}/dead-letters?limit=4"));
     assert_eq!(status, 200, "{page}");
     assert_eq!(
@@ -980,9 +1230,17 @@ fn replay_reset_dead_letters_and_redrive() {
         json!([]),
         "other groups are unaffected"
     );
+}
 
-    // Redrive: by ids (attempt back to 0, so the next claim is attempt 1), then all.
+#[test]
+fn a_redrive_by_ids_restarts_attempts_and_a_redrive_of_all_empties_the_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = dead_lettered_replay_stream(&http, &server);
     let redrive = |body: Value| post(&http, &server, &format!("{g}/dead-letters/redrive"), &body);
+
+    // By ids: attempt back to 0, so the next claim is attempt 1.
     let (status, redriven) = redrive(json!({"event_ids": ["r3"]}));
     assert_eq!((status, redriven), (200, json!({"redriven": 1})));
     let (_, info) = get(&http, &server, g);
@@ -997,13 +1255,8 @@ fn replay_reset_dead_letters_and_redrive() {
         (vec!["r3"], json!(1))
     );
     ack_all(&http, &server, g, &leases);
-    for body in [
-        json!({}),
-        json!({"all": false}),
-        json!({"all": true, "event_ids": []}),
-    ] {
-        assert_error(&redrive(body), 400, "invalid");
-    }
+
+    // All of them.
     let (status, redriven) = redrive(json!({"all": true}));
     assert_eq!((status, redriven), (200, json!({"redriven": 5})));
     assert_eq!(
@@ -1016,6 +1269,26 @@ fn replay_reset_dead_letters_and_redrive() {
         (json!(0), json!(0)),
         "{info}"
     );
+}
+
+#[test]
+fn a_redrive_refuses_bad_options_and_unknown_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let http = agent();
+    let g = dead_lettered_replay_stream(&http, &server);
+
+    for body in [
+        json!({}),
+        json!({"all": false}),
+        json!({"all": true, "event_ids": []}),
+    ] {
+        assert_error(
+            &post(&http, &server, &format!("{g}/dead-letters/redrive"), &body),
+            400,
+            "invalid",
+        );
+    }
     assert_error(
         &post(
             &http,

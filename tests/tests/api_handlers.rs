@@ -1,13 +1,15 @@
-//! The handler routes (`docs/handlers.md`) against the real `rheo serve`: deploys
-//! over multipart, hot swaps under load (a refused module leaves the old
-//! version running), rollback, pause, resume and delete; and a restart on
-//! the same SQLite file and handlers directory that keeps streams, groups,
-//! dead letters and handlers; canaries rolled back and promoted, and the
-//! deploy history. Handler progress is asynchronous, so it is
-//! polled with a deadline.
+//! The handler routes (`docs/handlers.md`) against the real `rheo serve`:
+//! deploys over multipart and what they refuse; hot swaps under load (a
+//! refused module leaves the old version running), rollback, pause, resume
+//! and delete; a restart on the same SQLite file and handlers directory
+//! that keeps streams, groups, dead letters and handlers; dry runs
+//! (`try`) that change nothing; canaries rolled back and promoted, and the
+//! deploy history. Each test starts a server of its own. Handler progress
+//! is asynchronous, so it is polled with a deadline.
 
-mod support;
+use crate::support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use rheo_e2e::{Server, ServerOptions, agent, answer};
@@ -16,6 +18,7 @@ use support::{
     append_batch, assert_error, delete, deploy, eventually, get, guest, handler, lag, lease_ref,
     multipart, post, post_empty, stream, strings, swap_module,
 };
+use tempfile::TempDir;
 use ureq::Agent;
 
 /// How long a handler may take to catch up.
@@ -23,6 +26,14 @@ const CATCH_UP: Duration = Duration::from_secs(120);
 
 /// Not a component: the magic number, then garbage.
 const GARBAGE: &[u8] = b"\0asm\x0d\0\x01\0 this is not a component";
+
+/// A `rheo serve` with default options in a temp dir of its own, and an
+/// agent. Bind as `(_dir, server, http)`: the server is dropped first.
+fn start() -> (TempDir, Server, Agent) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    (dir, server, agent())
+}
 
 /// Waits until the group has no lag and the handler has acked `acked` in total.
 fn wait_caught_up(
@@ -48,37 +59,24 @@ fn by_version(view: &Value, version: u64, counter: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Batch `n` of the load test: events `e{250n}` to `e{250n+249}`.
-fn load_batch(http: &Agent, server: &Server, n: usize) {
-    append_batch(http, server, "x", "e", n * 250..(n + 1) * 250);
+// Deploys and what the routes refuse.
+
+/// The manifest of handler `h`: stream `in`, group `g`.
+fn h_manifest() -> Value {
+    json!({"stream": "in", "group": "g"})
 }
 
-/// Swaps `worker`'s module while this thread appends `batches`: the swap
-/// compiles on the server while events arrive and are consumed.
-fn swap_while_appending(
-    http: &Agent,
-    server: &Server,
-    module: &[u8],
-    batches: std::ops::Range<usize>,
-) -> support::Answer {
-    std::thread::scope(|scope| {
-        let swapping = scope.spawn(|| swap_module(http, server, "worker", module));
-        for n in batches {
-            load_batch(http, server, n);
-        }
-        swapping.join().expect("the swap thread")
-    })
+/// Stream `in` and handler `h` (echo) at version 1; returns the deploy answer.
+fn in_with_h_deployed(http: &Agent, server: &Server) -> Value {
+    stream(http, server, "in", 1);
+    let (status, v1) = deploy(http, server, "h", &h_manifest(), &guest("echo"));
+    assert_eq!(status, 201, "{v1}");
+    v1
 }
 
 #[test]
-fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
-    stream(&http, &server, "in", 1);
-    let echo = guest("echo");
-    let manifest = json!({"stream": "in", "group": "g"});
-
+fn a_fresh_server_lists_no_handlers_and_refuses_unknown_or_invalid_names() {
+    let (_dir, server, http) = start();
     let (status, list) = get(&http, &server, "/v1/handlers");
     assert_eq!((status, list), (200, json!({"handlers": []})));
 
@@ -89,7 +87,7 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         "handler_not_found",
     );
     assert_error(
-        &swap_module(&http, &server, "ghost", &echo),
+        &swap_module(&http, &server, "ghost", &guest("echo")),
         404,
         "handler_not_found",
     );
@@ -102,8 +100,21 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         404,
         "handler_not_found",
     );
+    // Not a handler name at all: 400.
+    assert_error(
+        &get(&http, &server, "/v1/handlers/bad%20name"),
+        400,
+        "invalid",
+    );
+}
 
-    // Refused deploys leave nothing behind.
+#[test]
+fn refused_deploys_name_the_problem_and_leave_nothing_behind() {
+    let (_dir, server, http) = start();
+    stream(&http, &server, "in", 1);
+    let echo = guest("echo");
+    let manifest = h_manifest();
+
     assert_error(
         &deploy(&http, &server, "h", &manifest, GARBAGE),
         400,
@@ -154,16 +165,15 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         (400..500).contains(&not_multipart.0) && !support::code(&not_multipart.1).is_empty(),
         "a deploy that is not multipart is a JSON client error: {not_multipart:?}"
     );
-    assert_error(
-        &get(&http, &server, "/v1/handlers/bad%20name"),
-        400,
-        "invalid",
-    );
     let (_, list) = get(&http, &server, "/v1/handlers");
     assert_eq!(list, json!({"handlers": []}), "nothing was deployed");
+}
 
-    // A good deploy: 201 with version 1, no previous version.
-    let (status, v1) = deploy(&http, &server, "h", &manifest, &echo);
+#[test]
+fn a_first_deploy_answers_201_at_version_1_with_nothing_to_roll_back() {
+    let (_dir, server, http) = start();
+    stream(&http, &server, "in", 1);
+    let (status, v1) = deploy(&http, &server, "h", &h_manifest(), &guest("echo"));
     assert_eq!(status, 201, "{v1}");
     assert_eq!(
         (
@@ -191,14 +201,18 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
         409,
         "no_previous_version",
     );
+}
 
-    // A swap is application/wasm or application/octet-stream (what
-    // generated clients send, docs/http.md); a broken module is refused
-    // and the running version stays.
+/// A swap is application/wasm or application/octet-stream (what generated
+/// clients send, docs/http.md).
+#[test]
+fn a_swap_must_be_wasm_or_octets_and_a_broken_module_leaves_the_running_version() {
+    let (_dir, server, http) = start();
+    let v1 = in_with_h_deployed(&http, &server);
     let as_json = answer(
         http.put(server.url("/v1/handlers/h/module"))
             .header("Content-Type", "application/json")
-            .send(&echo[..]),
+            .send(&guest("echo")[..]),
     );
     assert_error(&as_json, 415, "unsupported_media_type");
     assert_error(
@@ -223,23 +237,32 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
             .is_some_and(|e| e.contains("invalid module")),
         "{view}"
     );
+}
 
-    // A redeploy over multipart replaces it: 200 and version 2. A TOML
-    // manifest works too.
-    let (status, v2) = deploy(&http, &server, "h", &manifest, &guest("poison"));
+#[test]
+fn a_redeploy_over_multipart_answers_200_with_the_next_version_and_digest() {
+    let (_dir, server, http) = start();
+    let v1 = in_with_h_deployed(&http, &server);
+    let (status, v2) = deploy(&http, &server, "h", &h_manifest(), &guest("poison"));
     assert_eq!(status, 200, "{v2}");
     assert_eq!(
         (v2["version"].clone(), v2["previous_version"].clone()),
         (json!(2), json!(1))
     );
     assert_ne!(v2["digest"], v1["digest"]);
+}
+
+#[test]
+fn a_toml_manifest_deploys_with_its_config_and_delete_removes_that_handler() {
+    let (_dir, server, http) = start();
+    in_with_h_deployed(&http, &server);
     let (content_type, body) = multipart(&[
         (
             "manifest",
             "application/toml",
             b"stream = \"in\"\ngroup = \"t\"\n[config]\nk = \"v\"\n",
         ),
-        ("module", "application/wasm", &echo),
+        ("module", "application/wasm", &guest("echo")),
     ]);
     let toml = answer(
         http.put(server.url("/v1/handlers/t"))
@@ -254,77 +277,91 @@ fn handler_routes_refuse_unknown_names_bad_manifests_and_broken_modules() {
     assert_eq!((status, removed["name"].clone()), (200, json!("t")));
 }
 
-#[test]
-fn hot_swaps_under_load_lose_nothing_and_pause_resume_rollback_delete_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
-    stream(&http, &server, "x", 2);
+// Hot swaps under load, rollback, pause, resume and delete.
+
+/// Handler `worker` with `module` at version 1, on a new stream `x` (2
+/// partitions), group `workers`; returns the deploy answer.
+fn worker_on_x(http: &Agent, server: &Server, module: &[u8]) -> Value {
+    stream(http, server, "x", 2);
     let manifest = json!({
         "stream": "x", "group": "workers", "concurrency": 4, "max_demand": 100,
         // Only the flaky guest reads it: succeed on the first attempt.
         "config": {"succeed_on_attempt": "1"},
     });
-    let (status, v1) = deploy(&http, &server, "worker", &manifest, &guest("echo"));
+    let (status, v1) = deploy(http, server, "worker", &manifest, module);
     assert_eq!(status, 201, "{v1}");
+    v1
+}
+
+/// Swaps `worker`'s module (`PUT …/module`); asserts 200 and returns the answer.
+fn swapped(http: &Agent, server: &Server, module: &[u8]) -> Value {
+    let (status, view) = swap_module(http, server, "worker", module);
+    assert_eq!(status, 200, "{view}");
+    view
+}
+
+/// Batch `n` of the load: events `e{250n}` to `e{250n+249}` on `x`.
+fn load_batch(http: &Agent, server: &Server, n: usize) {
+    append_batch(http, server, "x", "e", n * 250..(n + 1) * 250);
+}
+
+/// Swaps `worker`'s module while this thread appends `batches`: the swap
+/// compiles on the server while events arrive and are consumed.
+fn swap_while_appending(
+    http: &Agent,
+    server: &Server,
+    module: &[u8],
+    batches: std::ops::Range<usize>,
+) -> support::Answer {
+    std::thread::scope(|scope| {
+        let swapping = scope.spawn(|| swap_module(http, server, "worker", module));
+        for n in batches {
+            load_batch(http, server, n);
+        }
+        swapping.join().expect("the swap thread")
+    })
+}
+
+/// Waits until `version` of `worker` has acked something.
+fn wait_version_acks(http: &Agent, server: &Server, version: u64) {
+    eventually(&format!("version {version} acks"), CATCH_UP, || {
+        (by_version(&handler(http, server, "worker"), version, "acked") > 0).then_some(())
+    });
+}
+
+/// Echo, then flaky (succeeding on attempt 1), then poison (which acks
+/// events that are not poison), each swapped in while events arrive; a
+/// refused swap in between (its answer is checked by the next test).
+#[test]
+fn hot_swaps_under_load_ack_every_event_once_across_three_versions() {
+    let (_dir, server, http) = start();
+    let v1 = worker_on_x(&http, &server, &guest("echo"));
     assert_eq!(v1["version"], 1);
     let batch = |n: usize| load_batch(&http, &server, n);
-
-    let flaky = guest("flaky");
-    let poison = guest("poison");
-
     for n in 0..4 {
         batch(n);
     }
-    eventually("version 1 acks", CATCH_UP, || {
-        (by_version(&handler(&http, &server, "worker"), 1, "acked") > 0).then_some(())
-    });
+    wait_version_acks(&http, &server, 1);
 
-    // Version 2: the flaky guest, succeeding on attempt 1.
-    let (status, v2) = swap_while_appending(&http, &server, &flaky, 4..8);
+    let (status, v2) = swap_while_appending(&http, &server, &guest("flaky"), 4..8);
     assert_eq!(status, 200, "{v2}");
     assert_eq!(
         (v2["version"].clone(), v2["previous_version"].clone()),
         (json!(2), json!(1))
     );
     batch(8);
-    eventually("version 2 acks", CATCH_UP, || {
-        (by_version(&handler(&http, &server, "worker"), 2, "acked") > 0).then_some(())
-    });
-
-    // Garbage: refused, version 2 keeps running and says why.
-    let refused = swap_while_appending(&http, &server, GARBAGE, 9..12);
-    assert_error(&refused, 400, "invalid_module");
-    let view = handler(&http, &server, "worker");
-    assert_eq!(
-        (view["version"].clone(), view["digest"].clone()),
-        (json!(2), v2["digest"].clone())
-    );
-    assert_eq!(view["status"], "running");
-    assert!(
-        view["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("invalid module")),
-        "{view}"
-    );
+    wait_version_acks(&http, &server, 2);
+    let (status, _) = swap_while_appending(&http, &server, GARBAGE, 9..12);
+    assert_eq!(status, 400, "garbage is refused");
     batch(12);
-
-    // Version 3: the poison guest (acks events that are not poison).
-    let (status, v3) = swap_while_appending(&http, &server, &poison, 13..17);
+    let (status, v3) = swap_while_appending(&http, &server, &guest("poison"), 13..17);
     assert_eq!(status, 200, "{v3}");
     assert_eq!(
         (v3["version"].clone(), v3["previous_version"].clone()),
         (json!(3), json!(2))
     );
-    assert_eq!(
-        v3["last_error"],
-        Value::Null,
-        "a good swap clears the error"
-    );
     batch(17);
-    eventually("version 3 acks", CATCH_UP, || {
-        (by_version(&handler(&http, &server, "worker"), 3, "acked") > 0).then_some(())
-    });
+    wait_version_acks(&http, &server, 3);
     batch(18);
     batch(19);
 
@@ -359,8 +396,47 @@ fn hot_swaps_under_load_lose_nothing_and_pause_resume_rollback_delete_work() {
         (json!(0), json!(0)),
         "{info}"
     );
+}
 
-    // Rollback: version 2 again (same digest); version 3 becomes the previous.
+#[test]
+fn a_refused_swap_under_load_keeps_the_running_version_until_a_good_swap_clears_its_error() {
+    let (_dir, server, http) = start();
+    worker_on_x(&http, &server, &guest("echo"));
+    let v2 = swapped(&http, &server, &guest("flaky"));
+    load_batch(&http, &server, 0);
+
+    let refused = swap_while_appending(&http, &server, GARBAGE, 1..4);
+    assert_error(&refused, 400, "invalid_module");
+    let view = handler(&http, &server, "worker");
+    assert_eq!(
+        (view["version"].clone(), view["digest"].clone()),
+        (json!(2), v2["digest"].clone())
+    );
+    assert_eq!(view["status"], "running");
+    assert!(
+        view["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid module")),
+        "{view}"
+    );
+
+    let (status, v3) = swap_while_appending(&http, &server, &guest("poison"), 4..6);
+    assert_eq!(status, 200, "{v3}");
+    assert_eq!(
+        v3["last_error"],
+        Value::Null,
+        "a good swap clears the error"
+    );
+}
+
+#[test]
+fn a_rollback_runs_the_previous_module_again_with_the_newer_one_as_previous() {
+    let (_dir, server, http) = start();
+    worker_on_x(&http, &server, &guest("echo"));
+    let v2 = swapped(&http, &server, &guest("flaky"));
+    swapped(&http, &server, &guest("poison"));
+
+    // Version 2 again (same digest); version 3 becomes the previous.
     let (status, rolled) = post_empty(&http, &server, "/v1/handlers/worker/rollback");
     assert_eq!(status, 200, "{rolled}");
     assert_eq!(
@@ -372,7 +448,20 @@ fn hot_swaps_under_load_lose_nothing_and_pause_resume_rollback_delete_work() {
     );
     assert_eq!(rolled["digest"], v2["digest"]);
 
-    // Pause: appended events stay pending.
+    // The rolled-back version 2 consumes what arrives next.
+    let v2_before = by_version(&handler(&http, &server, "worker"), 2, "acked");
+    append_batch(&http, &server, "x", "p", 0..20);
+    let view = wait_caught_up(&http, &server, "worker", ("x", "workers"), 20);
+    assert_eq!(by_version(&view, 2, "acked"), v2_before + 20, "{view}");
+}
+
+#[test]
+fn a_paused_handler_leaves_new_events_pending_until_it_is_resumed() {
+    let (_dir, server, http) = start();
+    worker_on_x(&http, &server, &guest("echo"));
+    load_batch(&http, &server, 0);
+    wait_caught_up(&http, &server, "worker", ("x", "workers"), 250);
+
     let (status, paused) = post_empty(&http, &server, "/v1/handlers/worker/pause");
     assert_eq!((status, paused["status"].clone()), (200, json!("paused")));
     append_batch(&http, &server, "x", "p", 0..20);
@@ -388,17 +477,26 @@ fn hot_swaps_under_load_lose_nothing_and_pause_resume_rollback_delete_work() {
     }
     assert_eq!(
         handler(&http, &server, "worker")["counters"]["processed"],
-        5000
+        250
     );
 
-    // Resume: the rolled-back version 2 consumes them.
-    let v2_before = by_version(&handler(&http, &server, "worker"), 2, "acked");
+    // Resume: the same version consumes them.
+    let v1_before = by_version(&handler(&http, &server, "worker"), 1, "acked");
     let (status, resumed) = post_empty(&http, &server, "/v1/handlers/worker/resume");
     assert_eq!((status, resumed["status"].clone()), (200, json!("running")));
-    let view = wait_caught_up(&http, &server, "worker", ("x", "workers"), 5020);
-    assert_eq!(by_version(&view, 2, "acked"), v2_before + 20, "{view}");
+    let view = wait_caught_up(&http, &server, "worker", ("x", "workers"), 270);
+    assert_eq!(by_version(&view, 1, "acked"), v1_before + 20, "{view}");
+}
 
-    // Delete: drains (no lease left behind), answers 200, then it is gone.
+/// Delete drains (no lease left behind), answers 200, then the handler is
+/// gone and nobody consumes its group any more.
+#[test]
+fn deleting_a_handler_drains_it_and_forgets_it() {
+    let (dir, server, http) = start();
+    worker_on_x(&http, &server, &guest("echo"));
+    load_batch(&http, &server, 0);
+    wait_caught_up(&http, &server, "worker", ("x", "workers"), 250);
+
     append_batch(&http, &server, "x", "d", 0..500);
     let (status, removed) = delete(&http, &server, "/v1/handlers/worker");
     assert_eq!((status, removed["name"].clone()), (200, json!("worker")));
@@ -412,19 +510,40 @@ fn hot_swaps_under_load_lose_nothing_and_pause_resume_rollback_delete_work() {
     let (_, list) = get(&http, &server, "/v1/handlers");
     assert_eq!(list, json!({"handlers": []}));
     assert!(!dir.path().join("handlers").join("worker.toml").exists());
-    // Nobody consumes any more: what was left stays pending.
+    // What was left stays pending.
     append_batch(&http, &server, "x", "z", 0..1);
     let lag_now = lag(&http, &server, "x", "workers");
     assert_eq!(lag_now["lag"], lag_after["lag"].as_u64().unwrap() + 1);
 }
 
-#[test]
-fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
-    let dir = tempfile::tempdir().unwrap();
-    let http = agent();
-    let mut first = Server::start(dir.path(), &ServerOptions::default());
-    stream(&http, &first, "orders", 2);
-    stream(&http, &first, "audit", 1);
+// A restart on the same folder.
+
+/// Handler `shipper` on the existing stream `orders` (group `shipping`,
+/// config `region = eu`) at version 2 (poison; version 1 was echo), caught
+/// up on the stream's 10 events.
+fn shipper_at_version_2(http: &Agent, server: &Server) {
+    let manifest = json!({"stream": "orders", "group": "shipping", "config": {"region": "eu"}});
+    assert_eq!(
+        deploy(http, server, "shipper", &manifest, &guest("echo")).0,
+        201
+    );
+    let (status, v2) = swap_module(http, server, "shipper", &guest("poison"));
+    assert_eq!((status, v2["version"].clone()), (200, json!(2)));
+    wait_caught_up(http, server, "shipper", ("orders", "shipping"), 10);
+}
+
+/// Stream `orders` (2 partitions) with events `o0`–`o9`.
+fn orders_with_ten_events(http: &Agent, server: &Server) {
+    stream(http, server, "orders", 2);
+    append_batch(http, server, "orders", "o", 0..10);
+}
+
+/// Streams `orders` and `audit`; on `orders` the groups `billing` (3
+/// attempts) and `ops`, 10 events, one dead letter in `billing` ("bad
+/// order"), and [`shipper_at_version_2`].
+fn orders_groups_a_dead_letter_and_a_handler(http: &Agent, server: &Server) {
+    stream(http, server, "orders", 2);
+    stream(http, server, "audit", 1);
     for (name, options) in [
         (
             "billing",
@@ -435,105 +554,108 @@ fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
         let mut body = options;
         body["name"] = json!(name);
         assert_eq!(
-            post(&http, &first, "/v1/streams/orders/groups", &body).0,
+            post(http, server, "/v1/streams/orders/groups", &body).0,
             201
         );
     }
-    append_batch(&http, &first, "orders", "o", 0..10);
-
-    // One dead letter: fetch, reject.
+    append_batch(http, server, "orders", "o", 0..10);
     let (_, fetched) = post(
-        &http,
-        &first,
+        http,
+        server,
         "/v1/streams/orders/groups/billing/fetch",
         &json!({"limit": 1}),
     );
-    let lease = &fetched["leases"][0];
-    let reject = lease_ref(lease, &json!({"reason": "bad order"}));
-    assert_eq!(
-        post(
-            &http,
-            &first,
-            "/v1/streams/orders/groups/billing/reject",
-            &reject
-        )
-        .0,
-        200
-    );
+    let reject = lease_ref(&fetched["leases"][0], &json!({"reason": "bad order"}));
+    let path = "/v1/streams/orders/groups/billing/reject";
+    assert_eq!(post(http, server, path, &reject).0, 200);
+    shipper_at_version_2(http, server);
+}
 
-    // A handler at version 2 (previous 1) that has caught up.
-    let manifest = json!({"stream": "orders", "group": "shipping", "config": {"region": "eu"}});
-    assert_eq!(
-        deploy(&http, &first, "shipper", &manifest, &guest("echo")).0,
-        201
-    );
-    let (status, v2) = swap_module(&http, &first, "shipper", &guest("poison"));
-    assert_eq!((status, v2["version"].clone()), (200, json!(2)));
-    wait_caught_up(&http, &first, "shipper", ("orders", "shipping"), 10);
-
-    let snapshot = |server: &Server| {
-        let paths = [
-            "/v1/streams",
-            "/v1/streams/orders/groups",
-            "/v1/streams/orders/groups/billing",
-            "/v1/streams/orders/groups/billing/dead-letters",
-            "/v1/streams/orders/groups/shipping/lag",
-            "/v1/streams/orders/query",
-        ];
-        paths
-            .iter()
-            .map(|path| {
-                let (status, body) = if path.ends_with("/query") {
-                    post(&http, server, path, &json!({}))
-                } else {
-                    get(&http, server, path)
-                };
-                assert_eq!(status, 200, "{path}: {body}");
-                body
-            })
-            .collect::<Vec<Value>>()
-    };
-    let before = snapshot(&first);
-    assert_eq!(strings(&before[3], "dead_letters", "event_id").len(), 1);
-    assert_eq!(before[3]["dead_letters"][0]["reason"], "bad order");
-    let handler_before = handler(&http, &first, "shipper");
-    assert_eq!(
-        (
-            handler_before["version"].clone(),
-            handler_before["previous_version"].clone()
-        ),
-        (json!(2), json!(1)),
-        "{handler_before}"
-    );
-
-    let status = first.terminate();
+/// Stops `server` with SIGTERM, which it must exit cleanly on, and starts
+/// another on the same folder (SQLite file and handlers directory).
+fn restarted(mut server: Server, dir: &Path) -> Server {
+    let status = server.terminate();
     assert!(
         status.success(),
         "exit status {status:?}\n{}",
-        first.log_text()
+        server.log_text()
     );
+    drop(server);
+    Server::start(dir, &ServerOptions::default())
+}
 
-    // The same folder again: everything is there.
-    let again = Server::start(dir.path(), &ServerOptions::default());
-    let after = snapshot(&again);
+/// The streams, `orders`' groups, `billing`'s info and dead letters,
+/// `shipping`'s lag and the events of `orders`, as the API reads them, with
+/// the age of the oldest unacked event (a reading of the clock) left out.
+fn snapshot(http: &Agent, server: &Server) -> Vec<Value> {
+    let paths = [
+        "/v1/streams",
+        "/v1/streams/orders/groups",
+        "/v1/streams/orders/groups/billing",
+        "/v1/streams/orders/groups/billing/dead-letters",
+        "/v1/streams/orders/groups/shipping/lag",
+        "/v1/streams/orders/query",
+    ];
+    paths
+        .iter()
+        .map(|path| {
+            let (status, mut body) = if path.ends_with("/query") {
+                post(http, server, path, &json!({}))
+            } else {
+                get(http, server, path)
+            };
+            assert_eq!(status, 200, "{path}: {body}");
+            if let Some(lag) = body.get_mut("lag").and_then(Value::as_object_mut) {
+                lag.remove("oldest_unacked_age_ms");
+            }
+            if let Some(obj) = body.as_object_mut() {
+                obj.remove("oldest_unacked_age_ms");
+            }
+            body
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_keeps_streams_groups_events_cursors_and_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = agent();
+    let first = Server::start(dir.path(), &ServerOptions::default());
+    orders_groups_a_dead_letter_and_a_handler(&http, &first);
+    let before = snapshot(&http, &first);
+    assert_eq!(strings(&before[3], "dead_letters", "event_id").len(), 1);
+    assert_eq!(before[3]["dead_letters"][0]["reason"], "bad order");
+
+    let again = restarted(first, dir.path());
+    let after = snapshot(&http, &again);
     assert_eq!(strings(&after[0], "streams", "name"), ["audit", "orders"]);
     assert_eq!(
         strings(&after[1], "groups", "name"),
         ["billing", "ops", "shipping"]
     );
-    // Lag timestamps age with the real clock; compare the rest exactly.
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-        let (mut b, mut a) = (b.clone(), a.clone());
-        for v in [&mut b, &mut a] {
-            if let Some(lag) = v.get_mut("lag").and_then(Value::as_object_mut) {
-                lag.remove("oldest_unacked_age_ms");
-            }
-            if let Some(obj) = v.as_object_mut() {
-                obj.remove("oldest_unacked_age_ms");
-            }
-        }
         assert_eq!(b, a, "snapshot {i} changed across the restart");
     }
+}
+
+#[test]
+fn a_restart_keeps_each_handler_with_its_version_config_and_rollback_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = agent();
+    let first = Server::start(dir.path(), &ServerOptions::default());
+    orders_with_ten_events(&http, &first);
+    shipper_at_version_2(&http, &first);
+    let before = handler(&http, &first, "shipper");
+    assert_eq!(
+        (
+            before["version"].clone(),
+            before["previous_version"].clone()
+        ),
+        (json!(2), json!(1)),
+        "{before}"
+    );
+
+    let again = restarted(first, dir.path());
     let view = handler(&http, &again, "shipper");
     for field in [
         "version",
@@ -544,14 +666,26 @@ fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
         "config",
         "status",
     ] {
-        assert_eq!(view[field], handler_before[field], "{field}: {view}");
+        assert_eq!(view[field], before[field], "{field}: {view}");
     }
     assert_eq!(
         (view["version"].clone(), view["previous_version"].clone()),
         (json!(2), json!(1))
     );
+    let (status, rolled) = post_empty(&http, &again, "/v1/handlers/shipper/rollback");
+    assert_eq!((status, rolled["version"].clone()), (200, json!(1)));
+}
 
-    // It still consumes, with version 2 (the poison guest rejects poison).
+/// Version 2 is the poison guest: it rejects the poisoned event.
+#[test]
+fn a_restarted_handler_consumes_with_the_version_it_ran_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = agent();
+    let first = Server::start(dir.path(), &ServerOptions::default());
+    orders_with_ten_events(&http, &first);
+    shipper_at_version_2(&http, &first);
+
+    let again = restarted(first, dir.path());
     let (status, _) = post(
         &http,
         &again,
@@ -581,10 +715,9 @@ fn a_restart_keeps_streams_groups_dead_letters_and_handlers() {
     );
     assert_eq!(strings(&dead, "dead_letters", "event_id"), ["n-2"]);
     assert_eq!(dead["dead_letters"][0]["reason"], "recalled");
-    // The rollback target survived too.
-    let (status, rolled) = post_empty(&http, &again, "/v1/handlers/shipper/rollback");
-    assert_eq!((status, rolled["version"].clone()), (200, json!(1)));
 }
+
+// Dry runs (`try`) of the poison guest where echo is live.
 
 /// `POST /v1/handlers/{name}/try` with these multipart parts.
 fn try_module(
@@ -624,12 +757,12 @@ fn untouched(http: &Agent, server: &Server, groups: &[&str]) -> Vec<Value> {
     state
 }
 
-#[test]
-fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
-    stream(&http, &server, "in", 2);
+/// Stream `in` (2 partitions) with events `e0`–`e23`, of which `e4`, `e9`
+/// and `e17` are poison (reason `bad {id}`); handler `worker` (echo, group
+/// `g`) caught up on them; and group `m` mid-flight: three deliveries
+/// leased, one of them rejected.
+fn echo_live_over_poisoned_events(http: &Agent, server: &Server) {
+    stream(http, server, "in", 2);
     let poisoned = ["e4", "e9", "e17"];
     let events: Vec<Value> = (0..24)
         .map(|i| {
@@ -642,73 +775,75 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
             json!({"id": id, "key": format!("k{}", i % 5), "payload": payload})
         })
         .collect();
-    let (status, body) = post(
-        &http,
-        &server,
-        "/v1/streams/in/events/batch",
-        &json!({"events": events}),
-    );
+    let path = "/v1/streams/in/events/batch";
+    let (status, body) = post(http, server, path, &json!({"events": events}));
     assert_eq!(status, 201, "{body}");
-    let (status, body) = deploy(
-        &http,
-        &server,
-        "worker",
-        &json!({"stream": "in", "group": "g"}),
-        &guest("echo"),
-    );
+    let manifest = json!({"stream": "in", "group": "g"});
+    let (status, body) = deploy(http, server, "worker", &manifest, &guest("echo"));
     assert_eq!(status, 201, "{body}");
-    wait_caught_up(&http, &server, "worker", ("in", "g"), 24);
-    // A group mid-flight: three deliveries leased, one of them rejected.
-    let (status, body) = post(
-        &http,
-        &server,
-        "/v1/streams/in/groups",
-        &json!({"name": "m", "max_attempts": 2}),
-    );
+    wait_caught_up(http, server, "worker", ("in", "g"), 24);
+    let group = json!({"name": "m", "max_attempts": 2});
+    let (status, body) = post(http, server, "/v1/streams/in/groups", &group);
     assert_eq!(status, 201, "{body}");
-    let (status, leases) = post(
-        &http,
-        &server,
-        "/v1/streams/in/groups/m/fetch",
-        &json!({"limit": 3}),
-    );
+    let path = "/v1/streams/in/groups/m/fetch";
+    let (status, leases) = post(http, server, path, &json!({"limit": 3}));
     assert_eq!(status, 200, "{leases}");
     let first = &leases["leases"][0];
     let (status, body) = post(
-        &http,
-        &server,
+        http,
+        server,
         "/v1/streams/in/groups/m/reject",
         &lease_ref(first, &json!({"reason": "by hand"})),
     );
     assert!(status == 200 || status == 204, "{status} {body}");
-    let before = untouched(&http, &server, &["g", "m"]);
-    let acked = handler(&http, &server, "worker")["counters"]["acked"].clone();
+}
 
-    // The CLI, as a script reads it.
-    let poison = dir.path().join("poison.wasm");
+/// `rheo handler try worker --module poison.wasm` (written into `dir`),
+/// with `extra` arguments; asserts exit code 0 and returns stdout.
+fn try_poison_with_cli(dir: &Path, server: &Server, extra: &[&str]) -> String {
+    let poison = dir.join("poison.wasm");
     std::fs::write(&poison, guest("poison")).unwrap();
     let module = poison.to_str().unwrap();
-    let try_poison = |extra: &[&str]| {
-        let mut args = vec!["handler", "try", "worker", "--module", module];
-        args.extend_from_slice(&["--server", server.base()]);
-        args.extend_from_slice(extra);
-        rheo_e2e::run_rheo_with(&args, &[], None)
-    };
-    let run = try_poison(&["--json"]);
+    let mut args = vec!["handler", "try", "worker", "--module", module];
+    args.extend_from_slice(&["--server", server.base()]);
+    args.extend_from_slice(extra);
+    let run = rheo_e2e::run_rheo_with(&args, &[], None);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let report: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
+    run.stdout
+}
+
+/// `POST /v1/handlers/worker/try` of the poison guest with a query part
+/// that chooses the poisoned events.
+fn try_poison_on_poisoned_events(http: &Agent, server: &Server) -> support::Answer {
+    let query = serde_json::to_vec(&json!({"where": {"payload.poison": true}})).unwrap();
+    try_module(
+        http,
+        server,
+        "worker",
+        &[
+            ("module", "application/wasm", &guest("poison")),
+            ("query", "application/json", &query),
+        ],
+    )
+}
+
+#[test]
+fn a_dry_run_in_json_lists_every_event_with_the_candidates_rejects_first() {
+    let (dir, server, http) = start();
+    echo_live_over_poisoned_events(&http, &server);
+    let stdout = try_poison_with_cli(dir.path(), &server, &["--json"]);
+    let report: Value = serde_json::from_str(&stdout).expect("--json prints JSON");
     assert_eq!(report["differing"], 3, "{report:#}");
     assert_eq!(report["current"]["version"], 1);
     let listed = report["events"].as_array().unwrap();
     assert_eq!(listed.len(), 24);
-    let differing: Vec<&str> = listed
+    let mut differing: Vec<&str> = listed
         .iter()
         .filter(|e| e["differs"] == true)
         .map(|e| e["event_id"].as_str().unwrap())
         .collect();
-    let mut sorted = differing.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, ["e17", "e4", "e9"], "{report:#}");
+    differing.sort_unstable();
+    assert_eq!(differing, ["e17", "e4", "e9"], "{report:#}");
     // Differences first.
     assert!(listed[..3].iter().all(|e| e["differs"] == true));
     for e in &listed[..3] {
@@ -719,49 +854,67 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
     }
     assert_eq!(report["candidate"]["totals"]["rejected"], 3);
     assert_eq!(report["current"]["totals"]["acked"], 24);
+}
 
-    // The table marks the differences.
-    let run = try_poison(&[]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+#[test]
+fn a_dry_run_table_marks_the_events_where_the_candidate_differs() {
+    let (dir, server, http) = start();
+    echo_live_over_poisoned_events(&http, &server);
+    let stdout = try_poison_with_cli(dir.path(), &server, &[]);
     assert!(
-        run.stdout
-            .contains("24 events, 3 where the candidate differs"),
-        "{}",
-        run.stdout
+        stdout.contains("24 events, 3 where the candidate differs"),
+        "{stdout}"
     );
-    let marked: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with('*')).collect();
-    assert_eq!(marked.len(), 3, "{}", run.stdout);
+    let marked: Vec<&str> = stdout.lines().filter(|l| l.starts_with('*')).collect();
+    assert_eq!(marked.len(), 3, "{stdout}");
     assert!(
         marked.iter().all(|l| l.contains("reject: bad e")),
-        "{}",
-        run.stdout
+        "{stdout}"
     );
+}
 
-    // The query part chooses the events: over HTTP, only the poisoned ones.
-    let query = serde_json::to_vec(&json!({"where": {"payload.poison": true}})).unwrap();
-    let poison_bytes = guest("poison");
-    let (status, report) = try_module(
-        &http,
-        &server,
-        "worker",
-        &[
-            ("module", "application/wasm", &poison_bytes),
-            ("query", "application/json", &query),
-        ],
-    );
+#[test]
+fn a_dry_run_over_http_tries_only_the_events_its_query_chooses() {
+    let (_dir, server, http) = start();
+    echo_live_over_poisoned_events(&http, &server);
+    let (status, report) = try_poison_on_poisoned_events(&http, &server);
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["events"].as_array().unwrap().len(), 3);
     assert_eq!(report["differing"], 3);
+}
 
-    // Nothing changed: no group, no stream, no handler counter.
+/// After dry runs through the CLI (JSON and table) and over HTTP.
+#[test]
+fn a_dry_run_changes_no_stream_group_dead_letter_or_handler_counter() {
+    let (dir, server, http) = start();
+    echo_live_over_poisoned_events(&http, &server);
+    let before = untouched(&http, &server, &["g", "m"]);
+    let acked = handler(&http, &server, "worker")["counters"]["acked"].clone();
+
+    try_poison_with_cli(dir.path(), &server, &["--json"]);
+    try_poison_with_cli(dir.path(), &server, &[]);
+    let (status, report) = try_poison_on_poisoned_events(&http, &server);
+    assert_eq!(status, 200, "{report}");
+
     assert_eq!(untouched(&http, &server, &["g", "m"]), before);
     let view = handler(&http, &server, "worker");
     assert_eq!(
         (&view["counters"]["acked"], &view["version"]),
         (&acked, &json!(1))
     );
+}
 
-    // Bad input is refused with nothing changed.
+/// A broken module, a part other than `module` and `query`, and a handler
+/// that does not exist; the live handler records no error.
+#[test]
+fn a_dry_run_refuses_bad_input_and_leaves_the_live_handler_alone() {
+    let (_dir, server, http) = start();
+    stream(&http, &server, "in", 2);
+    let manifest = json!({"stream": "in", "group": "g"});
+    let (status, body) = deploy(&http, &server, "worker", &manifest, &guest("echo"));
+    assert_eq!(status, 201, "{body}");
+    let poison = guest("poison");
+
     let refused = try_module(
         &http,
         &server,
@@ -774,7 +927,7 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
         &server,
         "worker",
         &[
-            ("module", "application/wasm", &poison_bytes),
+            ("module", "application/wasm", &poison),
             ("manifest", "application/json", b"{}"),
         ],
     );
@@ -783,11 +936,19 @@ fn a_dry_run_of_poison_where_echo_is_live_lists_its_rejects_and_changes_nothing(
         &http,
         &server,
         "nobody",
-        &[("module", "application/wasm", &poison_bytes)],
+        &[("module", "application/wasm", &poison)],
     );
     assert_error(&missing, 404, "handler_not_found");
     assert_eq!(handler(&http, &server, "worker")["last_error"], Value::Null);
 }
+
+// Canaries and the deploy history.
+
+/// The token with every permission, named `alice`.
+const ALICE: &str = "alice-secret";
+
+/// The read-only token, named `dash`.
+const DASH: &str = "dash-secret";
 
 /// `GET path` with `Authorization: Bearer token`.
 fn get_as(http: &Agent, server: &Server, token: &str, path: &str) -> support::Answer {
@@ -813,151 +974,210 @@ fn post_as(
     )
 }
 
-#[test]
-fn a_trapping_canary_is_rolled_back_a_healthy_one_promoted_and_the_history_names_each_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = [
-        "--token",
-        "alice=alice-secret",
-        "--token",
-        "dash:read=dash-secret",
-    ];
-    let options = ServerOptions {
-        test_clock: true,
-        args: tokens.iter().map(|t| (*t).to_owned()).collect(),
-        ..ServerOptions::default()
-    };
-    let server = Server::start(dir.path(), &options);
-    let http = agent();
-    let alice = "alice-secret";
-    let (status, body) = post_as(
-        &http,
-        &server,
-        alice,
-        "/v1/streams",
-        &json!({"name": "in", "partition_count": 2}),
-    );
-    assert_eq!(status, 201, "{body}");
-    let file = |name: &str, bytes: &[u8]| {
-        let path = dir.path().join(name);
+/// A server with tokens `alice` and `dash` (read only) and the test clock;
+/// stream `in` (2 partitions) and handler `worker` (echo, group `g`,
+/// concurrency 4), deployed by alice through the CLI. Its folder holds the
+/// manifest and modules the CLI reads.
+struct Canaries {
+    server: Server,
+    dir: TempDir,
+    http: Agent,
+}
+
+impl Canaries {
+    fn start() -> Canaries {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = [
+            "--token",
+            "alice=alice-secret",
+            "--token",
+            "dash:read=dash-secret",
+        ];
+        let options = ServerOptions {
+            test_clock: true,
+            args: tokens.iter().map(|t| (*t).to_owned()).collect(),
+            ..ServerOptions::default()
+        };
+        let server = Server::start(dir.path(), &options);
+        let it = Canaries {
+            server,
+            dir,
+            http: agent(),
+        };
+        let stream = json!({"name": "in", "partition_count": 2});
+        let (status, body) = it.post("/v1/streams", &stream);
+        assert_eq!(status, 201, "{body}");
+        let manifest = it.file(
+            "worker.toml",
+            b"stream = \"in\"\ngroup = \"g\"\nconcurrency = 4\n",
+        );
+        let echo = it.file("echo.wasm", &guest("echo"));
+        it.file("crash.wasm", &guest("crash"));
+        it.rheo(&[
+            "handler",
+            "deploy",
+            "worker",
+            "--manifest",
+            &manifest,
+            "--module",
+            &echo,
+        ]);
+        it
+    }
+
+    /// Writes `bytes` to `name` in the folder; returns its path.
+    fn file(&self, name: &str, bytes: &[u8]) -> String {
+        let path = self.dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
         path.to_str().unwrap().to_owned()
-    };
-    let manifest = file(
-        "worker.toml",
-        b"stream = \"in\"\ngroup = \"g\"\nconcurrency = 4\n",
-    );
-    let (echo, crash) = (
-        file("echo.wasm", &guest("echo")),
-        file("crash.wasm", &guest("crash")),
-    );
-    let rheo = |args: &[&str]| {
+    }
+
+    /// Runs `rheo args` as alice; asserts exit code 0 and returns stdout.
+    fn rheo(&self, args: &[&str]) -> String {
         let mut all = args.to_vec();
-        all.extend_from_slice(&["--server", server.base(), "--token", alice]);
+        all.extend_from_slice(&["--server", self.server.base(), "--token", ALICE]);
         let run = rheo_e2e::run_rheo_with(&all, &[], None);
         assert_eq!(run.code, Some(0), "rheo {args:?}: {}", run.stderr);
         run.stdout
-    };
-    let append = |from: usize, to: usize, trap_every: Option<usize>| {
+    }
+
+    /// `POST path` as alice.
+    fn post(&self, path: &str, body: &Value) -> support::Answer {
+        post_as(&self.http, &self.server, ALICE, path, body)
+    }
+
+    /// `GET path` as alice.
+    fn get(&self, path: &str) -> support::Answer {
+        get_as(&self.http, &self.server, ALICE, path)
+    }
+
+    /// Appends events `e{from}`–`e{to - 1}`; with `trap_every: Some(n)`,
+    /// each one whose number `n` divides makes the crash guest trap.
+    fn append(&self, from: usize, to: usize, trap_every: Option<usize>) {
         let events: Vec<Value> = (from..to)
             .map(|i| {
                 let panic = trap_every.is_some_and(|n| i % n == 0);
                 json!({"id": format!("e{i}"), "payload": {"n": i, "panic": panic}})
             })
             .collect();
-        let (status, body) = post_as(
-            &http,
-            &server,
-            alice,
-            "/v1/streams/in/events/batch",
-            &json!({ "events": events }),
-        );
+        let (status, body) = self.post("/v1/streams/in/events/batch", &json!({ "events": events }));
         assert_eq!(status, 201, "{body}");
-    };
-    let view = || get_as(&http, &server, alice, "/v1/handlers/worker").1;
-    let caught_up = |acked: u64| {
+    }
+
+    /// `GET /v1/handlers/worker`.
+    fn view(&self) -> Value {
+        self.get("/v1/handlers/worker").1
+    }
+
+    /// Waits until `worker` has acked `acked` in all and `g` has no lag.
+    fn caught_up(&self, acked: u64) -> Value {
         eventually(&format!("{acked} acked, lag 0"), CATCH_UP, || {
-            let lag = get_as(&http, &server, alice, "/v1/streams/in/groups/g/lag").1;
-            let v = view();
+            let lag = self.get("/v1/streams/in/groups/g/lag").1;
+            let v = self.view();
             (v["counters"]["acked"] == acked && v["counters"]["inflight"] == 0 && lag["lag"] == 0)
                 .then_some(v)
         })
-    };
-    let judged = |what: &str| {
+    }
+
+    /// Waits until `worker` has no canary (it was judged).
+    fn judged(&self, what: &str) -> Value {
         eventually(what, CATCH_UP, || {
-            let v = view();
+            let v = self.view();
             v["canary"].is_null().then_some(v)
         })
-    };
-    rheo(&[
-        "handler",
-        "deploy",
-        "worker",
-        "--manifest",
-        &manifest,
-        "--module",
-        &echo,
-    ]);
+    }
 
-    // A canary that traps on one event in five, on half the first attempts.
-    let canary = [
-        "handler",
-        "swap",
-        "worker",
-        &crash,
-        "--canary",
-        "50%",
-        "--window",
-        "1m",
-        "--min-deliveries",
-        "20",
-    ];
-    let said = rheo(&canary);
+    /// `rheo handler swap worker crash.wasm` as a canary on 50% of the
+    /// first attempts, judged after a one-minute window and 20 deliveries.
+    fn swap_canary(&self) -> String {
+        let crash = self.dir.path().join("crash.wasm");
+        self.rheo(&[
+            "handler",
+            "swap",
+            "worker",
+            crash.to_str().unwrap(),
+            "--canary",
+            "50%",
+            "--window",
+            "1m",
+            "--min-deliveries",
+            "20",
+        ])
+    }
+
+    /// A canary (version 2) and 400 events of which one in five traps in
+    /// it; returns what the CLI said, the view once the canary was judged,
+    /// and the view once all 400 were acked.
+    fn trapping_canary(&self) -> (String, Value, Value) {
+        let said = self.swap_canary();
+        self.append(0, 400, Some(5));
+        let judged = self.judged("the trapping canary rolled back");
+        (said, judged, self.caught_up(400))
+    }
+
+    /// After [`Canaries::trapping_canary`]: another canary (version 3) and
+    /// 200 events that do not trap; returns the view once all 600 were acked
+    /// and the canary has handled at least 20.
+    fn healthy_canary_with_evidence(&self) -> Value {
+        self.swap_canary();
+        self.append(400, 600, None);
+        eventually("the canary's evidence", CATCH_UP, || {
+            let v = self.caught_up(600);
+            (v["canary"]["counts"]["canary_handled"].as_u64() >= Some(20)).then_some(v)
+        })
+    }
+
+    /// Moves the test clock past the canary's one-minute window.
+    fn end_the_window(&self) {
+        let (status, body) = self.post("/v1/test/clock", &json!({"advance_ms": 60_000}));
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+#[test]
+fn a_canary_that_traps_is_rolled_back_without_losing_an_event() {
+    let c = Canaries::start();
+    let (said, judged, caught_up) = c.trapping_canary();
     assert!(said.contains("canary version 2"), "{said}");
     assert!(said.contains("version 1 stays current"), "{said}");
-    append(0, 400, Some(5));
-    let v = judged("the trapping canary rolled back");
-    assert_eq!(v["version"], 1, "{v:#}");
-    let v = caught_up(400);
-    assert!(by_version(&v, 2, "trapped") > 0, "{v:#}");
-    let (_, dead) = get_as(
-        &http,
-        &server,
-        alice,
-        "/v1/streams/in/groups/g/dead-letters",
-    );
+    assert_eq!(judged["version"], 1, "{judged:#}");
+    assert!(by_version(&caught_up, 2, "trapped") > 0, "{caught_up:#}");
+    let (_, dead) = c.get("/v1/streams/in/groups/g/dead-letters");
     assert_eq!(
         dead["dead_letters"],
         json!([]),
         "nothing lost to the canary"
     );
+}
 
-    // A healthy canary is promoted when its window ends, not before.
-    rheo(&canary);
-    append(400, 600, None);
-    let v = eventually("the canary's evidence", CATCH_UP, || {
-        let v = caught_up(600);
-        (v["canary"]["counts"]["canary_handled"].as_u64() >= Some(20)).then_some(v)
-    });
+/// After a canary that was rolled back (version 2): the next (version 3)
+/// waits out its window, then replaces version 1, the last good one.
+#[test]
+fn a_healthy_canary_is_promoted_when_its_window_ends_not_before() {
+    let c = Canaries::start();
+    c.trapping_canary();
+    let v = c.healthy_canary_with_evidence();
     assert_eq!(v["canary"]["version"], 3, "{v:#}");
-    let (status, body) = post_as(
-        &http,
-        &server,
-        alice,
-        "/v1/test/clock",
-        &json!({"advance_ms": 60_000}),
-    );
-    assert_eq!(status, 200, "{body}");
-    let v = judged("the healthy canary promoted");
+    c.end_the_window();
+    let v = c.judged("the healthy canary promoted");
     assert_eq!(
         (&v["version"], &v["previous_version"]),
         (&json!(3), &json!(1))
     );
+}
 
-    // The history: each step with its digest, who and why.
-    let history: Value = serde_json::from_str(&rheo(&["handler", "history", "worker", "--json"]))
+/// After a deploy, a canary rolled back and one promoted.
+#[test]
+fn the_history_names_each_step_with_its_digest_who_and_why() {
+    let c = Canaries::start();
+    c.trapping_canary();
+    c.healthy_canary_with_evidence();
+    c.end_the_window();
+    c.judged("the healthy canary promoted");
+
+    let history: Value = serde_json::from_str(&c.rheo(&["handler", "history", "worker", "--json"]))
         .expect("--json prints JSON");
-    let digest = |name: &str| rheo::wasm::Digest::of(&guest(name)).to_hex();
+    let digest = |name: &str| support::sha256_hex(&guest(name));
     let steps: Vec<(String, u64, String, String)> = history["steps"]
         .as_array()
         .unwrap()
@@ -984,29 +1204,31 @@ fn a_trapping_canary_is_rolled_back_a_healthy_one_promoted_and_the_history_names
     );
     let rollback = history["steps"][2]["reason"].as_str().unwrap();
     assert!(rollback.ends_with("more than 5 points worse"), "{rollback}");
-    let table = rheo(&["handler", "history", "worker"]);
+    let table = c.rheo(&["handler", "history", "worker"]);
     assert!(
         table.contains(&digest("crash")[..12]) && table.contains("promote"),
         "{table}"
     );
+}
 
-    // The read token reads the history and may not promote.
-    let (status, _) = get_as(&http, &server, "dash-secret", "/v1/handlers/worker/history");
+#[test]
+fn a_read_token_reads_the_history_but_may_not_promote() {
+    let c = Canaries::start();
+    let (status, _) = get_as(&c.http, &c.server, DASH, "/v1/handlers/worker/history");
     assert_eq!(status, 200);
     let refused = post_as(
-        &http,
-        &server,
-        "dash-secret",
+        &c.http,
+        &c.server,
+        DASH,
         "/v1/handlers/worker/promote",
         &json!({}),
     );
     assert_error(&refused, 403, "forbidden");
-    let refused = post_as(
-        &http,
-        &server,
-        alice,
-        "/v1/handlers/worker/promote",
-        &json!({}),
-    );
+}
+
+#[test]
+fn promoting_a_handler_without_a_canary_is_a_conflict() {
+    let c = Canaries::start();
+    let refused = c.post("/v1/handlers/worker/promote", &json!({}));
     assert_error(&refused, 409, "no_canary");
 }

@@ -4,11 +4,12 @@
 //! the probes and metrics, and the test clock routes being absent without
 //! `--test-clock`.
 
-mod support;
+use crate::support;
 
 use rheo_e2e::{Server, ServerOptions, agent, answer};
 use serde_json::{Value, json};
 use support::{assert_error, code, delete, get, post, post_empty, post_raw, strings};
+use ureq::Agent;
 
 /// A bad request and its expected answer: path, content type, body, status, code.
 type BadRequest<'a> = (&'a str, Option<&'a str>, &'a [u8], u16, &'a str);
@@ -96,26 +97,42 @@ fn streams_are_created_listed_and_inspected() {
     );
 }
 
-#[test]
-fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
+/// A server in a temp dir of its own with stream `s` of `partitions`
+/// partitions.
+fn server_with_stream(partitions: u32) -> (tempfile::TempDir, Server, Agent) {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &ServerOptions::default());
     let http = agent();
-    let created = post(
-        &http,
-        &server,
-        "/v1/streams",
-        &json!({"name": "s", "partition_count": 2}),
-    );
-    assert_eq!(created.0, 201);
+    support::stream(&http, &server, "s", partitions);
+    (dir, server, http)
+}
+
+/// `POST /v1/streams/s/events` with `event`; asserts 201, returns the event.
+fn append(http: &Agent, server: &Server, event: &Value) -> Value {
+    let (status, body) = post(http, server, "/v1/streams/s/events", event);
+    assert_eq!(status, 201, "{body}");
+    body
+}
+
+/// The high watermark of `partition` of stream `s`.
+fn high_watermark(http: &Agent, server: &Server, partition: u32) -> u64 {
+    let (status, stream) = get(http, server, "/v1/streams/s");
+    assert_eq!(status, 200, "{stream}");
+    stream["partitions"][partition.to_string()]["high_watermark"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no partition {partition} in {stream}"))
+}
+
+#[test]
+fn an_event_is_appended_once_and_its_id_again_returns_the_stored_event() {
+    let (_dir, server, http) = server_with_stream(2);
 
     // One event: 201, then 200 + duplicate for the same id (nothing new).
     let event = json!({
         "id": "o-1", "type": "placed", "partition": 1,
         "payload": {"amount": 12}, "metadata": {"correlation_id": "c-1"},
     });
-    let (status, first) = post(&http, &server, "/v1/streams/s/events", &event);
-    assert_eq!(status, 201, "{first}");
+    let first = append(&http, &server, &event);
     assert_eq!(first["id"], "o-1");
     assert_eq!(first["stream"], "s");
     assert_eq!(
@@ -135,70 +152,57 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
     assert_eq!(again["duplicate"], true);
     assert_eq!(again["sequence"], 1);
     assert_eq!(again["payload"], json!({"amount": 12}), "the stored event");
+}
 
-    // Defaults: a generated id, partition 0, empty payload and metadata.
-    let (status, defaults) = post(&http, &server, "/v1/streams/s/events", &json!({}));
-    assert_eq!(status, 201);
+#[test]
+fn an_empty_event_gets_a_generated_id_partition_0_and_empty_payload_and_metadata() {
+    let (_dir, server, http) = server_with_stream(2);
+    let defaults = append(&http, &server, &json!({}));
     assert_eq!(defaults["partition"], 0);
     assert_eq!(
         (defaults["payload"].clone(), defaults["metadata"].clone()),
         (json!({}), json!({}))
     );
     assert!(defaults["id"].as_str().is_some_and(|id| !id.is_empty()));
+}
 
-    // Key routing is stable: one key, one partition, contiguous sequences.
-    let (_, k1) = post(
-        &http,
-        &server,
-        "/v1/streams/s/events",
-        &json!({"key": "customer-7"}),
-    );
-    let (_, k2) = post(
-        &http,
-        &server,
-        "/v1/streams/s/events",
-        &json!({"key": "customer-7"}),
-    );
+#[test]
+fn events_with_one_key_go_to_one_partition_with_contiguous_sequences() {
+    let (_dir, server, http) = server_with_stream(2);
+    let k1 = append(&http, &server, &json!({"key": "customer-7"}));
+    let k2 = append(&http, &server, &json!({"key": "customer-7"}));
     assert_eq!(k1["partition"], k2["partition"]);
     assert_eq!(
         k2["sequence"].as_u64().unwrap(),
         k1["sequence"].as_u64().unwrap() + 1
     );
     assert_eq!(k1["key"], "customer-7");
+}
 
-    // Single-append errors.
-    let bad_partition = post(
-        &http,
-        &server,
-        "/v1/streams/s/events",
-        &json!({"partition": 2}),
-    );
-    assert_error(&bad_partition, 400, "invalid_partition");
-    let array_payload = post(
-        &http,
-        &server,
-        "/v1/streams/s/events",
-        &json!({"payload": [1]}),
-    );
-    assert_error(&array_payload, 400, "invalid");
-    let bad_time = post(
-        &http,
-        &server,
-        "/v1/streams/s/events",
-        &json!({"timestamp": "yesterday"}),
-    );
-    assert_error(&bad_time, 400, "invalid");
+#[test]
+fn a_single_append_with_a_bad_field_or_to_an_unknown_stream_is_refused() {
+    let (_dir, server, http) = server_with_stream(2);
+    for (event, expected) in [
+        (json!({"partition": 2}), "invalid_partition"),
+        (json!({"payload": [1]}), "invalid"),
+        (json!({"timestamp": "yesterday"}), "invalid"),
+    ] {
+        let refused = post(&http, &server, "/v1/streams/s/events", &event);
+        assert_error(&refused, 400, expected);
+    }
     let missing = post(&http, &server, "/v1/streams/nope/events", &json!({}));
     assert_error(&missing, 404, "stream_not_found");
+}
 
-    // A batch: input order, duplicates flagged, contiguous sequences.
-    let (_, before) = get(&http, &server, "/v1/streams/s");
-    let p0 = before["partitions"]["0"]["high_watermark"]
-        .as_u64()
-        .unwrap();
-    let p1 = before["partitions"]["1"]["high_watermark"]
-        .as_u64()
-        .unwrap();
+#[test]
+fn a_batch_keeps_input_order_flags_duplicates_and_assigns_contiguous_sequences() {
+    let (_dir, server, http) = server_with_stream(2);
+    append(&http, &server, &json!({"id": "o-1", "partition": 1}));
+    append(&http, &server, &json!({"partition": 0}));
+    let (p0, p1) = (
+        high_watermark(&http, &server, 0),
+        high_watermark(&http, &server, 1),
+    );
     let (status, batch) = post(
         &http,
         &server,
@@ -233,8 +237,13 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
             ("b-3".to_owned(), 0, p0 + 2, false),
         ]
     );
+}
 
-    // A batch with one bad event stores nothing.
+#[test]
+fn a_batch_with_one_bad_event_stores_nothing() {
+    let (_dir, server, http) = server_with_stream(2);
+    append(&http, &server, &json!({"partition": 0}));
+    let p0 = high_watermark(&http, &server, 0);
     let refused = post(
         &http,
         &server,
@@ -242,12 +251,7 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
         &json!({"events": [{"id": "z-1"}, {"id": "z-2", "partition": 9}]}),
     );
     assert_error(&refused, 400, "invalid_partition");
-    let (_, after) = get(&http, &server, "/v1/streams/s");
-    assert_eq!(
-        after["partitions"]["0"]["high_watermark"],
-        p0 + 2,
-        "z-1 not stored"
-    );
+    assert_eq!(high_watermark(&http, &server, 0), p0, "z-1 not stored");
     let (_, found) = post(
         &http,
         &server,
@@ -255,6 +259,11 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
         &json!({"where": {"id": "z-1"}}),
     );
     assert_eq!(found["events"], json!([]));
+}
+
+#[test]
+fn a_batch_over_1000_events_or_to_an_unknown_stream_is_refused_and_an_empty_one_is_fine() {
+    let (_dir, server, http) = server_with_stream(2);
     let too_many: Vec<Value> = (0..1001).map(|_| json!({})).collect();
     let over = post(
         &http,
@@ -277,8 +286,18 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
         &json!({"events": []}),
     );
     assert_error(&missing, 404, "stream_not_found");
+}
 
-    // Read: one partition, after (exclusive), limit.
+#[test]
+fn events_are_read_back_by_partition_after_a_sequence_up_to_a_limit() {
+    let (_dir, server, http) = server_with_stream(2);
+    append(&http, &server, &json!({"id": "o-1", "partition": 1}));
+    append(&http, &server, &json!({"partition": 1}));
+    for _ in 0..4 {
+        append(&http, &server, &json!({"partition": 0}));
+    }
+
+    // One partition, after (exclusive), limit.
     let (status, page) = get(
         &http,
         &server,
@@ -303,9 +322,14 @@ fn events_are_appended_idempotently_in_atomic_batches_and_read_back() {
     assert_eq!(strings(&p1_events, "events", "id")[0], "o-1");
     assert_eq!(
         p1_events["events"].as_array().unwrap().len() as u64,
-        p1 + 1,
+        high_watermark(&http, &server, 1),
         "default: from the start, everything up to 100"
     );
+}
+
+#[test]
+fn a_read_with_a_bad_parameter_or_of_an_unknown_stream_is_refused() {
+    let (_dir, server, http) = server_with_stream(2);
     for (uri, expected) in [
         ("/v1/streams/s/events?limit=0", "invalid"),
         ("/v1/streams/s/events?limit=1001", "invalid"),
@@ -443,8 +467,8 @@ fn queries_filter_order_and_page_with_cursors_across_partitions() {
     assert_eq!(groups, json!({"groups": []}));
 }
 
-#[test]
-fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
+/// A server with a 4096-byte body limit, stream `s` and its group `g`.
+fn server_with_a_body_limit() -> (tempfile::TempDir, Server, Agent) {
     let dir = tempfile::tempdir().unwrap();
     let options = ServerOptions {
         args: vec!["--body-limit".into(), "4096".into()],
@@ -452,8 +476,7 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
     };
     let server = Server::start(dir.path(), &options);
     let http = agent();
-    let created = post(&http, &server, "/v1/streams", &json!({"name": "s"}));
-    assert_eq!(created.0, 201);
+    support::stream(&http, &server, "s", 1);
     let group = post(
         &http,
         &server,
@@ -461,6 +484,22 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
         &json!({"name": "g"}),
     );
     assert_eq!(group.0, 201);
+    (dir, server, http)
+}
+
+/// Asserts that the server's metrics hold each of `lines`.
+fn assert_metrics(http: &Agent, server: &Server, lines: &[&str]) {
+    let mut metrics = http.get(server.url("/metrics")).call().expect("metrics");
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.body_mut().read_to_string().unwrap();
+    for line in lines {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn malformed_bodies_and_wrong_content_types_are_json_errors_and_the_server_keeps_serving() {
+    let (_dir, server, http) = server_with_a_body_limit();
     let json_ct = Some("application/json");
 
     // Garbage JSON, wrong JSON types, an empty body where one is required.
@@ -535,6 +574,23 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
     );
     assert_error(&form, 415, "unsupported_media_type");
 
+    // Still serving, and everything above was counted.
+    let again = post(&http, &server, "/v1/streams", &json!({"name": "after"}));
+    assert_eq!(again.0, 201, "{}", again.1);
+    assert_metrics(
+        &http,
+        &server,
+        &[
+            "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"400\"} 6",
+            "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"415\"} 2",
+            "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"201\"} 2",
+        ],
+    );
+}
+
+#[test]
+fn a_body_over_the_limit_is_refused_with_413_and_nothing_is_stored() {
+    let (_dir, server, http) = server_with_a_body_limit();
     // Over the body limit (4096 bytes here): 413, nothing stored.
     let big = json!({"id": "big", "payload": {"blob": "x".repeat(20_000)}});
     let too_large = post(&http, &server, "/v1/streams/s/events", &big);
@@ -543,7 +599,7 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
         &http,
         &server,
         "/v1/streams/s/groups/g/fetch",
-        json_ct,
+        Some("application/json"),
         " ".repeat(10_000).as_bytes(),
     );
     assert_error(&spaces, 413, "payload_too_large");
@@ -556,7 +612,18 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
         &json!({"payload": {"a": 1}}),
     );
     assert_eq!(small.0, 201, "a body under the limit still works");
+    assert_metrics(
+        &http,
+        &server,
+        &[
+            "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams/{stream}/events\",status=\"413\"} 1",
+        ],
+    );
+}
 
+#[test]
+fn unknown_routes_are_404_and_wrong_methods_405_as_json_errors() {
+    let (_dir, server, http) = server_with_a_body_limit();
     // Unknown routes: 404 JSON.
     for path in [
         "/nope",
@@ -599,7 +666,11 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
         405,
         "method_not_allowed",
     );
+}
 
+#[test]
+fn by_default_the_test_clock_routes_are_absent_and_an_authorization_header_is_ignored() {
+    let (_dir, server, http) = server_with_a_body_limit();
     // Without --test-clock the clock routes do not exist.
     assert_error(&get(&http, &server, "/v1/test/clock"), 404, "not_found");
     assert_error(
@@ -620,21 +691,6 @@ fn bad_requests_are_json_errors_and_the_server_keeps_serving() {
             .call(),
     );
     assert_eq!(any.0, 200);
-
-    // Still serving, and everything above was counted.
-    let again = post(&http, &server, "/v1/streams", &json!({"name": "after"}));
-    assert_eq!(again.0, 201, "{}", again.1);
-    let mut metrics = http.get(server.url("/metrics")).call().expect("metrics");
-    assert_eq!(metrics.status(), 200);
-    let text = metrics.body_mut().read_to_string().unwrap();
-    for line in [
-        "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"400\"} 6",
-        "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"415\"} 2",
-        "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams/{stream}/events\",status=\"413\"} 1",
-        "rheo_http_requests_total{method=\"POST\",route=\"/v1/streams\",status=\"201\"} 2",
-    ] {
-        assert!(text.contains(line), "missing {line:?} in:\n{text}");
-    }
 }
 
 #[test]

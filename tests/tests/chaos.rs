@@ -28,13 +28,10 @@
 //! choices; CI (`REQUIRE_BACKENDS`) fails rather than skips a test whose
 //! service or fault cannot be set up.
 
-mod support;
+use crate::support;
 
-#[path = "chaos/cuts.rs"]
 mod cuts;
-#[path = "chaos/partition.rs"]
 mod partition;
-#[path = "chaos/proxy.rs"]
 mod proxy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,9 +58,10 @@ fn sigkill_loop_on_sqlite_loses_nothing_and_redelivers_nothing_acked() {
 
 #[test]
 fn sigkill_loop_on_postgres_loses_nothing_and_redelivers_nothing_acked() {
-    let Some(backend) = support::fresh_postgres_schema() else {
+    let Some(schema) = rheo_e2e::PgSchema::fresh() else {
         return;
     };
+    let backend = schema.url().to_owned();
     chaos::sigkill_loop("postgres SIGKILL loop", Some(backend), KILLS);
 }
 

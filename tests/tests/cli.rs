@@ -1,12 +1,26 @@
 //! The `rheo` binary, driven from outside as a user would.
 
-use rheo_e2e::{run_rheo, service_url};
+use rheo_e2e::run_rheo;
 
 #[test]
-fn version_prints_the_crate_version() {
+fn version_prints_the_crate_version_and_the_commit() {
     let (ok, stdout, _) = run_rheo(&["--version"]);
     assert!(ok);
-    assert_eq!(stdout.trim(), format!("rheo {}", env!("CARGO_PKG_VERSION")));
+    // The commit the binary was built from: this checkout's (the build
+    // script re-runs when HEAD moves), `unknown` outside a git checkout.
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(rheo_e2e::repo_root())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or("unknown".to_owned(), |out| {
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        });
+    assert_eq!(
+        stdout.trim(),
+        format!("rheo {} ({commit})", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -26,12 +40,10 @@ fn migrate_creates_a_sqlite_schema_once() {
 
 #[test]
 fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
-    let Some(base) = service_url("TEST_POSTGRES_URL", "postgres") else {
+    let Some(schema) = rheo_e2e::PgSchema::fresh() else {
         return;
     };
-    let schema = format!("rheo_e2e_{:08x}", std::process::id() ^ 0x5eed);
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}schema={schema}");
+    let url = schema.url().to_owned();
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
@@ -50,14 +62,6 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
         !err.contains("already exists"),
         "no driver notices leak: {err}"
     );
-    let drop = std::process::Command::new("psql")
-        .args([
-            base.as_str(),
-            "-qc",
-            &format!("DROP SCHEMA \"{schema}\" CASCADE"),
-        ])
-        .status();
-    let _ = drop;
 }
 
 #[test]

@@ -22,7 +22,7 @@
 //! Every server runs on its own frozen test clock: leases and node
 //! timeouts pass only when the test moves the clocks, never by waiting.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -40,6 +40,8 @@ struct Cluster {
     // One cluster at a time: six debug servers on a small machine would
     // make "running everywhere within 5 s" measure the machine instead.
     _turn: std::sync::MutexGuard<'static, ()>,
+    // Dropped after the servers.
+    _schema: rheo_e2e::PgSchema,
 }
 
 /// A handler as a node reports it: name, version, digest, status.
@@ -50,7 +52,8 @@ static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl Cluster {
     /// `n` servers named n1…, or `None` (skip) without PostgreSQL.
     fn start(n: usize) -> Option<Cluster> {
-        let backend = support::fresh_postgres_schema()?;
+        let schema = rheo_e2e::PgSchema::fresh()?;
+        let backend = schema.url().to_owned();
         let turn = TURN
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -72,6 +75,7 @@ impl Cluster {
             _dirs: dirs,
             http: agent(),
             _turn: turn,
+            _schema: schema,
         })
     }
 

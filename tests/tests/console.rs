@@ -10,7 +10,7 @@
 //! The pages' screenshots go to `target/tmp/console-screenshots/`;
 //! `RHEO_UPDATE_SCREENSHOTS=1` copies them over `docs/console/*.png`.
 
-mod support;
+use crate::support;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;

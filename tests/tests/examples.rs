@@ -2,7 +2,7 @@
 //! against a fresh `rheo serve` (SQLite, the default backend), then checked
 //! by what it printed and by the state it left on the server.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

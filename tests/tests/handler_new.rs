@@ -10,7 +10,7 @@
 //! dependencies. Without Python or Node a language skips and says why —
 //! unless `REQUIRE_GUESTS` (set by CI) lists it (`python`, `js`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

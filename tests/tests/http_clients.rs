@@ -16,7 +16,7 @@
 //! the test clock: the consumer moves it to prove the nack delay, and
 //! nothing sleeps.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -51,29 +51,78 @@ fn a_generated_python_client_runs_a_consumer_loop() {
     );
     let http = rheo_e2e::agent();
 
-    // The document, as a client would download it.
+    // The document, as a client would download it; a client generated
+    // from it without findings, installed into a folder of its own.
     let work = tempfile::tempdir().expect("temp dir");
-    let (status, document) = get(&http, &server, "/v1/openapi.json");
-    assert_eq!(status, 200, "{document}");
-    let document_path = work.path().join("openapi.json");
-    std::fs::write(
-        &document_path,
-        serde_json::to_vec_pretty(&document).expect("JSON"),
-    )
-    .expect("write openapi.json");
+    let document = download_document(&http, &server, work.path());
+    let package = generate_client(&venv, &document, &work.path().join("rheo-client"));
+    let site = install_client(&venv, &package, work.path());
 
-    // Generate: any message but the "Generating" line is a finding about
-    // the document.
-    let package = work.path().join("rheo-client");
+    // The consumer loop.
+    let summary = run_consumer(&venv, &server, &site, work.path());
+    assert_eq!(
+        summary,
+        json!({
+            "stream": "orders", "group": "billing",
+            "acked": 10, "nacked": 1, "rejected": 1, "stale": 1,
+        })
+    );
+
+    // The server agrees, asked directly: all 11 events settled, one of
+    // them dead-lettered.
+    let group = "/v1/streams/orders/groups/billing";
+    assert_caught_up_on(&http, &server, group, 11);
+    assert_one_poison_dead_letter(&http, &server, group);
+    let (status, info) = get(&http, &server, group);
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(
+        (&info["dead_letters"], &info["inflight"]),
+        (&json!(1), &json!(0)),
+        "{info}"
+    );
+
+    // Every settle the consumer made, counted by the server's metrics.
+    let metrics = metrics(&http, &server);
+    assert_eq!(
+        [
+            settles(&metrics, "ack", 200),
+            settles(&metrics, "ack", 409),
+            settles(&metrics, "nack", 200),
+            settles(&metrics, "reject", 200)
+        ],
+        [10, 1, 1, 1],
+        "{metrics}"
+    );
+    eprintln!(
+        "generated client: consumer loop passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Downloads the server's `/v1/openapi.json` to `<work>/openapi.json`;
+/// returns its path.
+fn download_document(http: &Agent, server: &Server, work: &Path) -> PathBuf {
+    let (status, document) = get(http, server, "/v1/openapi.json");
+    assert_eq!(status, 200, "{document}");
+    let path = work.join("openapi.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&document).expect("JSON"))
+        .expect("write openapi.json");
+    path
+}
+
+/// Generates the Python client of `document` into `package`; returns it.
+/// Any message but the "Generating" line is a finding about the document
+/// and fails the test.
+fn generate_client(venv: &Path, document: &Path, package: &Path) -> PathBuf {
     let generated = run(
         Command::new(venv.join("bin/openapi-python-client"))
             .arg("generate")
             .arg("--path")
-            .arg(&document_path)
+            .arg(document)
             .arg("--output-path")
-            .arg(&package)
+            .arg(package)
             .args(["--meta", "setup", "--fail-on-warning"])
-            .env("PATH", venv_path(&venv)),
+            .env("PATH", venv_path(venv)),
         "openapi-python-client generate",
     );
     let text = format!(
@@ -97,10 +146,14 @@ fn a_generated_python_client_runs_a_consumer_loop() {
         "no generated client in {}:\n{text}",
         package.display()
     );
+    package.to_owned()
+}
 
-    // Install it into a folder of its own (nothing downloaded: its
-    // dependencies and setuptools are in the venv).
-    let site = work.path().join("site");
+/// Installs the generated `package` into `<work>/site`, a folder of its
+/// own (nothing downloaded: its dependencies and setuptools are in the
+/// venv); returns that folder.
+fn install_client(venv: &Path, package: &Path, work: &Path) -> PathBuf {
+    let site = work.join("site");
     run_ok(
         Command::new(venv.join("bin/python"))
             .args([
@@ -117,37 +170,38 @@ fn a_generated_python_client_runs_a_consumer_loop() {
                 "--target",
             ])
             .arg(&site)
-            .arg(&package)
-            .current_dir(work.path()),
+            .arg(package)
+            .current_dir(work),
         "pip install the generated client",
     );
+    site
+}
 
-    // The consumer loop.
+/// Runs `tests/clients/python/consumer.py` on stream `orders`, group
+/// `billing`, with the client installed in `site`; returns the JSON
+/// summary it prints.
+fn run_consumer(venv: &Path, server: &Server, site: &Path, work: &Path) -> Value {
     let consumer = repo_root().join("tests/clients/python/consumer.py");
     let ran = run_ok(
         Command::new(venv.join("bin/python"))
             .arg(&consumer)
             .arg(server.base())
             .args(["--stream", "orders", "--group", "billing", "--token", TOKEN])
-            .env("PYTHONPATH", &site)
+            .env("PYTHONPATH", site)
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .current_dir(work.path()),
+            .current_dir(work),
         "consumer.py",
     );
     let stdout = String::from_utf8_lossy(&ran.stdout);
-    let summary: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("consumer.py printed no JSON summary ({e}):\n{stdout}"));
-    assert_eq!(
-        summary,
-        json!({
-            "stream": "orders", "group": "billing",
-            "acked": 10, "nacked": 1, "rejected": 1, "stale": 1,
-        })
-    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("consumer.py printed no JSON summary ({e}):\n{stdout}"))
+}
 
-    // The server agrees, asked directly.
-    let group = "/v1/streams/orders/groups/billing";
-    let (status, lag) = get(&http, &server, &format!("{group}/lag"));
+/// Asserts that `group` (a group's path) has nothing pending, inflight or
+/// waiting, on three partitions whose frontiers reached their high
+/// watermarks, `appended` events in all.
+fn assert_caught_up_on(http: &Agent, server: &Server, group: &str, appended: u64) {
+    let (status, lag) = get(http, server, &format!("{group}/lag"));
     assert_eq!(status, 200, "{lag}");
     assert_eq!(
         [
@@ -161,16 +215,20 @@ fn a_generated_python_client_runs_a_consumer_loop() {
     );
     let partitions = lag["partitions"].as_object().expect("partitions");
     assert_eq!(partitions.len(), 3, "{lag}");
-    let appended: u64 = partitions
+    let total: u64 = partitions
         .values()
         .map(|p| {
             assert_eq!(p["frontier"], p["high_watermark"], "{lag}");
             p["high_watermark"].as_u64().expect("high watermark")
         })
         .sum();
-    assert_eq!(appended, 11, "{lag}");
+    assert_eq!(total, appended, "{lag}");
+}
 
-    let (status, dead) = get(&http, &server, &format!("{group}/dead-letters"));
+/// Asserts that `group`'s only dead letter is the poison event `e-7`,
+/// rejected for its poison marker.
+fn assert_one_poison_dead_letter(http: &Agent, server: &Server, group: &str) {
+    let (status, dead) = get(http, server, &format!("{group}/dead-letters"));
     assert_eq!(status, 200, "{dead}");
     let letters = dead["dead_letters"].as_array().expect("dead letters");
     assert_eq!(letters.len(), 1, "{dead}");
@@ -182,40 +240,18 @@ fn a_generated_python_client_runs_a_consumer_loop() {
             .is_some_and(|r| r.contains("poison marker")),
         "{dead}"
     );
+}
 
-    let (status, info) = get(&http, &server, group);
-    assert_eq!(status, 200, "{info}");
-    assert_eq!(
-        (&info["dead_letters"], &info["inflight"]),
-        (&json!(1), &json!(0)),
-        "{info}"
+/// How many `POST …/groups/{group}/{route}` requests answered `status`,
+/// from the Prometheus text `metrics`.
+fn settles(metrics: &str, route: &str, status: u16) -> u64 {
+    let line = format!(
+        "rheo_http_requests_total{{method=\"POST\",route=\"/v1/streams/{{stream}}/groups/{{group}}/{route}\",status=\"{status}\"}} "
     );
-
-    // Every settle the consumer made, counted by the server's metrics.
-    let metrics = metrics(&http, &server);
-    let count = |route: &str, status: u16| {
-        let line = format!(
-            "rheo_http_requests_total{{method=\"POST\",route=\"/v1/streams/{{stream}}/groups/{{group}}/{route}\",status=\"{status}\"}} "
-        );
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
-    };
-    assert_eq!(
-        [
-            count("ack", 200),
-            count("ack", 409),
-            count("nack", 200),
-            count("reject", 200)
-        ],
-        [10, 1, 1, 1],
-        "{metrics}"
-    );
-    eprintln!(
-        "generated client: consumer loop passed in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
 }
 
 /// `GET path` with the bearer token.

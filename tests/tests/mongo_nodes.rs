@@ -7,7 +7,7 @@
 //! The database is left behind: the tests crate has no MongoDB client, and
 //! its name is random (`rheo_e2e_<pid>_<hex>`), so runs never meet.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -12,7 +12,7 @@
 //! whose settle was lost with the connection are expired by moving that
 //! clock, never by sleeping.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::net::{SocketAddr, TcpListener, TcpStream};

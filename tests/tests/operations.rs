@@ -2,7 +2,7 @@
 //! and after a handler run agrees with the API; JSON log lines of a guest
 //! carry its delivery; delivery spans reach an OTLP collector.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -47,16 +47,66 @@ fn start() -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-#[test]
-fn streams_groups_append_and_query() {
-    let (dir, server) = start();
-    assert!(ok(&server, &["streams"]).contains("no streams yet"));
+/// Runs `rheo streams create orders --partitions 3`.
+fn create_orders(server: &Server) {
     assert!(
         ok(
-            &server,
+            server,
             &["streams", "create", "orders", "--partitions", "3"]
         )
         .contains("orders")
+    );
+}
+
+/// The `rheo append` of event `o-1` from flags (partition 1, key `alice`).
+const APPEND_O1: [&str; 14] = [
+    "append",
+    "orders",
+    "--id",
+    "o-1",
+    "--type",
+    "order.created",
+    "--key",
+    "alice",
+    "--partition",
+    "1",
+    "--payload",
+    r#"{"total": 12}"#,
+    "--metadata",
+    r#"{"producer": "cli"}"#,
+];
+
+/// Writes `<dir>/events.jsonl`: 1,200 `bulk` events `e-{n}` with payload
+/// `{"n": n}` over seven keys.
+fn bulk_file(dir: &Path) -> PathBuf {
+    let file = dir.join("events.jsonl");
+    let lines: Vec<String> = (0..1200)
+        .map(|i| json!({"id": format!("e-{i}"), "type": "bulk", "key": format!("k{}", i % 7), "payload": {"n": i}}).to_string())
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    file
+}
+
+/// Stream `orders` holding `o-1` and the 1,200 events of [`bulk_file`]:
+/// 1,201 events to query.
+fn orders_to_query(dir: &Path, server: &Server) {
+    create_orders(server);
+    ok(server, &APPEND_O1);
+    let file = bulk_file(dir);
+    ok(
+        server,
+        &["append", "orders", "--file", file.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn streams_are_listed_created_and_a_duplicate_is_refused() {
+    let (_dir, server) = start();
+    assert!(ok(&server, &["streams"]).contains("no streams yet"));
+    create_orders(&server);
+    assert_eq!(
+        row(&ok(&server, &["streams"]), "orders")[..2],
+        ["orders", "3"]
     );
     let again = rheo(&server, &["streams", "create", "orders"]);
     assert_eq!(again.code, Some(1));
@@ -65,7 +115,12 @@ fn streams_groups_append_and_query() {
         "{}",
         again.stderr
     );
+}
 
+#[test]
+fn groups_are_created_and_listed_with_their_settings() {
+    let (_dir, server) = start();
+    create_orders(&server);
     ok(
         &server,
         &[
@@ -85,39 +140,28 @@ fn streams_groups_append_and_query() {
     assert_eq!(row(&groups, "NAME")[..2], ["NAME", "MAX-ATTEMPTS"]);
     assert_eq!(row(&groups, "billing")[..3], ["billing", "2", "immediate"]);
     assert_eq!(row(&groups, "audit")[1], "5");
+}
 
-    // One event from flags, then the same id again: nothing appended.
-    let single = [
-        "append",
-        "orders",
-        "--id",
-        "o-1",
-        "--type",
-        "order.created",
-        "--key",
-        "alice",
-        "--partition",
-        "1",
-        "--payload",
-        r#"{"total": 12}"#,
-        "--metadata",
-        r#"{"producer": "cli"}"#,
-    ];
-    let out = ok(&server, &single);
+#[test]
+fn an_event_appended_from_flags_is_not_appended_again_for_the_same_id() {
+    let (_dir, server) = start();
+    create_orders(&server);
+    let out = ok(&server, &APPEND_O1);
     assert_eq!(out.trim(), "appended event o-1 at partition 1 sequence 1");
-    let out = ok(&server, &single);
+    let out = ok(&server, &APPEND_O1);
     assert!(
         out.contains("already exists") && out.contains("nothing appended"),
         "{out}"
     );
+}
 
-    // 1,200 lines from a file: three batches of 500 at most, no progress
-    // bar noise when stderr is not a terminal.
-    let file = dir.path().join("events.jsonl");
-    let lines: Vec<String> = (0..1200)
-        .map(|i| json!({"id": format!("e-{i}"), "type": "bulk", "key": format!("k{}", i % 7), "payload": {"n": i}}).to_string())
-        .collect();
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+#[test]
+fn a_file_append_sends_batches_of_500_quietly_and_counts_duplicates() {
+    let (dir, server) = start();
+    create_orders(&server);
+    // 1,200 lines: three batches of 500 at most, no progress bar noise
+    // when stderr is not a terminal.
+    let file = bulk_file(dir.path());
     let path = file.to_str().unwrap();
     let run = rheo(&server, &["append", "orders", "--file", path]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
@@ -128,9 +172,15 @@ fn streams_groups_append_and_query() {
         again,
         json!({"appended": 1200, "duplicates": 1200, "batches": 3})
     );
+    // The streams table sums the events over the partitions.
+    let streams = ok(&server, &["streams"]);
+    assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1200"]);
+}
 
-    // A bad line: reported by number; what came before it is appended,
-    // nothing after it is sent.
+#[test]
+fn a_bad_line_is_reported_by_number_and_only_the_lines_before_it_are_appended() {
+    let (dir, server) = start();
+    create_orders(&server);
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(
         &bad,
@@ -150,8 +200,15 @@ fn streams_groups_append_and_query() {
         "{}",
         run.stderr
     );
+    // Nothing after the bad line was sent.
+    let streams = ok(&server, &["streams"]);
+    assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "2"]);
+}
 
-    // Standard input.
+#[test]
+fn events_are_appended_from_standard_input() {
+    let (_dir, server) = start();
+    create_orders(&server);
     let stdin = b"{\"id\": \"s-1\", \"type\": \"piped\", \"payload\": {\"via\": \"stdin\"}}\n";
     let run = run_rheo_with(
         &["append", "orders", "-f", "-"],
@@ -164,12 +221,14 @@ fn streams_groups_append_and_query() {
         "{}",
         run.stderr
     );
-
-    // 1 + 1200 + 2 + 1 events, summed over the partitions.
     let streams = ok(&server, &["streams"]);
-    assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1204"]);
+    assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1"]);
+}
 
-    // Query: a table with a next-page hint, the same as JSON, every page.
+#[test]
+fn a_query_prints_a_table_with_a_next_page_hint() {
+    let (dir, server) = start();
+    orders_to_query(dir.path(), &server);
     let page = ok(
         &server,
         &["query", "orders", "--where", r#"{"type": "order.created"}"#],
@@ -192,6 +251,12 @@ fn streams_groups_append_and_query() {
     );
     assert_eq!(page.lines().count(), 4, "{page}");
     assert!(page.contains("next page: --cursor "), "{page}");
+}
+
+#[test]
+fn a_query_as_json_gives_a_cursor_to_the_next_page() {
+    let (dir, server) = start();
+    orders_to_query(dir.path(), &server);
     let json = ok_json(
         &server,
         &["query", "orders", "--limit", "2", "--order", "desc"],
@@ -205,8 +270,14 @@ fn streams_groups_append_and_query() {
         ],
     );
     assert_ne!(next["events"][0]["id"], json["events"][0]["id"]);
+}
+
+#[test]
+fn a_query_with_all_follows_every_cursor_without_repeating_an_event() {
+    let (dir, server) = start();
+    orders_to_query(dir.path(), &server);
     let all = ok_json(&server, &["query", "orders", "--all", "--limit", "100"]);
-    assert_eq!(all["events"].as_array().unwrap().len(), 1204);
+    assert_eq!(all["events"].as_array().unwrap().len(), 1201);
     assert_eq!(all["next_cursor"], Value::Null);
     let ids: std::collections::HashSet<&str> = all["events"]
         .as_array()
@@ -214,7 +285,7 @@ fn streams_groups_append_and_query() {
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids.len(), 1204, "following cursors never repeats an event");
+    assert_eq!(ids.len(), 1201, "following cursors never repeats an event");
     let table = ok(
         &server,
         &[
@@ -255,14 +326,10 @@ fn settle(server: &Server, group: &str, op: &str, lease: &Value) {
     assert_eq!(status, 200, "{answer}");
 }
 
-#[test]
-fn lag_group_info_dead_letters_redrive_replay_and_reset() {
-    let (_dir, server) = start();
-    ok(&server, &["streams", "create", "pay", "--partitions", "2"]);
-    ok(
-        &server,
-        &["groups", "create", "pay", "billing", "--max-attempts", "3"],
-    );
+/// Stream `pay` with events `a1`–`a3` on partition 0 and `b1`, `b2` on
+/// partition 1.
+fn pay_with_five_events(server: &Server) {
+    ok(server, &["streams", "create", "pay", "--partitions", "2"]);
     for (id, partition) in [
         ("a1", "0"),
         ("a2", "0"),
@@ -271,7 +338,7 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
         ("b2", "1"),
     ] {
         ok(
-            &server,
+            server,
             &[
                 "append",
                 "pay",
@@ -284,13 +351,38 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
             ],
         );
     }
+}
 
-    // Reject the first two of partition 0; hold a lease on partition 1.
-    for lease in fetch(&server, "billing", &[0], 2) {
-        settle(&server, "billing", "reject", &lease);
+/// [`pay_with_five_events`] and group `billing` (3 attempts at most):
+/// `a1` and `a2` rejected (dead letters), a lease held on `b1`.
+fn billing_with_dead_letters(server: &Server) {
+    pay_with_five_events(server);
+    ok(
+        server,
+        &["groups", "create", "pay", "billing", "--max-attempts", "3"],
+    );
+    for lease in fetch(server, "billing", &[0], 2) {
+        settle(server, "billing", "reject", &lease);
     }
-    assert_eq!(fetch(&server, "billing", &[1], 1).len(), 1);
+    assert_eq!(fetch(server, "billing", &[1], 1).len(), 1);
+}
 
+/// [`pay_with_five_events`] and group `replayed` that acked all five.
+fn replayed_all_acked(server: &Server) {
+    pay_with_five_events(server);
+    ok(server, &["groups", "create", "pay", "replayed"]);
+    let leases = fetch(server, "replayed", &[0, 1], 10);
+    assert_eq!(leases.len(), 5);
+    for lease in &leases {
+        settle(server, "replayed", "ack", lease);
+    }
+    assert!(ok(server, &["lag", "pay", "replayed"]).contains("lag 0:"));
+}
+
+#[test]
+fn lag_shows_each_partition_and_the_group_totals() {
+    let (_dir, server) = start();
+    billing_with_dead_letters(&server);
     let lag = ok(&server, &["lag", "pay", "billing"]);
     assert_eq!(
         row(&lag, "PARTITION"),
@@ -312,7 +404,12 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
         json["partitions"]["0"],
         json!({"frontier": 2, "high_watermark": 3, "lag": 1})
     );
+}
 
+#[test]
+fn group_info_shows_settings_dead_letters_inflight_and_cursors() {
+    let (_dir, server) = start();
+    billing_with_dead_letters(&server);
     let info = ok(&server, &["group-info", "pay", "billing"]);
     assert_eq!(row(&info, "max"), ["max", "attempts", "3"]);
     assert_eq!(row(&info, "dead"), ["dead", "letters", "2"]);
@@ -320,6 +417,19 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     assert_eq!(row(&info, "PARTITION")[1], "CURSOR");
     assert_eq!(row(&info, "0")[2..], ["2", "3", "1"]);
 
+    let missing = rheo(&server, &["group-info", "pay", "nope"]);
+    assert_eq!(missing.code, Some(1));
+    assert!(
+        missing.stderr.contains("(group_not_found)"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn dead_letters_are_listed_and_paged_after_an_event_id() {
+    let (_dir, server) = start();
+    billing_with_dead_letters(&server);
     let letters = ok(&server, &["dead-letters", "pay", "billing"]);
     assert_eq!(
         row(&letters, "EVENT-ID"),
@@ -347,8 +457,12 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
         &["dead-letters", "pay", "billing", "--after", "a1"],
     );
     assert_eq!(rest["dead_letters"][0]["event_id"], "a2");
+}
 
-    // Redrive one by id (the frontier rewinds), then the rest.
+#[test]
+fn dead_letters_are_redriven_by_id_rewinding_the_frontier_or_all_at_once() {
+    let (_dir, server) = start();
+    billing_with_dead_letters(&server);
     let out = ok(&server, &["redrive", "pay", "billing", "a1"]);
     assert!(out.starts_with("redriven 1 dead letter:"), "{out}");
     assert_eq!(
@@ -358,15 +472,12 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     let out = ok_json(&server, &["redrive", "pay", "billing", "--all"]);
     assert_eq!(out, json!({"redriven": 1}));
     assert!(ok(&server, &["dead-letters", "pay", "billing"]).contains("no dead letters"));
+}
 
-    // Ack everything, then replay: by sequence, by ids, by a query.
-    ok(&server, &["groups", "create", "pay", "replayed"]);
-    let leases = fetch(&server, "replayed", &[0, 1], 10);
-    assert_eq!(leases.len(), 5);
-    for lease in &leases {
-        settle(&server, "replayed", "ack", lease);
-    }
-    assert!(ok(&server, &["lag", "pay", "replayed"]).contains("lag 0:"));
+#[test]
+fn acked_deliveries_are_replayed_by_sequence_by_event_ids_or_by_a_query() {
+    let (_dir, server) = start();
+    replayed_all_acked(&server);
     let out = ok(
         &server,
         &[
@@ -398,8 +509,13 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     );
     // b1 is open already; only b2 is re-opened.
     assert_eq!(out["reopened"], 1);
+}
 
-    // Reset: refused without --confirm, before anything is sent.
+#[test]
+fn a_reset_is_refused_without_confirm_and_with_it_moves_every_cursor() {
+    let (_dir, server) = start();
+    replayed_all_acked(&server);
+    // Refused without --confirm, before anything is sent.
     let refused = rheo(&server, &["reset", "pay", "replayed"]);
     assert_eq!(refused.code, Some(1));
     assert!(
@@ -427,8 +543,12 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     let lag = ok(&server, &["lag", "pay", "replayed"]);
     assert_eq!(row(&lag, "0"), ["0", "1", "3", "2"]);
     assert_eq!(row(&lag, "1"), ["1", "1", "2", "1"]);
+}
 
-    // A reset can change the ordering, of every partition only.
+#[test]
+fn a_reset_changes_the_ordering_of_every_partition_only() {
+    let (_dir, server) = start();
+    replayed_all_acked(&server);
     let partial = rheo(
         &server,
         &[
@@ -453,21 +573,12 @@ fn lag_group_info_dead_letters_redrive_replay_and_reset() {
     );
     let info = ok(&server, &["group-info", "pay", "replayed"]);
     assert_eq!(row(&info, "ordering"), ["ordering", "key"]);
-
-    let missing = rheo(&server, &["group-info", "pay", "nope"]);
-    assert_eq!(missing.code, Some(1));
-    assert!(
-        missing.stderr.contains("(group_not_found)"),
-        "{}",
-        missing.stderr
-    );
 }
 
-/// Writes the example guest `name` (see `rheo::example_guests`) to
+/// Writes the example guest `name` (see `rheo_example_guests`) to
 /// `<dir>/<name>.wasm`, the file the CLI uploads.
 fn guest(dir: &Path, name: &str) -> PathBuf {
-    let bytes =
-        rheo::example_guests::get(name).unwrap_or_else(|| panic!("no example guest {name}"));
+    let bytes = rheo_example_guests::get(name).unwrap_or_else(|| panic!("no example guest {name}"));
     let path = dir.join(format!("{name}.wasm"));
     std::fs::write(&path, bytes).unwrap();
     path

@@ -7,7 +7,7 @@
 //! sequence order, each once. (Under `"ordering": "none"` the event after
 //! a retried one runs first, and the check fails.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -28,11 +28,11 @@ fn on_sqlite_a_handler_of_concurrency_16_runs_each_key_in_sequence_order() {
 
 #[test]
 fn on_postgres_a_handler_of_concurrency_16_runs_each_key_in_sequence_order() {
-    let Some(backend) = support::fresh_postgres_schema() else {
+    let Some(schema) = rheo_e2e::PgSchema::fresh() else {
         return;
     };
     let options = ServerOptions {
-        backend: Some(backend),
+        backend: Some(schema.url().to_owned()),
         ..ServerOptions::default()
     };
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@
 //! language deploys each module once and every case reuses it; time moves
 //! only through `POST /v1/test/clock`, never by sleeping.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -42,7 +42,7 @@ fn rust_examples_pass_the_shared_cases() {
     let modules = EXAMPLES
         .iter()
         .map(|name| {
-            let bytes = rheo::example_guests::get(name)
+            let bytes = rheo_example_guests::get(name)
                 .unwrap_or_else(|| panic!("no embedded example guest {name}"));
             (*name, bytes.to_vec())
         })

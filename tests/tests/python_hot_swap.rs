@@ -15,13 +15,12 @@
 //! compile (`docs/benchmarks.md#hot-swap-of-a-python-handler`): measured,
 //! not asserted.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rheo::wasm::Digest;
 use rheo_e2e::{Server, ServerOptions};
 use serde_json::{Value, json};
 use support::guests::{python_guests, read_module};
@@ -69,7 +68,7 @@ fn a_python_handler_is_hot_swapped_under_load_without_failing_a_delivery() {
     let (status, v1) = deploy(&http, &server, "worker", &manifest, &echo);
     assert_eq!(status, 201, "{v1}");
     assert_eq!(v1["version"], 1, "{v1}");
-    assert_eq!(v1["digest"], Digest::of(&echo).to_hex(), "{v1}");
+    assert_eq!(v1["digest"], support::sha256_hex(&echo), "{v1}");
     eprintln!(
         "deployed the Python echo ({} KiB) in {:.1} s",
         echo.len() / 1024,
@@ -113,7 +112,7 @@ fn a_python_handler_is_hot_swapped_under_load_without_failing_a_delivery() {
         (&json!(2), &json!(1)),
         "{swapped}"
     );
-    assert_eq!(swapped["digest"], Digest::of(&transform).to_hex());
+    assert_eq!(swapped["digest"], support::sha256_hex(&transform));
     assert_ne!(swapped["digest"], v1["digest"]);
     eprintln!(
         "swapped to the Python transform in {:.1} s with {lag_at_swap} events unacked; \

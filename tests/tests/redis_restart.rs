@@ -11,7 +11,7 @@
 //! lost with the connection are expired by moving that clock, never by
 //! sleeping.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

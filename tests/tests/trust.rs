@@ -320,7 +320,10 @@ fn postgres_with_verify_full_and_no_password_shown_anywhere() {
     let pki = Pki::new(dir.path());
     postgres_tls_with(&url, &pki);
     let ca = pki.ca.to_str().expect("utf-8 path");
-    let schema = format!("trust_{}", std::process::id());
+    let Some(scratch) = rheo_e2e::PgSchema::fresh() else {
+        return;
+    };
+    let schema = scratch.name();
     // Trust authentication ignores the password: it is here to be hidden.
     let backend = with_host(
         &url,
@@ -382,7 +385,6 @@ fn postgres_with_verify_full_and_no_password_shown_anywhere() {
         "the backend URL is logged, masked:\n{log}"
     );
     assert_no_secret("the server's log", &log);
-    psql(&url, &[&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")]).expect("drop the schema");
 }
 
 #[test]

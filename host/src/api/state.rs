@@ -198,7 +198,10 @@ impl AppState {
     /// in the metrics.
     #[cfg(feature = "wasm")]
     pub fn with_handlers(mut self, registry: Arc<crate::handlers::HandlerRegistry>) -> Self {
-        self.metrics.watch_handlers(&registry);
+        self.metrics
+            .show_handlers(Box::new(crate::handlers::metrics::HandlerCollector(
+                Arc::clone(&registry),
+            )));
         self.handlers = Some(registry);
         self
     }

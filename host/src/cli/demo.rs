@@ -141,7 +141,9 @@ impl Demo {
     fn guest(&self, name: &str) -> anyhow::Result<Vec<u8>> {
         crate::example_guests::get(name)
             .map(<[u8]>::to_vec)
-            .with_context(|| format!("the example guest {name} is missing"))
+            .with_context(|| {
+                format!("the example guest {name} is missing: this binary was built without the example guests")
+            })
     }
 
     async fn story(&self, swap_events: usize) -> anyhow::Result<()> {

@@ -1,30 +1,17 @@
-//! `rheo serve`: open the backend, serve the HTTP API, and shut down
-//! gracefully on SIGINT or SIGTERM (stop accepting, finish in-flight
-//! requests, exit 0).
+//! `rheo serve`: reads its arguments (flags > `RHEO_*` variables > the
+//! config file), sets up logging, binds the address and hands over to
+//! [`crate::server::run`] until SIGINT or SIGTERM.
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 
-use crate::api::{self, AppState};
-use crate::backend;
-use crate::backend::redact_url as redact;
-use crate::clock::{Clock, FrozenClock, SharedClock, SystemClock};
-use crate::cluster::{Membership, MembershipSettings, RunningHandlers};
 use crate::config::{ServeConfig, ServeOptions};
-use crate::metrics::Metrics;
 use crate::telemetry::LogFormat;
-
-/// How long in-flight requests get to finish after a shutdown signal.
-/// Long polls answer at once when draining starts, so only slow backend
-/// calls can use this up.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Arguments of `rheo serve`. Each flag can also come from its `RHEO_*`
 /// variable or the config file; flags win over variables, variables over
@@ -225,259 +212,13 @@ impl ServeArgs {
                 crate::telemetry::traces_url(endpoint)?
             );
         }
-        let served = serve(config, signal).await;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let served = crate::server::run(config, listener, signal).await;
         telemetry.shutdown();
         served
     }
-}
-
-/// Serves until `signal`, then drains and leaves.
-async fn serve(
-    config: ServeConfig,
-    signal: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let test_clock = config.test_clock.then(FrozenClock::at_system_time);
-    let clock: SharedClock = match &test_clock {
-        Some(frozen) => frozen.clone(),
-        None => SystemClock::shared(),
-    };
-    let url = redact(&config.backend);
-    let store = backend::connect_with(&config.backend, clock, false, config.store_timeout)
-        .await
-        .with_context(|| format!("cannot open backend {url}"))?;
-    if config.migrate {
-        let applied = store
-            .migrate()
-            .await
-            .with_context(|| format!("migrating {url}"))?;
-        if !applied.is_empty() {
-            tracing::info!(
-                "applied {} migration(s): {}",
-                applied.len(),
-                applied.join(", ")
-            );
-        }
-    }
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener.local_addr().context("reading the bound address")?;
-    // Read before anything else starts, so a bad file stops the server
-    // before it joins a cluster or runs a handler.
-    let tls = config
-        .tls
-        .as_ref()
-        .map(api::tls::server_config)
-        .transpose()?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-
-    tracing::info!("backend: {} at {url}", store.kind());
-    let metrics = Arc::new(Metrics::new());
-    let store = metrics.measured(store);
-    let mut state = AppState::observed(store, config.api.clone(), Arc::clone(&metrics));
-    if let Some(frozen) = test_clock {
-        tracing::warn!(
-            "test clock: time is frozen at {} and moves only through POST /v1/test/clock",
-            frozen.now()
-        );
-        state = state.with_test_clock(Arc::clone(&frozen));
-    }
-    if config.api.auth_required() {
-        tracing::info!("auth: /v1 routes need a bearer token");
-    } else if !addr.ip().is_loopback() {
-        tracing::warn!("no --auth-token: /v1 routes are open to anyone who can reach {addr}");
-    }
-
-    let store = state.backend().clone();
-    let cluster = store.cluster();
-    let node_id = config
-        .node_id
-        .clone()
-        .unwrap_or_else(MembershipSettings::default_id);
-    match &cluster {
-        Some(_) => tracing::info!(
-            "cluster mode: node {node_id}; handlers are shared through the {} backend",
-            store.kind()
-        ),
-        None => tracing::info!(
-            "single-node mode: the {} backend is not shared; handlers live in {}",
-            store.kind(),
-            config.handlers_dir.display()
-        ),
-    }
-
-    #[cfg(feature = "wasm")]
-    let handlers = {
-        let handlers = start_handlers(&config, state.backend().clone(), &node_id).await?;
-        state = state.with_handlers(Arc::clone(&handlers.registry));
-        handlers
-    };
-    #[cfg(feature = "wasm")]
-    let running: RunningHandlers = {
-        let registry = Arc::clone(&handlers.registry);
-        Arc::new(move || registry.running())
-    };
-    #[cfg(not(feature = "wasm"))]
-    let running: RunningHandlers = Arc::new(Vec::new);
-    let membership = Arc::new(Membership::new(
-        MembershipSettings {
-            id: node_id,
-            address: config
-                .advertise
-                .clone()
-                .unwrap_or_else(|| format!("{scheme}://{addr}")),
-            timeout: config.node_timeout,
-        },
-        state.backend().clock().clone(),
-        cluster,
-        running,
-    ));
-    membership
-        .join()
-        .await
-        .context("registering this node with the cluster")?;
-    state = state.with_membership(Arc::clone(&membership));
-    let sampling = tokio::spawn(
-        Arc::clone(&metrics.groups).run(state.backend().clone(), config.metrics_interval),
-    );
-
-    tracing::info!(
-        "rheo {} listening on {scheme}://{addr}",
-        env!("CARGO_PKG_VERSION")
-    );
-    // Also on stdout, for scripts and tests that started us on port 0.
-    println!("rheo listening on {scheme}://{addr}");
-
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        signal.await;
-        let _ = signalled_tx.send(());
-    };
-    let server = async move {
-        match tls {
-            Some(tls) => {
-                api::serve(api::tls::TlsListener::new(listener, tls)?, state, shutdown).await
-            }
-            None => api::serve(listener, state, shutdown).await,
-        }
-    };
-    let drain_deadline = async move {
-        // Only a received signal starts the clock; a dropped sender
-        // (the server stopped on its own) never fires.
-        if signalled_rx.await.is_ok() {
-            tokio::time::sleep(DRAIN_TIMEOUT).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        served = server => served.context("serving HTTP")?,
-        () = drain_deadline => anyhow::bail!(
-            "requests still in flight {}s after the shutdown signal; exiting anyway",
-            DRAIN_TIMEOUT.as_secs()
-        ),
-    }
-
-    sampling.abort();
-    #[cfg(feature = "wasm")]
-    handlers.stop().await;
-    // Only once its deliveries are settled: the others list it until then.
-    match membership.leave().await {
-        Ok(()) if membership.clustered() => tracing::info!("left the cluster"),
-        Ok(()) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "could not remove this node from the cluster; the others stop listing it after the node timeout")
-        }
-    }
-
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// The handler registry, its directory and cluster watchers, and how to
-/// stop them.
-#[cfg(feature = "wasm")]
-struct Handlers {
-    registry: Arc<crate::handlers::HandlerRegistry>,
-    stop_watching: tokio_util::sync::CancellationToken,
-    /// The task following the cluster's records (cluster mode).
-    following: Option<tokio::task::JoinHandle<()>>,
-}
-
-#[cfg(feature = "wasm")]
-impl Handlers {
-    /// Stops watching (the directory, the cluster and the canaries), then drains every
-    /// handler: no more fetches, in-flight deliveries finish and are
-    /// settled (bounded per handler).
-    async fn stop(self) {
-        self.stop_watching.cancel();
-        if let Some(following) = self.following {
-            // A change being followed must not start a handler after the
-            // drain below: stop it where it is (the node is leaving).
-            following.abort();
-            let _ = following.await;
-        }
-        tracing::info!("draining handlers");
-        self.registry.shutdown().await;
-    }
-}
-
-/// Builds the WebAssembly engine and the registry, deploys what the
-/// handlers directory holds and starts watching it.
-#[cfg(feature = "wasm")]
-async fn start_handlers(
-    config: &ServeConfig,
-    store: Arc<dyn backend::Backend>,
-    node_id: &str,
-) -> anyhow::Result<Handlers> {
-    use crate::handlers::{HandlerRegistry, watch_canaries, watch_cluster, watch_directory};
-    use crate::wasm::{EngineOptions, WasmEngine};
-
-    let engine = WasmEngine::new(EngineOptions {
-        fuel: config.wasm_fuel,
-        ..EngineOptions::default()
-    })
-    .context("starting the WebAssembly engine")?;
-    let dir = &config.handlers_dir;
-    let cluster = store.cluster();
-    let mut registry = HandlerRegistry::new(engine, store, Some(dir))
-        .with_context(|| format!("handlers directory {}", dir.display()))?
-        .with_node_id(node_id)
-        .with_log_lines(config.handler_log_lines);
-    if let Some(cluster) = cluster {
-        registry = registry.with_cluster(cluster);
-    }
-    let registry = Arc::new(registry);
-    // In cluster mode: what the cluster runs, then what the directory has
-    // that the cluster does not (`docs/cluster.md`).
-    registry.reconcile().await;
-    registry.sync_directory().await;
-    let loaded = registry.list().await;
-    if loaded.is_empty() {
-        tracing::info!("handlers: none yet in {}", dir.display());
-    }
-    for h in &loaded {
-        match (&h.version, &h.last_error) {
-            (Some(v), _) => tracing::info!(
-                "handler {} v{v} ({}/{}) {}",
-                h.name,
-                h.manifest.stream,
-                h.manifest.group,
-                h.status
-            ),
-            (None, Some(e)) => tracing::error!("handler {} not started: {e}", h.name),
-            (None, None) => {}
-        }
-    }
-    let stop_watching = tokio_util::sync::CancellationToken::new();
-    watch_directory(Arc::clone(&registry), stop_watching.clone());
-    watch_canaries(Arc::clone(&registry), stop_watching.clone());
-    let following = watch_cluster(Arc::clone(&registry), stop_watching.clone());
-    Ok(Handlers {
-        registry,
-        stop_watching,
-        following,
-    })
 }
 
 /// Listens for SIGINT (Ctrl-C) and, on Unix, SIGTERM from the moment it

@@ -1,23 +1,28 @@
 //! Handler series, read at scrape time from the registry and the
 //! runtime's counters (atomics): nothing is copied on the delivery path.
+//! `/metrics` shows them through [`crate::metrics::Metrics::show_handlers`].
 
 use std::sync::{Arc, LazyLock};
 
-use arc_swap::ArcSwapOption;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::HandlerLabel;
-use super::timing::{CALL_BUCKETS, Timing};
 use crate::handlers::{HandlerRegistry, HandlerStatus};
+use crate::metrics::{CALL_BUCKETS, Timing};
 use crate::runtime::CountersSnapshot;
 
 /// How long preparing a module took (compiling it, or loading it from the
 /// compile cache, and validating it), over every handler of the process.
 pub(crate) static COMPILE_TIME: LazyLock<Timing> = LazyLock::new(|| Timing::new(CALL_BUCKETS));
+
+/// Shorthand for the label set of one label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HandlerLabel {
+    handler: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -31,9 +36,9 @@ struct FailureLabels {
     kind: &'static str,
 }
 
-/// The handlers of the registry being watched, if any.
+/// The handlers of a registry, as `/metrics` shows them.
 #[derive(Debug)]
-pub(super) struct HandlerCollector(pub(super) Arc<ArcSwapOption<HandlerRegistry>>);
+pub(crate) struct HandlerCollector(pub(crate) Arc<HandlerRegistry>);
 
 /// One handler as a scrape sees it.
 struct Row {
@@ -54,9 +59,7 @@ impl Collector for HandlerCollector {
             MetricType::Histogram,
         )?;
         COMPILE_TIME.write(metric)?;
-        let Some(registry) = self.0.load_full() else {
-            return Ok(());
-        };
+        let registry = &self.0;
         let rows: Vec<Row> = registry
             .views()
             .into_iter()

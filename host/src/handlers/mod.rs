@@ -18,6 +18,7 @@
 
 mod deploys;
 mod manifest;
+pub(crate) mod metrics;
 mod registry;
 mod store;
 mod trial;

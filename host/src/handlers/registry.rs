@@ -280,7 +280,7 @@ impl HandlerRegistry {
             }
             let started = std::time::Instant::now();
             let loaded = engine.load_blocking(&bytes, cache.as_ref());
-            crate::metrics::COMPILE_TIME.observe(started.elapsed());
+            super::metrics::COMPILE_TIME.observe(started.elapsed());
             loaded
         })
         .await

@@ -7,7 +7,10 @@
 //!   ([`Measured`] wraps the backend the server uses).
 //! - Handlers: the runtime's counters, read at scrape time (atomics, no
 //!   copy kept here), the guest call latency, version, hot swaps, and how
-//!   long modules take to compile.
+//!   long modules take to compile. The handler registry's own collector
+//!   (`handlers::metrics`) draws them; this module only shows it
+//!   ([`Metrics::show_handlers`]), so it depends on neither the registry
+//!   nor the runtime.
 //! - Groups: lag, pending, in flight, oldest unacked age and dead letters,
 //!   sampled by [`Metrics::sample_groups`] on an interval, so a scrape costs
 //!   no query.
@@ -20,17 +23,15 @@
 
 mod backend;
 mod groups;
-#[cfg(feature = "wasm")]
-mod handlers;
 mod timing;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
-#[cfg(feature = "wasm")]
 use arc_swap::ArcSwapOption;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -39,8 +40,6 @@ use prometheus_client::registry::Registry;
 pub use self::backend::Measured;
 pub(crate) use self::groups::GroupSamples;
 pub use self::groups::{DEFAULT_SAMPLE_INTERVAL, MAX_SAMPLED_GROUPS};
-#[cfg(feature = "wasm")]
-pub(crate) use self::handlers::COMPILE_TIME;
 pub use self::timing::{CALL_BUCKETS, REQUEST_BUCKETS, Timing};
 
 /// The `Content-Type` of what [`Metrics::render`] writes.
@@ -83,8 +82,7 @@ pub struct Metrics {
     pub(crate) http: HttpMetrics,
     pub(crate) backend: Arc<backend::BackendMetrics>,
     pub(crate) groups: Arc<GroupSamples>,
-    #[cfg(feature = "wasm")]
-    handlers: Arc<ArcSwapOption<crate::handlers::HandlerRegistry>>,
+    handlers: Arc<ArcSwapOption<Box<dyn Collector>>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -133,19 +131,13 @@ impl Metrics {
         backend.register(&mut registry);
         let groups = Arc::new(GroupSamples::default());
         registry.register_collector(Box::new(Arc::clone(&groups)));
-        #[cfg(feature = "wasm")]
-        let handlers = {
-            let handlers = Arc::new(ArcSwapOption::empty());
-            registry
-                .register_collector(Box::new(handlers::HandlerCollector(Arc::clone(&handlers))));
-            handlers
-        };
+        let handlers = Arc::new(ArcSwapOption::empty());
+        registry.register_collector(Box::new(Late(Arc::clone(&handlers))));
         Self {
             registry,
             http,
             backend,
             groups,
-            #[cfg(feature = "wasm")]
             handlers,
         }
     }
@@ -158,10 +150,10 @@ impl Metrics {
         Arc::new(Measured::new(backend, Arc::clone(&self.backend)))
     }
 
-    /// Shows `registry`'s handlers from now on.
-    #[cfg(feature = "wasm")]
-    pub fn watch_handlers(&self, registry: &Arc<crate::handlers::HandlerRegistry>) {
-        self.handlers.store(Some(Arc::clone(registry)));
+    /// Shows the handlers' series, as `collector` draws them, from now on
+    /// (the handler registry's, created after these metrics).
+    pub fn show_handlers(&self, collector: Box<dyn Collector>) {
+        self.handlers.store(Some(Arc::new(collector)));
     }
 
     /// Every series, in the Prometheus text format (0.0.4).
@@ -173,11 +165,17 @@ impl Metrics {
     }
 }
 
-/// Shorthand for the label set of one label.
-#[cfg(feature = "wasm")]
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub(crate) struct HandlerLabel {
-    pub(crate) handler: String,
+/// A collector set after the registry was built; draws nothing until then.
+#[derive(Debug)]
+struct Late(Arc<ArcSwapOption<Box<dyn Collector>>>);
+
+impl Collector for Late {
+    fn encode(&self, encoder: DescriptorEncoder) -> fmt::Result {
+        match self.0.load_full() {
+            Some(collector) => collector.encode(encoder),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,6 @@
 
 use std::time::{Duration, Instant};
 
-use rheo_e2e::service_url;
-
 use super::cuts::{
     PEERS_WITHIN, Pair, cut_inside_append, cut_inside_fetch, cut_while_idle, nothing_lost,
 };
@@ -21,7 +19,7 @@ use super::support::chaos::{
     HANDLER, Target, append_until_stored, assert_all_acked, assert_each_once, assert_no_panic,
     clock_now, drain, events, events_in, pass_leases, set_up_pipeline,
 };
-use super::support::{delete_redis_keys, eventually, fresh_postgres_schema, get, rand_suffix};
+use super::support::{eventually, get};
 
 /// PostgreSQL's statement of a fetch that locks the group's cursor rows
 /// (`fetch_lock_cursors.sql`), and of an append that locks its partitions'
@@ -35,9 +33,10 @@ const DURING: usize = 200;
 
 #[test]
 fn postgres_partition_stalls_no_other_node_and_loses_nothing() {
-    let Some(direct) = fresh_postgres_schema() else {
+    let Some(schema) = rheo_e2e::PgSchema::fresh() else {
         return;
     };
+    let direct = schema.url().to_owned();
     let started = Instant::now();
     let proxy = Proxy::start(upstream(&direct, 5432));
     // Plain text, so that the proxy can read the protocol.
@@ -63,14 +62,12 @@ fn postgres_partition_stalls_no_other_node_and_loses_nothing() {
 
 #[test]
 fn redis_partition_stalls_no_other_node_and_loses_nothing() {
-    let Some(url) = service_url("TEST_REDIS_URL", "redis") else {
+    let Some(prefix) = rheo_e2e::RedisPrefix::fresh() else {
         return;
     };
     let started = Instant::now();
-    let prefix = format!("rheo_e2e_{}_{:08x}", std::process::id(), rand_suffix());
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let direct = format!("{url}{sep}prefix={prefix}");
-    let proxy = Proxy::start(upstream(&url, 6379));
+    let direct = prefix.url().to_owned();
+    let proxy = Proxy::start(upstream(prefix.server(), 6379));
     let proxied = proxy.url(&direct);
     let p = Pair::start(&direct, &proxied, proxy);
     cut_while_idle(&p);
@@ -84,7 +81,6 @@ fn redis_partition_stalls_no_other_node_and_loses_nothing() {
     // Any script of a's handler (its consumer id is `t@a`).
     workload_across_a_cut(&p, Trigger::AfterRequest(vec!["EVALSHA", "t@a"]));
     drop(p);
-    delete_redis_keys(&url, &prefix);
     println!("redis partition test done in {:.1} s", secs(started));
 }
 

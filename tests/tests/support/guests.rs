@@ -115,11 +115,6 @@ pub(crate) fn python_guests() -> Option<&'static Path> {
     Guest::Python.built()
 }
 
-/// The folder of the built JavaScript components (see [`Guest::built`]).
-pub(crate) fn js_guests() -> Option<&'static Path> {
-    Guest::Js.built()
-}
-
 /// The bytes of `<dir>/<name>.wasm`.
 pub(crate) fn read_module(dir: &Path, name: &str) -> Vec<u8> {
     let path = dir.join(format!("{name}.wasm"));

@@ -1,8 +1,5 @@
-//! Helpers shared by the `api_*` end-to-end tests: JSON requests, error
-//! codes, the example guests, multipart handler deploys, bounded polling.
-//!
-//! Each test binary uses a different subset, hence the `dead_code` allowance.
-#![allow(dead_code)]
+//! Helpers shared by the end-to-end tests: JSON requests, error codes, the
+//! example guests, multipart handler deploys, bounded polling.
 
 use std::time::{Duration, Instant};
 
@@ -204,9 +201,9 @@ pub(crate) fn wait_for_in_flight(http: &Agent, server: &Server, n: u32) {
     });
 }
 
-/// The `.wasm` bytes of the example guest `name` (see `rheo::example_guests`).
+/// The `.wasm` bytes of the example guest `name` (see `rheo_example_guests`).
 pub(crate) fn guest(name: &str) -> Vec<u8> {
-    rheo::example_guests::get(name)
+    rheo_example_guests::get(name)
         .unwrap_or_else(|| panic!("no example guest {name}"))
         .to_vec()
 }
@@ -366,20 +363,6 @@ pub(crate) fn two_servers_ack_each_event_once(backend: String, events: usize, st
     }
 }
 
-/// A backend URL for a fresh schema on `TEST_POSTGRES_URL`, or `None`
-/// (the test skips) without PostgreSQL. The schema is named
-/// `rheo_t_<secs>_…`: the lib tests drop such schemas after an hour.
-pub(crate) fn fresh_postgres_schema() -> Option<String> {
-    let url = rheo_e2e::service_url("TEST_POSTGRES_URL", "postgres")?;
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let schema = format!("rheo_t_{secs}_{:08x}", rand_suffix());
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Some(format!("{url}{sep}schema={schema}"))
-}
-
 /// A few random bits without another dependency.
 pub(crate) fn rand_suffix() -> u32 {
     let t = std::time::SystemTime::now()
@@ -388,18 +371,12 @@ pub(crate) fn rand_suffix() -> u32 {
     t.subsec_nanos() ^ (t.as_secs() as u32)
 }
 
-/// Deletes every key under `prefix` on the Redis at `url` (best effort,
-/// with `redis-cli`).
-pub(crate) fn delete_redis_keys(url: &str, prefix: &str) {
-    let keys = std::process::Command::new("redis-cli")
-        .args(["-u", url, "--scan", "--pattern", &format!("{prefix}:*")])
-        .output();
-    let Ok(keys) = keys else { return };
-    let keys = String::from_utf8_lossy(&keys.stdout);
-    for chunk in keys.lines().collect::<Vec<_>>().chunks(500) {
-        let _ = std::process::Command::new("redis-cli")
-            .args(["-u", url, "del"])
-            .args(chunk)
-            .output();
-    }
+/// The SHA-256 of `bytes` in lower-case hex: a module's digest as the API
+/// reports it.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -1,5 +1,5 @@
 //! Tests of the handler host with the real example guests from `guests/`
-//! (see [`crate::example_guests`]). Nothing here is mocked: every test
+//! (the `rheo-example-guests` crate). Nothing here is mocked: every test
 //! compiles a real component and runs it on a real engine; appends go to
 //! the memory backend.
 
@@ -24,9 +24,9 @@ use crate::model::{
     Timestamp,
 };
 
-/// The bytes of the example guest `name` (embedded by the build script).
+/// The bytes of the example guest `name` (`rheo-example-guests`).
 pub(crate) fn guest(name: &str) -> Vec<u8> {
-    crate::example_guests::get(name)
+    rheo_example_guests::get(name)
         .unwrap_or_else(|| panic!("no example guest {name}"))
         .to_vec()
 }
