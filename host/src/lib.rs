@@ -2,7 +2,8 @@
 //! already run, with handlers as sandboxed WebAssembly components.
 //!
 //! Crate map (`docs/architecture.md`); [`model`], [`clock`], [`settle`],
-//! [`cluster`] and most of [`backend`] are `rheo-core`'s, re-exported here:
+//! [`cluster`], [`handler_logs`] and most of [`backend`] are `rheo-core`'s
+//! and [`wasm`] is `rheo-wasm`, re-exported here:
 //! - [`api`]     — the HTTP API (axum): routers per resource, errors, OpenAPI, `serve`.
 //! - [`handlers`] — deployed handlers: manifests, compile + validate + swap, versions, status and rollback (their one owner), the handlers directory and its watcher.
 //! - [`metrics`] — the Prometheus series of `/metrics`: HTTP, backend operations, handlers, sampled groups.
@@ -16,12 +17,14 @@
 //! - [`server`]  — a whole server in the library: `server::run(config, listener, shutdown)`.
 //! - [`cli`]     — the `rheo` command line (one module per subcommand); `rheo serve` reads its arguments and calls `server::run`.
 //! - [`example_guests`] — the example guests as the `rheo` binary provides them (built and embedded by `rheo-example-guests`).
-//! - [`handler_logs`] — the last log lines of every handler, in memory, with followers.
+//! - [`handler_logs`] — the last log lines of every handler, in memory, with followers (`rheo-core`).
 //! - [`config`]  — `rheo serve` settings: flags > `RHEO_*` env > TOML file > defaults.
 //! - [`telemetry`] — logs (text or JSON), the span per delivery, OTLP trace export.
-//! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (feature `wasm`).
+//! - [`wasm`]    — the WebAssembly handler host: engine, sandbox, compile + validate, invoke (the `rheo-wasm` crate, feature `wasm`).
 
-pub use rheo_core::{clock, cluster, model, settle};
+pub use rheo_core::{clock, cluster, handler_logs, model, settle};
+#[cfg(feature = "wasm")]
+pub use rheo_wasm as wasm;
 
 pub mod api;
 pub mod backend;
@@ -31,12 +34,9 @@ pub mod config;
 pub mod example_guests;
 #[cfg(test)]
 mod fuzz;
-pub mod handler_logs;
 #[cfg(feature = "wasm")]
 pub mod handlers;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;
-#[cfg(feature = "wasm")]
-pub mod wasm;

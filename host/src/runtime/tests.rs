@@ -1,6 +1,6 @@
 //! Runtime tests with in-process handlers over the memory backend and a
 //! frozen clock. (The WebAssembly handlers are tested end to end with real
-//! guests in `wasm::tests` and the `tests/` crate.)
+//! guests in `rheo_wasm::testing` and the `tests/` crate.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

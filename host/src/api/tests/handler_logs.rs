@@ -19,7 +19,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::clock::FrozenClock;
 use crate::handlers::{HandlerRegistry, Manifest};
 use crate::model::{GroupName, HandlerName, StreamName};
-use crate::wasm::tests::{engine, guest};
+use rheo_wasm::testing::{engine, guest};
 
 /// What no passing test waits for.
 const PATIENCE: Duration = Duration::from_secs(60);

@@ -25,7 +25,7 @@ use crate::handlers::{
 };
 use crate::model::{EventInput, Timestamp};
 use crate::wasm::Digest;
-use crate::wasm::tests::{engine, guest};
+use rheo_wasm::testing::{engine, guest};
 
 /// One shared backend (on a frozen clock, with stream `in` of 2
 /// partitions) and one shared cluster store.

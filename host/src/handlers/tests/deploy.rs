@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{Fixture, eventually, hn, sn};
 use crate::handlers::{HandlerRegistry, HandlerStatus, RegistryError, watch_directory};
-use crate::wasm::tests::{engine, guest};
+use rheo_wasm::testing::{engine, guest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_deploys_are_refused_with_a_reason() {

@@ -18,7 +18,7 @@ use crate::handlers::HandlerRegistry;
 use crate::handlers::registry::CompileHook;
 use crate::handlers::store::Store;
 use crate::wasm::Digest;
-use crate::wasm::tests::guest;
+use rheo_wasm::testing::guest;
 
 /// Holds every compile of one handler's modules until released.
 struct Gate {

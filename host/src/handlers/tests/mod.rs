@@ -21,7 +21,7 @@ use crate::handlers::{HandlerRegistry, HandlerView, Manifest};
 use crate::model::{
     DeadLetter, EventInput, GroupName, GroupSpec, HandlerName, JsonObject, StreamName, Timestamp,
 };
-use crate::wasm::tests::{engine, guest};
+use rheo_wasm::testing::{engine, guest};
 
 /// A memory backend (on a frozen clock: delays come from the manifests'
 /// zero backoff, never from time passing) with stream `in` (2 partitions), a registry over it,

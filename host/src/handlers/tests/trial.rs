@@ -8,7 +8,7 @@ use crate::backend::{Backend, CreateStream, FetchRequest, Partitions};
 use crate::handlers::RegistryError;
 use crate::model::{ConsumerId, GroupInfo, Query, Stream};
 use crate::settle::HandlerOutcome;
-use crate::wasm::tests::guest;
+use rheo_wasm::testing::guest;
 
 /// Everything a dry run must leave alone: the streams' watermarks, and for
 /// each group its info (lag, frontier, cursors, in flight, dead-letter

@@ -8,7 +8,7 @@ use super::{Fixture, eventually, hn};
 use crate::handlers::store::Store;
 use crate::handlers::{HandlerRegistry, HandlerStatus, HandlerView, RegistryError};
 use crate::wasm::Digest;
-use crate::wasm::tests::{engine, guest};
+use rheo_wasm::testing::{engine, guest};
 
 type State = (Option<u64>, Option<u64>, HandlerStatus);
 

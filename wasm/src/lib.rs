@@ -58,6 +58,9 @@
 //! - `instance` — one instance in its store; the warm pool.
 //! - `invoke`   — the runner: lease in, outcome out.
 
+// The core's modules, under the names the server uses for them.
+use rheo_core::{backend, clock, handler_logs, model, settle};
+
 mod bindings;
 mod cache;
 mod engine;
@@ -67,8 +70,10 @@ mod invoke;
 mod limits;
 mod module;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
 pub use cache::{Digest, ModuleCache};
 pub use engine::{EngineOptions, PoolingOptions, WasmEngine};

@@ -7,8 +7,8 @@ use tracing::Level;
 
 use super::capture::Captured;
 use super::{lease, runner};
+use crate::Limits;
 use crate::settle::HandlerOutcome;
-use crate::wasm::Limits;
 
 #[tokio::test]
 async fn probe_gets_errors_not_data() {

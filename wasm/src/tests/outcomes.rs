@@ -11,7 +11,7 @@ use super::{backend, frozen, lease, lease_with, module, obj, runner};
 use crate::backend::{CreateStream, ReadRequest};
 use crate::model::{HandlerName, StreamName};
 use crate::settle::HandlerOutcome;
-use crate::wasm::{HandlerEnv, HandlerRunner, InstanceMode, Limits};
+use crate::{HandlerEnv, HandlerRunner, InstanceMode, Limits};
 
 fn retry(reason: &str, delay_ms: Option<u64>) -> HandlerOutcome {
     HandlerOutcome::Retry {

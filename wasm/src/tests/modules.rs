@@ -8,7 +8,7 @@ use serde_json::json;
 use super::{backend, engine, frozen, guest, lease};
 use crate::model::HandlerName;
 use crate::settle::HandlerOutcome;
-use crate::wasm::{Digest, HandlerEnv, HandlerRunner, Limits, ModuleCache, WasmError};
+use crate::{Digest, HandlerEnv, HandlerRunner, Limits, ModuleCache, WasmError};
 
 /// An empty core module: valid WebAssembly, but not a component.
 const CORE_MODULE: &[u8] = b"\0asm\x01\0\0\0";

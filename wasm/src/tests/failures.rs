@@ -13,7 +13,7 @@ use super::capture::Captured;
 use super::{backend, frozen, guest, lease, runner, small_pool};
 use crate::model::HandlerName;
 use crate::settle::{HandlerFailure, HandlerOutcome};
-use crate::wasm::{EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine};
+use crate::{EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine};
 
 #[tokio::test]
 async fn spin_is_stopped_at_its_deadline_and_the_runner_recovers() {

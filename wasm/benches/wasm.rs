@@ -2,7 +2,7 @@
 //! (`reuse`), a new instance per call (`fresh`), and a warm `transform`
 //! guest whose call appends an event to the memory backend.
 //!
-//! Run: `cargo bench -p rheo --bench wasm` (the example guests come from
+//! Run: `cargo bench -p rheo-wasm --bench wasm` (the example guests come from
 //! `rheo-example-guests`).
 
 // criterion's macros generate undocumented public functions.
@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rheo::backend::memory::MemoryBackend;
-use rheo::backend::{Backend, CreateStream};
-use rheo::clock::SystemClock;
-use rheo::model::{
+use rheo_core::backend::memory::MemoryBackend;
+use rheo_core::backend::{Backend, CreateStream};
+use rheo_core::clock::SystemClock;
+use rheo_core::model::{
     ConsumerId, Event, EventId, GroupName, HandlerName, Lease, LeaseId, StreamName, Timestamp,
 };
-use rheo::settle::HandlerOutcome;
-use rheo::wasm::{EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine};
+use rheo_core::settle::HandlerOutcome;
+use rheo_wasm::{EngineOptions, HandlerEnv, HandlerRunner, InstanceMode, Limits, WasmEngine};
 use serde_json::json;
 
 /// The bytes of the example guest `name`.

@@ -9,13 +9,11 @@ mod modules;
 mod outcomes;
 mod sandbox;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{
-    EngineOptions, HandlerEnv, HandlerModule, HandlerRunner, Limits, PoolingOptions, WasmEngine,
-};
+use super::{HandlerEnv, HandlerModule, HandlerRunner, Limits};
 use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
 use crate::clock::{FrozenClock, SharedClock};
@@ -23,40 +21,7 @@ use crate::model::{
     ConsumerId, Event, EventId, GroupName, HandlerName, JsonObject, Lease, LeaseId, StreamName,
     Timestamp,
 };
-
-/// The bytes of the example guest `name` (`rheo-example-guests`).
-pub(crate) fn guest(name: &str) -> Vec<u8> {
-    rheo_example_guests::get(name)
-        .unwrap_or_else(|| panic!("no example guest {name}"))
-        .to_vec()
-}
-
-/// Pooling sizes small enough that many test processes and engines fit in
-/// the address space side by side.
-pub(crate) fn small_pool() -> PoolingOptions {
-    PoolingOptions {
-        total_component_instances: 64,
-        total_core_instances: 256,
-        total_memories: 128,
-        total_tables: 128,
-        max_memory_mb: 256,
-        ..PoolingOptions::default()
-    }
-}
-
-/// The engine shared by the tests of this process.
-pub(crate) fn engine() -> WasmEngine {
-    static ENGINE: OnceLock<WasmEngine> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            WasmEngine::new(EngineOptions {
-                pooling: Some(small_pool()),
-                ..EngineOptions::default()
-            })
-            .expect("the test engine builds")
-        })
-        .clone()
-}
+pub(crate) use crate::testing::{engine, guest, small_pool};
 
 /// Compiles guest `name` on the shared engine.
 async fn module(name: &str) -> HandlerModule {

@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tracing::{Level as TraceLevel, debug, error, info, trace, warn};
 
+use crate::bindings::{Delivery, Level};
 use crate::clock::SharedClock;
 pub(crate) use crate::handler_logs::LogSource as Source;
 use crate::handler_logs::{HandlerLog, LogDelivery, LogLevel, NewLine};
 use crate::model::HandlerName;
-use crate::wasm::bindings::{Delivery, Level};
 
 /// The `tracing` target of every line a handler logs (`log` and stdio).
 pub const LOG_TARGET: &str = "rheo::handler";

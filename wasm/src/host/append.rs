@@ -18,8 +18,8 @@ use serde_json::Value;
 use super::{AppendCapture, CapturedAppend, HandlerEnv};
 use crate::backend::Error;
 use crate::backend::policy::route_batch;
+use crate::bindings::{AppendError, EventInput, EventRef};
 use crate::model::{EventId, EventInput as ModelEventInput, JsonObject, StreamName};
-use crate::wasm::bindings::{AppendError, EventInput, EventRef};
 
 /// Appends `input` to `stream` for the handler of `env` (in a dry run,
 /// checks and keeps it: [`captured`]).
