@@ -275,3 +275,62 @@ async fn start_handlers(
         following,
     })
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::net::SocketAddr;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{ServeConfig, TcpListener, run};
+    use crate::config::ServeOptions;
+
+    /// One HTTP/1.1 exchange on a connection of its own; the whole answer.
+    async fn exchange(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(request.as_bytes()).await.expect("send");
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    /// A server started in-process on a listener the caller bound serves
+    /// the API, and stops (draining, `Ok`) when its shutdown future ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_runs_in_process_on_its_listener_until_told_to_stop() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let config = ServeConfig::resolve(ServeOptions {
+            backend: Some("sqlite::memory:".into()),
+            handlers_dir: Some(dir.path().join("handlers")),
+            ..ServeOptions::default()
+        })
+        .expect("a valid configuration");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("bound address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(run(config, listener, async {
+            let _ = stopped.await;
+        }));
+
+        let created = exchange(addr, "POST", "/v1/streams", r#"{"name": "orders"}"#).await;
+        assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+        let listed = exchange(addr, "GET", "/v1/streams", "").await;
+        assert!(listed.starts_with("HTTP/1.1 200"), "{listed}");
+        assert!(listed.contains(r#""name":"orders""#), "{listed}");
+
+        stop.send(()).expect("the server is running");
+        server
+            .await
+            .expect("the server task")
+            .expect("a clean stop");
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "nothing listens after the stop"
+        );
+    }
+}
