@@ -17,7 +17,7 @@ fn main() {
 }
 
 /// `git rev-parse --short=12 HEAD`, watching what moves it (HEAD, the
-/// branch it names, packed refs) so a new commit re-runs this script.
+/// branches, packed refs) so a new commit re-runs this script.
 fn git_commit() -> Option<String> {
     let git = |args: &[&str]| {
         let out = Command::new("git").args(args).output().ok()?;
@@ -27,13 +27,14 @@ fn git_commit() -> Option<String> {
     };
     let git_dir = git(&["rev-parse", "--absolute-git-dir"])?;
     let git_dir = Path::new(&git_dir);
-    println!("cargo::rerun-if-changed={}", git_dir.join("HEAD").display());
-    println!(
-        "cargo::rerun-if-changed={}",
-        git_dir.join("packed-refs").display()
-    );
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        println!("cargo::rerun-if-changed={}", git_dir.join(branch).display());
+    // Only paths that exist: cargo re-runs the script on every build for
+    // a missing one. A commit rewrites its branch's file under refs/heads
+    // (a folder is watched whole); a checkout rewrites HEAD.
+    for watched in ["HEAD", "refs/heads", "packed-refs"] {
+        let path = git_dir.join(watched);
+        if path.exists() {
+            println!("cargo::rerun-if-changed={}", path.display());
+        }
     }
     git(&["rev-parse", "--short=12", "HEAD"])
 }
