@@ -18,29 +18,16 @@ use rheo_core::clock::SharedClock;
 /// (`a_stalled_connection_answers_within_the_deadline_and_recovers`).
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Drops a test's database when dropped (the end of the test).
-#[derive(Debug)]
-pub(super) struct Janitor {
-    url: String,
-    database: String,
-}
+pub(super) use rheo_core::backend::conformance::Janitor;
 
-impl Drop for Janitor {
-    fn drop(&mut self) {
-        let (url, database) = (self.url.clone(), self.database.clone());
-        // Drop runs outside any runtime the test may still be tearing down.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let client = mongodb::Client::with_uri_str(&url).await.ok()?;
-                client.database(&database).drop().await.ok()
-            })
-        });
-        let _ = dropped.join();
-    }
+/// Drops `database` when dropped (the end of the test, passed or failed).
+pub(super) fn janitor(url: &str, database: &str) -> Janitor {
+    let (url, database) = (url.to_owned(), database.to_owned());
+    Janitor::new(move || async move {
+        if let Ok(client) = mongodb::Client::with_uri_str(&url).await {
+            let _ = client.database(&database).drop().await;
+        }
+    })
 }
 
 /// `url` with its database replaced by `database`.
@@ -67,7 +54,7 @@ async fn connect_fresh(clock: SharedClock) -> Option<MongoBackend> {
     let mut backend = MongoBackend::connect(&with_database(&url, &database), clock, true, TIMEOUT)
         .await
         .expect("connect to TEST_MONGODB_URL and migrate");
-    let janitor = Arc::new(Janitor { url, database });
+    let janitor = Arc::new(janitor(&url, &database));
     let _ = backend.cluster.janitor.set(Arc::clone(&janitor));
     backend.janitor = Some(janitor);
     Some(backend)
@@ -156,10 +143,7 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         return;
     };
     let database = fresh_database();
-    let janitor = Janitor {
-        url: url.clone(),
-        database: database.clone(),
-    };
+    let janitor = janitor(&url, &database);
     rheo_core::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
         &url,
         |relayed, clock| async move {
@@ -178,10 +162,7 @@ async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
         return;
     };
     let database = fresh_database();
-    let janitor = Janitor {
-        url: url.clone(),
-        database: database.clone(),
-    };
+    let janitor = janitor(&url, &database);
     // The stand-in takes tens of milliseconds a write: a roomier timeout.
     rheo_core::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
         &url,
