@@ -41,6 +41,10 @@ pub async fn run(
         None => SystemClock::shared(),
     };
     let url = redact(&config.backend);
+    // One server per SQLite store (docs/backends.md#one-server-per-sqlite-store):
+    // held until this server returns.
+    #[cfg(feature = "sqlite")]
+    let _store_lock = backend::sqlite::lock_store(&config.backend)?;
     let store = backend::connect_with(&config.backend, clock, false, config.store_timeout)
         .await
         .with_context(|| format!("cannot open backend {url}"))?;

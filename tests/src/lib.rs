@@ -237,6 +237,11 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server with SIGKILL (no chance to clean up) and reaps it.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL rheo serve");

@@ -33,6 +33,14 @@ fn start(dir: &std::path::Path) -> Server {
     server
 }
 
+/// A folder, a server in it (see [`start`]) and an HTTP agent; the folder
+/// outlives the server.
+fn fresh() -> (tempfile::TempDir, Server, Agent) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    (dir, server, agent())
+}
+
 /// Moves the server's clock forward.
 fn advance(http: &Agent, server: &Server, ms: u64) -> Value {
     let (status, now) = post(http, server, "/v1/test/clock", &json!({"advance_ms": ms}));
@@ -121,9 +129,7 @@ fn group_a(http: &Agent, server: &Server) -> Value {
 
 #[test]
 fn a_group_is_created_with_default_or_given_options() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     two_partition_stream(&http, &server);
 
     let b = group(&http, &server, "s", "b", json!({}));
@@ -140,9 +146,7 @@ fn a_group_is_created_with_default_or_given_options() {
 
 #[test]
 fn creating_a_group_refuses_duplicates_unknown_streams_and_bad_options() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     two_partition_stream(&http, &server);
     group_a(&http, &server);
 
@@ -181,9 +185,7 @@ fn creating_a_group_refuses_duplicates_unknown_streams_and_bad_options() {
 
 #[test]
 fn groups_are_listed_sorted_and_inspected_with_their_settings_and_cursors() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     two_partition_stream(&http, &server);
     group(&http, &server, "s", "b", json!({}));
     group_a(&http, &server);
@@ -227,9 +229,7 @@ fn groups_are_listed_sorted_and_inspected_with_their_settings_and_cursors() {
 
 #[test]
 fn lag_is_reported_for_all_partitions_or_selected_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     two_partition_stream(&http, &server);
     group_a(&http, &server);
 
@@ -277,9 +277,7 @@ fn lag_is_reported_for_all_partitions_or_selected_ones() {
 
 #[test]
 fn a_group_started_at_a_time_counts_only_later_events_and_lag_ages_with_the_clock() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     two_partition_stream(&http, &server);
     group(&http, &server, "s", "b", json!({}));
 
@@ -328,9 +326,7 @@ fn one_partition_group(
 
 #[test]
 fn fetch_refuses_bad_options_and_unknown_groups_and_no_partitions_select_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 1..=1);
 
     for (body, expected) in [
@@ -376,9 +372,7 @@ fn fetch_refuses_bad_options_and_unknown_groups_and_no_partitions_select_nothing
 
 #[test]
 fn a_lease_carries_its_consumer_attempt_expiry_and_the_full_event() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 1..=1);
 
     let e1 = fetch(
@@ -411,9 +405,7 @@ fn a_lease_carries_its_consumer_attempt_expiry_and_the_full_event() {
 
 #[test]
 fn an_ack_is_fenced_by_the_lease_and_its_receipt() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 1..=2);
     let e1 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
 
@@ -472,9 +464,7 @@ fn an_ack_is_fenced_by_the_lease_and_its_receipt() {
 
 #[test]
 fn a_nack_with_a_delay_holds_the_event_back_until_the_clock_passes_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 2..=3);
 
     let e2 = fetch(&http, &server, g, json!({"limit": 1})).remove(0);
@@ -520,9 +510,7 @@ fn a_nack_with_a_delay_holds_the_event_back_until_the_clock_passes_it() {
 
 #[test]
 fn a_renew_moves_the_expiry_from_now_and_keeps_the_lease_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 3..=3);
     let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
 
@@ -543,9 +531,7 @@ fn a_renew_moves_the_expiry_from_now_and_keeps_the_lease_id() {
 
 #[test]
 fn a_reject_dead_letters_the_event_with_its_reason_and_leaves_the_lease_stale() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 3..=3);
     let e3 = fetch(&http, &server, g, json!({"limit": 1, "lease_ms": 1000})).remove(0);
 
@@ -582,9 +568,7 @@ fn a_reject_dead_letters_the_event_with_its_reason_and_leaves_the_lease_stale() 
 
 #[test]
 fn a_batch_settle_gives_each_operation_its_own_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = one_partition_group(&http, &server, 4..=6);
     let leases = fetch(&http, &server, g, json!({"limit": 3}));
     assert_eq!(ids(&leases), ["e4", "e5", "e6"]);
@@ -649,9 +633,7 @@ fn two_attempt_group(http: &Agent, server: &Server) -> &'static str {
 
 #[test]
 fn an_expired_lease_goes_to_the_next_consumer_and_fences_the_old_holder() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = two_attempt_group(&http, &server);
 
     // Consumer a leases x; b finds nothing while the lease runs.
@@ -716,9 +698,7 @@ fn an_expired_lease_goes_to_the_next_consumer_and_fences_the_old_holder() {
 
 #[test]
 fn an_expired_lease_nobody_reclaimed_can_still_be_acked() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = two_attempt_group(&http, &server);
 
     append(&http, &server, "f", json!({"id": "late-ack"}));
@@ -735,9 +715,7 @@ fn an_expired_lease_nobody_reclaimed_can_still_be_acked() {
 
 #[test]
 fn the_poison_guard_dead_letters_an_event_whose_attempts_expired_or_were_nacked() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = two_attempt_group(&http, &server);
 
     // max_attempts used up by expiries: dead-lettered instead of claimed.
@@ -805,9 +783,7 @@ fn the_poison_guard_dead_letters_an_event_whose_attempts_expired_or_were_nacked(
 
 #[test]
 fn bad_test_clock_moves_are_refused_and_move_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let now = advance(&http, &server, 8000);
     assert_eq!(now["now"], "2026-01-01T00:00:08.000Z");
 
@@ -828,9 +804,7 @@ fn bad_test_clock_moves_are_refused_and_move_nothing() {
 
 #[test]
 fn a_long_poll_returns_when_another_thread_appends_or_a_lease_expires() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     stream(&http, &server, "lp", 2);
     group(&http, &server, "lp", "g", json!({}));
     let fetch_url = server.url("/v1/streams/lp/groups/g/fetch");
@@ -951,9 +925,7 @@ fn dead_lettered_replay_stream(http: &Agent, server: &Server) -> &'static str {
 
 #[test]
 fn replay_from_a_sequence_reopens_later_events_of_selected_partitions_and_keeps_attempts() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = consumed_replay_stream(&http, &server);
 
     // from_sequence is exclusive.
@@ -974,9 +946,7 @@ fn replay_from_a_sequence_reopens_later_events_of_selected_partitions_and_keeps_
 
 #[test]
 fn replay_from_a_time_reopens_later_events_of_every_partition() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = consumed_replay_stream(&http, &server);
 
     let (status, reopened) = post(
@@ -991,9 +961,7 @@ fn replay_from_a_time_reopens_later_events_of_every_partition() {
 
 #[test]
 fn replay_by_query_reopens_its_matches_whatever_its_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = consumed_replay_stream(&http, &server);
 
     let (status, reopened) = post(
@@ -1008,9 +976,7 @@ fn replay_by_query_reopens_its_matches_whatever_its_limit() {
 
 #[test]
 fn replay_by_event_ids_makes_the_current_holder_stale_and_spares_other_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = consumed_replay_stream(&http, &server);
     let replay = |body: Value| post(&http, &server, &format!("{g}/replay"), &body);
 
@@ -1036,9 +1002,7 @@ fn replay_by_event_ids_makes_the_current_holder_stale_and_spares_other_groups() 
 
 #[test]
 fn replay_refuses_bad_options_and_unknown_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = replay_stream(&http, &server);
 
     for body in [
@@ -1070,9 +1034,7 @@ fn replay_refuses_bad_options_and_unknown_groups() {
 
 #[test]
 fn reset_requires_confirmation_then_a_known_stream_and_partitions() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = replay_stream(&http, &server);
     let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
 
@@ -1114,9 +1076,7 @@ fn reset_requires_confirmation_then_a_known_stream_and_partitions() {
 
 #[test]
 fn a_reset_changes_the_ordering_of_every_partition_and_names_a_bad_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = replay_stream(&http, &server);
     let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
 
@@ -1146,9 +1106,7 @@ fn a_reset_changes_the_ordering_of_every_partition_and_names_a_bad_one() {
 
 #[test]
 fn a_reset_moves_the_start_point_and_attempts_start_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = consumed_replay_stream(&http, &server);
     let reset = |body: Value| post(&http, &server, &format!("{g}/reset"), &body);
     // A replay of everything: each event's last attempt was its second.
@@ -1178,9 +1136,7 @@ fn a_reset_moves_the_start_point_and_attempts_start_again() {
 
 #[test]
 fn dead_letters_are_listed_in_sequence_order_and_paged_by_event_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = dead_lettered_replay_stream(&http, &server);
 
     let (status, page) = get(&http, &server, &format!("{g}/dead-letters?limit=4"));
@@ -1234,9 +1190,7 @@ fn dead_letters_are_listed_in_sequence_order_and_paged_by_event_id() {
 
 #[test]
 fn a_redrive_by_ids_restarts_attempts_and_a_redrive_of_all_empties_the_dead_letters() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = dead_lettered_replay_stream(&http, &server);
     let redrive = |body: Value| post(&http, &server, &format!("{g}/dead-letters/redrive"), &body);
 
@@ -1273,9 +1227,7 @@ fn a_redrive_by_ids_restarts_attempts_and_a_redrive_of_all_empties_the_dead_lett
 
 #[test]
 fn a_redrive_refuses_bad_options_and_unknown_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
-    let http = agent();
+    let (_dir, server, http) = fresh();
     let g = dead_lettered_replay_stream(&http, &server);
 
     for body in [

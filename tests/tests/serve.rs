@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rheo_e2e::{Server, ServerOptions, agent, answer};
+use rheo_e2e::{Server, ServerOptions, agent, answer, run_rheo};
 use serde_json::json;
 use ureq::Agent;
 
@@ -108,4 +108,34 @@ fn serve_answers_http_on_sqlite_and_stops_cleanly_on_sigterm() {
     let (_, stream) = answer(http.get(again.url("/v1/streams/orders")).call());
     assert_eq!(stream["partitions"]["1"]["high_watermark"], 1);
     assert!(again.terminate().success());
+}
+
+/// One server owns a SQLite store: a second `rheo serve` on the same file
+/// refuses to start and names the first one's process; once the first is
+/// gone (killed: the lock goes with the process), a new one starts.
+#[test]
+fn a_second_server_on_one_sqlite_store_is_refused_and_names_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rheo.db");
+    let url = format!("sqlite://{}", db.display());
+    let mut first = Server::start(dir.path(), &ServerOptions::default());
+
+    let (ok, _, err) = run_rheo(&["serve", "--listen", "127.0.0.1:0", "--backend", &url]);
+    assert!(!ok, "a second server started:\n{err}");
+    assert!(
+        err.contains(&format!(
+            "in use by another rheo serve (pid {}",
+            first.pid()
+        )),
+        "the refusal names the first server:\n{err}"
+    );
+    assert!(err.contains(&format!("{}.lock", db.display())), "{err}");
+    // The first one never noticed.
+    let (status, _) = answer(agent().get(first.url("/readyz")).call());
+    assert_eq!(status, 200);
+
+    first.kill();
+    let second = Server::start(dir.path(), &ServerOptions::default());
+    let (status, _) = answer(agent().get(second.url("/readyz")).call());
+    assert_eq!(status, 200);
 }

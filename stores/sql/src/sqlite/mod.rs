@@ -11,6 +11,7 @@
 //! batch size. The schema is in `migrations/sqlite/`; statements in `sql/`.
 
 mod json;
+mod lock;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -24,6 +25,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row as _, SqlSafeStr};
 
+pub use self::lock::{LockError, StoreLock, lock_store};
 use super::sql::{
     Access, Arg, Builder, Column, Dialect, Phase, SqlBackend, map_error, run_migrations,
     statement_files, with_statements,
