@@ -5,6 +5,7 @@
 //! The file uses the long flag names with underscores:
 //!
 //! ```toml
+//! data_dir = "/var/lib/rheo"  # the SQLite store and the handlers, unless backend / handlers_dir say otherwise
 //! backend = "postgres://rheo@db/rheo"
 //! listen = "0.0.0.0:7070"
 //! auth_token = "…"
@@ -51,6 +52,12 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 /// working directory, like the default SQLite file).
 pub const DEFAULT_HANDLERS_DIR: &str = "rheo-handlers";
 
+/// The SQLite file in a data folder (`--data-dir`).
+pub const DATA_DIR_DATABASE: &str = "rheo.db";
+
+/// The handlers folder in a data folder (`--data-dir`).
+pub const DATA_DIR_HANDLERS: &str = "handlers";
+
 /// Longest node id (it is also part of every handler's consumer id).
 const MAX_NODE_ID_LEN: usize = 64;
 
@@ -74,6 +81,10 @@ const MIN_BODY_LIMIT: usize = 1024;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeOptions {
+    /// The folder of a single node's state: the SQLite store
+    /// (`rheo.db`) and the handlers (`handlers/`), unless `backend` or
+    /// `handlers_dir` name others.
+    pub data_dir: Option<PathBuf>,
     /// Backend URL.
     pub backend: Option<String>,
     /// Listen address, `host:port` (`:port` means 127.0.0.1; port 0 picks a free one).
@@ -138,6 +149,7 @@ impl ServeOptions {
     /// These settings, with the gaps filled from `fallback`.
     pub fn or(self, fallback: ServeOptions) -> ServeOptions {
         ServeOptions {
+            data_dir: self.data_dir.or(fallback.data_dir),
             backend: self.backend.or(fallback.backend),
             listen: self.listen.or(fallback.listen),
             auth_token: self.auth_token.or(fallback.auth_token),
@@ -168,6 +180,8 @@ impl ServeOptions {
 /// The resolved, checked configuration of a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
+    /// The data folder, created at start when given.
+    pub data_dir: Option<PathBuf>,
     /// Backend URL.
     pub backend: String,
     /// Address to bind, `host:port`.
@@ -207,9 +221,14 @@ impl ServeConfig {
     /// Fills unset options with the defaults and checks every value.
     pub fn resolve(options: ServeOptions) -> Result<Self, ConfigError> {
         let defaults = ApiSettings::default();
-        let backend = options
-            .backend
-            .unwrap_or_else(|| DEFAULT_BACKEND.to_owned());
+        let data_dir = options.data_dir;
+        if data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        let backend = options.backend.unwrap_or_else(|| match &data_dir {
+            Some(dir) => format!("sqlite://{}", dir.join(DATA_DIR_DATABASE).display()),
+            None => DEFAULT_BACKEND.to_owned(),
+        });
         if backend.trim().is_empty() {
             return Err(invalid("backend", "must not be empty"));
         }
@@ -338,6 +357,7 @@ impl ServeConfig {
             ));
         }
         Ok(Self {
+            data_dir: data_dir.clone(),
             handler_log_lines,
             log_format: options.log_format.unwrap_or_default(),
             otlp_endpoint: options.otlp_endpoint,
@@ -351,9 +371,10 @@ impl ServeConfig {
             node_timeout: std::time::Duration::from_millis(node_timeout_ms),
             test_clock: options.test_clock.unwrap_or(false),
             migrate: options.migrate.unwrap_or(true),
-            handlers_dir: options
-                .handlers_dir
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_HANDLERS_DIR)),
+            handlers_dir: options.handlers_dir.unwrap_or_else(|| match &data_dir {
+                Some(dir) => dir.join(DATA_DIR_HANDLERS),
+                None => PathBuf::from(DEFAULT_HANDLERS_DIR),
+            }),
             wasm_fuel: options.wasm_fuel.unwrap_or(false),
             api: ApiSettings {
                 auth_token: options.auth_token,
@@ -498,11 +519,31 @@ mod tests {
     fn defaults_apply_when_nothing_is_set() {
         let c = ServeConfig::resolve(ServeOptions::default()).unwrap();
         assert_eq!(c.backend, "sqlite://rheo.db");
+        assert_eq!(c.handlers_dir, PathBuf::from("rheo-handlers"));
+        assert_eq!(c.data_dir, None);
         assert_eq!(c.listen, "127.0.0.1:7070");
         assert!(!c.test_clock);
         assert!(c.migrate);
         assert_eq!(c.api, ApiSettings::default());
         assert_eq!(c.handler_log_lines, DEFAULT_LOG_LINES);
+    }
+
+    #[test]
+    fn a_data_dir_holds_the_sqlite_store_and_the_handlers_unless_told_otherwise() {
+        let c = ServeConfig::resolve(given(|o| o.data_dir = Some("/srv/rheo".into()))).unwrap();
+        assert_eq!(c.data_dir, Some(PathBuf::from("/srv/rheo")));
+        assert_eq!(c.backend, "sqlite:///srv/rheo/rheo.db");
+        assert_eq!(c.handlers_dir, PathBuf::from("/srv/rheo/handlers"));
+        let c = ServeConfig::resolve(given(|o| {
+            o.data_dir = Some("data".into());
+            o.backend = Some("postgres://db/rheo".into());
+            o.handlers_dir = Some("elsewhere".into());
+        }))
+        .unwrap();
+        assert_eq!(c.backend, "postgres://db/rheo");
+        assert_eq!(c.handlers_dir, PathBuf::from("elsewhere"));
+        let e = ServeConfig::resolve(given(|o| o.data_dir = Some("".into()))).unwrap_err();
+        assert!(e.to_string().contains("data_dir"), "{e}");
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub async fn run(
         None => SystemClock::shared(),
     };
     let url = redact(&config.backend);
+    if let Some(dir) = &config.data_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the data folder {}", dir.display()))?;
+    }
     // One server per SQLite store (docs/backends.md#one-server-per-sqlite-store):
     // held until this server returns.
     #[cfg(feature = "sqlite")]
@@ -336,5 +340,39 @@ mod tests {
             tokio::net::TcpStream::connect(addr).await.is_err(),
             "nothing listens after the stop"
         );
+    }
+
+    /// With only a data folder, the server creates it and keeps the SQLite
+    /// store, its lock and the handlers there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_keeps_its_state_in_the_data_folder() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let data = dir.path().join("state");
+        let config = ServeConfig::resolve(ServeOptions {
+            data_dir: Some(data.clone()),
+            ..ServeOptions::default()
+        })
+        .expect("a valid configuration");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("bound address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(run(config, listener, async {
+            let _ = stopped.await;
+        }));
+        let created = exchange(addr, "POST", "/v1/streams", r#"{"name": "orders"}"#).await;
+        assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+        for kept in ["rheo.db", "rheo.db.lock"] {
+            assert!(data.join(kept).is_file(), "{kept} in the data folder");
+        }
+        #[cfg(feature = "wasm")]
+        assert!(
+            data.join("handlers").is_dir(),
+            "handlers in the data folder"
+        );
+        stop.send(()).expect("the server is running");
+        server
+            .await
+            .expect("the server task")
+            .expect("a clean stop");
     }
 }

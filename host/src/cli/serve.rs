@@ -23,9 +23,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RHEO_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
 
+    /// The folder of this node's state: the SQLite store (DIR/rheo.db) and
+    /// the handlers (DIR/handlers), unless --backend or --handlers-dir name
+    /// others; created if missing [default: none: rheo.db and rheo-handlers
+    /// in the current folder]
+    #[arg(long, env = "RHEO_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
     /// Backend URL: sqlite://path.db, postgres://user@host/db[?schema=name],
     /// redis://host:port[/db][?prefix=name], mongodb://host:port/database, memory://
-    /// [default: sqlite://rheo.db]
+    /// [default: sqlite://rheo.db, or sqlite://DIR/rheo.db with --data-dir]
     #[arg(long, env = "RHEO_BACKEND", hide_env_values = true, value_name = "URL")]
     backend: Option<String>,
 
@@ -102,7 +109,7 @@ pub(crate) struct ServeArgs {
     /// at start and watched; handlers deployed through the API are kept
     /// there too. On a shared backend (cluster mode) handlers live in the
     /// backend and this directory only adds those the cluster lacks
-    /// [default: rheo-handlers]
+    /// [default: rheo-handlers, or DIR/handlers with --data-dir]
     #[arg(long, env = "RHEO_HANDLERS_DIR", value_name = "DIR")]
     handlers_dir: Option<PathBuf>,
 
@@ -166,6 +173,7 @@ pub(crate) struct ServeArgs {
 impl ServeArgs {
     fn options(&self) -> ServeOptions {
         ServeOptions {
+            data_dir: self.data_dir.clone(),
             backend: self.backend.clone(),
             listen: self.listen.clone(),
             auth_token: self.auth_token.clone(),
