@@ -52,6 +52,13 @@ pub async fn run(
     let store = backend::connect_with(&config.backend, clock, false, config.store_timeout)
         .await
         .with_context(|| format!("cannot open backend {url}"))?;
+    // A store a newer rheo migrated is not ours to read or write
+    // (docs/operations.md#upgrades), with or without --no-migrate.
+    store
+        .migration_status()
+        .await
+        .with_context(|| format!("reading the migrations of {url}"))?
+        .check_not_newer()?;
     if config.migrate {
         let applied = store
             .migrate()

@@ -38,6 +38,78 @@ fn migrate_creates_a_sqlite_schema_once() {
     assert!(second.contains("up to date"), "{second}");
 }
 
+/// `rheo migrate --status` lists what is applied and pending; a store a
+/// newer rheo migrated is listed as such, and `rheo serve` and `rheo
+/// migrate` refuse it, naming its schema and the newest this build knows.
+#[test]
+fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rheo.db");
+    let url = format!("sqlite://{}", db.display());
+    let status = || {
+        let (ok, out, err) = run_rheo(&["migrate", "--status", "--backend", &url]);
+        assert!(ok, "{err}");
+        out
+    };
+    let fresh = status();
+    assert!(
+        fresh.starts_with("sqlite: 0 applied, 4 pending\n"),
+        "{fresh}"
+    );
+    assert!(
+        fresh.contains("  pending  0001 streams and events\n"),
+        "{fresh}"
+    );
+    let (ok, _, err) = run_rheo(&["migrate", "--backend", &url]);
+    assert!(ok, "{err}");
+    let migrated = status();
+    assert!(
+        migrated.starts_with("sqlite: 4 applied, 0 pending\n"),
+        "{migrated}"
+    );
+    assert!(
+        migrated.contains("  applied  0005 ordering\n"),
+        "{migrated}"
+    );
+
+    // What a newer rheo's migration leaves in the store.
+    let recorded = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+             c.execute(\"INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (9999, 'from the future', 1, x'00', 0)\"); c.commit()",
+        ])
+        .arg(&db)
+        .status()
+        .expect("run python3");
+    assert!(recorded.success());
+    let newer = status();
+    assert!(
+        newer.starts_with("sqlite: 4 applied, 0 pending, 1 unknown to this rheo"),
+        "{newer}"
+    );
+    assert!(newer.contains("  unknown  9999\n"), "{newer}");
+    for args in [
+        vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            url.as_str(),
+        ],
+        vec!["migrate", "--backend", url.as_str()],
+    ] {
+        let (ok, _, err) = run_rheo(&args);
+        assert!(!ok, "{args:?} ran on a newer store");
+        assert!(
+            err.contains("the store's schema is at migration 9999, newer than this rheo"),
+            "{err}"
+        );
+        assert!(err.contains("its newest is 0005 ordering"), "{err}");
+    }
+}
+
 #[test]
 fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let Some(schema) = rheo_e2e::PgSchema::fresh() else {

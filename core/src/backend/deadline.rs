@@ -177,6 +177,11 @@ impl Backend for Bounded {
         self.inner.migrate().await
     }
 
+    async fn migration_status(&self) -> Result<super::MigrationStatus> {
+        self.read("migration_status", self.inner.migration_status())
+            .await
+    }
+
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         self.write("create_stream", self.inner.create_stream(req))
             .await

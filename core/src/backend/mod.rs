@@ -14,6 +14,7 @@ mod deadline;
 pub mod entry;
 mod error;
 pub mod memory;
+mod migrations;
 pub mod policy;
 mod redact;
 mod wakeup;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 pub use deadline::{DEFAULT_STORE_TIMEOUT, bounded};
 pub use deadline::{sending_read, sending_write};
 pub use error::{Error, Result};
+pub use migrations::MigrationStatus;
 pub use redact::{redact_url, redact_urls_in};
 pub use wakeup::{Notifier, Wakeup};
 
@@ -352,6 +354,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// now (none when it already was, or when the store has no schema).
     async fn migrate(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
+    }
+
+    /// Where the store's schema stands against this build: applied,
+    /// pending and unknown migrations (none for a store with no schema).
+    async fn migration_status(&self) -> Result<MigrationStatus> {
+        Ok(MigrationStatus::default())
     }
 
     /// Creates a stream.

@@ -140,6 +140,11 @@ impl Backend for Measured {
         self.metrics.time(self.kind, "migrate", call).await
     }
 
+    async fn migration_status(&self) -> Result<crate::backend::MigrationStatus> {
+        let call = self.inner.migration_status();
+        self.metrics.time(self.kind, "migration_status", call).await
+    }
+
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         let call = self.inner.create_stream(req);
         self.metrics.time(self.kind, "create_stream", call).await

@@ -41,6 +41,10 @@ impl Backend for MongoBackend {
         MongoBackend::migrate(self).await
     }
 
+    async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        MongoBackend::migration_status(self).await
+    }
+
     async fn ping(&self) -> Result<()> {
         MongoBackend::ping(self).await
     }

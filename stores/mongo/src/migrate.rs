@@ -89,6 +89,22 @@ const STEPS: &[Step] = &[
 ];
 
 impl MongoBackend {
+    /// The steps recorded in the store against this build's.
+    pub(crate) async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        let done: Vec<String> = self
+            .coll(MIGRATIONS)
+            .distinct("_id", doc! {})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?
+            .into_iter()
+            .filter_map(|id| id.as_str().map(str::to_owned))
+            .collect();
+        Ok(rheo_core::backend::MigrationStatus::of_names(
+            STEPS.iter().map(|s| s.name),
+            &done,
+        ))
+    }
+
     /// Runs the steps not recorded yet; returns their names.
     pub(crate) async fn migrate(&self) -> Result<Vec<String>> {
         let records = self.coll(MIGRATIONS);

@@ -190,3 +190,34 @@ fn a_url_gets_the_database_it_is_given() {
         "mongodb://h:1/z?a=b&c=d"
     );
 }
+
+/// A step a newer rheo recorded is unknown here, and refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_this_build_lacks_is_unknown_and_refused() {
+    use rheo_core::clock::FrozenClock;
+    use rheo_core::model::Timestamp;
+    let Some(b) = connect_fresh(FrozenClock::new(Timestamp::from_millis(0))).await else {
+        return;
+    };
+    let status = b.migration_status().await.expect("status");
+    assert!(
+        status.pending.is_empty() && status.unknown.is_empty(),
+        "{status:?}"
+    );
+    let newest = status.applied.last().expect("applied steps").clone();
+    b.coll(super::MIGRATIONS)
+        .insert_one(mongodb::bson::doc! {"_id": "9999_future", "applied_at": 0_i64})
+        .await
+        .expect("record a future step");
+    let status = b.migration_status().await.expect("status");
+    assert_eq!(status.unknown, ["9999_future"]);
+    let refused = status
+        .check_not_newer()
+        .expect_err("a newer store")
+        .to_string();
+    assert!(refused.contains("at migration 9999_future"), "{refused}");
+    assert!(
+        refused.contains(&format!("its newest is {newest}")),
+        "{refused}"
+    );
+}

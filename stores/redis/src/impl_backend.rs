@@ -47,6 +47,10 @@ impl Backend for RedisBackend {
         self.migrate_layout().await
     }
 
+    async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        self.layout_status().await
+    }
+
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         RedisBackend::create_stream(self, req).await
     }

@@ -42,6 +42,14 @@ impl RedisBackend {
         Ok(applied)
     }
 
+    /// The steps recorded in the store against this build's.
+    pub async fn layout_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        let done: Vec<String> = self
+            .run(redis::cmd("HKEYS").arg(self.keys.migrations()), Phase::Read)
+            .await?;
+        Ok(rheo_core::backend::MigrationStatus::of_names(STEPS, &done))
+    }
+
     /// `0001_gate_counts`: every partition of every ordered group gets the
     /// count of each gate's open deliveries, from its gates sorted set.
     async fn count_gates(&self) -> Result<()> {

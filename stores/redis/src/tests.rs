@@ -1282,3 +1282,34 @@ async fn the_gate_count_migration_counts_a_store_written_without_them() {
         .unwrap();
     assert!(left.is_empty(), "every gate closed: {left:?}");
 }
+
+/// A layout step a newer rheo recorded is unknown here, and refused.
+#[tokio::test]
+async fn a_layout_step_this_build_lacks_is_unknown_and_refused() {
+    let Some(b) = backend().await else { return };
+    let status = b.layout_status().await.expect("status");
+    assert_eq!(status.applied, ["0001_gate_counts"]);
+    assert!(
+        status.pending.is_empty() && status.unknown.is_empty(),
+        "{status:?}"
+    );
+    let record = redis::cmd("HSET")
+        .arg(b.keys.migrations())
+        .arg("9999_future")
+        .arg(0)
+        .clone();
+    b.run::<i64>(&record, super::Phase::Write)
+        .await
+        .expect("record a future step");
+    let status = b.layout_status().await.expect("status");
+    assert_eq!(status.unknown, ["9999_future"]);
+    let refused = status
+        .check_not_newer()
+        .expect_err("a newer store")
+        .to_string();
+    assert!(refused.contains("at migration 9999_future"), "{refused}");
+    assert!(
+        refused.contains("its newest is 0001_gate_counts"),
+        "{refused}"
+    );
+}

@@ -200,6 +200,21 @@ pub async fn ping_succeeds(h: &Harness) {
 
 /// Factories hand out migrated stores: migrating again applies nothing and
 /// keeps what is there.
+/// Once migrated, a store reports each of this build's migrations
+/// applied, none pending and none unknown, and the same after another
+/// `migrate` (`rheo migrate --status`).
+pub async fn a_migrated_store_reports_every_migration_applied(h: &Harness) {
+    h.b().migrate().await.expect("migrate");
+    let status = h.b().migration_status().await.expect("status");
+    assert_eq!(status.pending, Vec::<String>::new(), "{status:?}");
+    assert_eq!(status.unknown, Vec::<String>::new(), "{status:?}");
+    status
+        .check_not_newer()
+        .expect("a store this build migrated");
+    h.b().migrate().await.expect("migrate");
+    assert_eq!(h.b().migration_status().await.expect("status"), status);
+}
+
 pub async fn migrating_again_applies_nothing(h: &Harness) {
     let s = h.stream("s", 1).await;
     h.append_n(&s, 1).await;

@@ -367,6 +367,7 @@ macro_rules! __conformance_list {
             // streams and the event log
             log::ping_succeeds,
             log::migrating_again_applies_nothing,
+            log::a_migrated_store_reports_every_migration_applied,
             log::create_stream_returns_the_stream,
             log::create_stream_twice_is_already_exists,
             log::create_stream_with_bad_partition_count_is_refused,

@@ -102,6 +102,19 @@ pub struct PostgresDialect {
     deliveries_growth: Growth,
 }
 
+impl PostgresDialect {
+    /// A session of its own for migrations, without the statement, lock
+    /// and idle timeouts of the pool's (session.rs).
+    async fn migration_session(&self) -> Result<sqlx::PgPool> {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(self.migrations.clone())
+            .await
+            .map_err(|e| map_error(e, Phase::Connect))
+    }
+}
+
 impl Drop for PostgresDialect {
     fn drop(&mut self) {
         // The listener holds a pool handle; stopping it lets the pool close.
@@ -443,14 +456,7 @@ impl Dialect for PostgresDialect {
     }
 
     async fn migrate(&self) -> Result<Vec<String>> {
-        // A session of its own, without the statement, lock and idle
-        // timeouts of the pool's (session.rs).
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(self.migrations.clone())
-            .await
-            .map_err(|e| map_error(e, Phase::Connect))?;
+        let pool = self.migration_session().await?;
         if let Some(schema) = &self.schema {
             // The name was validated as a plain identifier.
             sqlx::query(AssertSqlSafe(format!(
@@ -463,6 +469,13 @@ impl Dialect for PostgresDialect {
         let applied = run_migrations(&MIGRATOR, &pool).await;
         pool.close().await;
         applied
+    }
+
+    async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        let pool = self.migration_session().await?;
+        let status = super::sql::migration_status(&MIGRATOR, &pool).await;
+        pool.close().await;
+        status
     }
 
     async fn notify_in<'a>(

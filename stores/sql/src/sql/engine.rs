@@ -377,6 +377,10 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         self.dialect.migrate().await
     }
 
+    async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        self.dialect.migration_status().await
+    }
+
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         self.create_stream_tx(req).await
     }

@@ -327,6 +327,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
     /// Applies pending migrations; returns the ones applied now.
     fn migrate(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
 
+    /// Applied, pending and unknown migrations.
+    fn migration_status(
+        &self,
+    ) -> impl Future<Output = Result<rheo_core::backend::MigrationStatus, Error>> + Send;
+
     /// Wakes handlers of `stream` on every node once the transaction
     /// commits (PostgreSQL `NOTIFY`); nothing where wake-ups stay in process.
     fn notify_in<'a>(
@@ -459,6 +464,52 @@ where
         .filter(|m| after.contains(&m.version) && !before.contains(&m.version))
         .map(|m| format!("{:04} {}", m.version, m.description))
         .collect())
+}
+
+/// Where the store on `pool` stands against `migrator`'s migrations.
+pub(crate) async fn migration_status<Db: sqlx::Database>(
+    migrator: &sqlx::migrate::Migrator,
+    pool: &sqlx::Pool<Db>,
+) -> Result<rheo_core::backend::MigrationStatus, Error>
+where
+    Db::Connection: sqlx::migrate::Migrate,
+{
+    use sqlx::migrate::Migrate as _;
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| Error::BackendUnavailable(format!("reading the migrations: {e}")))?;
+    // Read only: a store no rheo migrated yet has no table (or schema),
+    // and reading it fails: nothing is applied there.
+    let applied: Vec<i64> = conn
+        .list_applied_migrations(&migrator.table_name)
+        .await
+        .map_or_else(
+            |_| Vec::new(),
+            |a| a.into_iter().map(|m| m.version).collect(),
+        );
+    let name = |m: &sqlx::migrate::Migration| format!("{:04} {}", m.version, m.description);
+    let known: Vec<&sqlx::migrate::Migration> = migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .collect();
+    Ok(rheo_core::backend::MigrationStatus {
+        applied: known
+            .iter()
+            .filter(|m| applied.contains(&m.version))
+            .map(|m| name(m))
+            .collect(),
+        pending: known
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| name(m))
+            .collect(),
+        unknown: applied
+            .iter()
+            .filter(|v| !known.iter().any(|m| m.version == **v))
+            .map(|v| format!("{v:04}"))
+            .collect(),
+    })
 }
 
 /// The versions applied so far (none before the first migration).

@@ -256,6 +256,10 @@ impl Dialect for SqliteDialect {
         run_migrations(&MIGRATOR, &self.writer).await
     }
 
+    async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
+        super::sql::migration_status(&MIGRATOR, &self.writer).await
+    }
+
     const PLACEHOLDER: char = '?';
     const BYTE_COLLATION: &'static str = "";
     const JSON_CONDITION: fn(&mut Builder, &str, &[String], &Condition) = json::condition;

@@ -201,3 +201,38 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         }
     }
 }
+
+/// A store a newer rheo migrated (a migration this build lacks) reports
+/// it as unknown, and is refused naming its schema and ours.
+#[tokio::test]
+async fn a_migration_this_build_lacks_is_unknown_and_refused() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let clock: SharedClock = FrozenClock::new(Timestamp::from_millis(0));
+    let backend = SqliteBackend::open(&url, clock, true)
+        .await
+        .expect("open and migrate");
+    let before = backend.migration_status().await.expect("status");
+    assert_eq!(before.applied.len(), super::MIGRATOR.iter().count());
+    assert_eq!(before.applied[0], "0001 streams and events");
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&backend.dialect.writer)
+    .await
+    .expect("record a future migration");
+    let after = backend.migration_status().await.expect("status");
+    assert_eq!(after.unknown, ["9999"]);
+    assert_eq!(after.applied, before.applied);
+    let refused = after
+        .check_not_newer()
+        .expect_err("a newer store")
+        .to_string();
+    let newest = before.applied.last().expect("applied");
+    assert!(refused.contains("at migration 9999"), "{refused}");
+    assert!(
+        refused.contains(&format!("its newest is {newest}")),
+        "{refused}"
+    );
+}
