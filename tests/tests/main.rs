@@ -7,6 +7,7 @@
 mod api_groups;
 mod api_handlers;
 mod api_streams;
+mod backup;
 mod chaos;
 mod cli;
 mod cluster;

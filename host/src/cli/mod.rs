@@ -2,11 +2,13 @@
 //! a `run`. Library errors are turned into messages (with `anyhow` context)
 //! here and nowhere else.
 //!
-//! `serve`, `migrate`, `bench` and `demo` run on a tokio runtime; the ops commands
+//! `serve`, `migrate`, `backup`, `restore`, `bench` and `demo` run on a tokio runtime; the ops commands
 //! (`ops/`) are blocking HTTP clients of a running server and run before
 //! any runtime exists, sharing `client` (HTTP), `table` (aligned output)
 //! and `multipart` (handler uploads).
 
+#[cfg(feature = "sqlite")]
+mod backup;
 mod bench;
 mod client;
 #[cfg(all(feature = "sqlite", feature = "wasm"))]
@@ -68,6 +70,14 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Create or update the database schema of a backend.
     Migrate(migrate::MigrateArgs),
+    /// Copy a single node's SQLite store (live: a server may be running)
+    /// and its handlers into one backup file.
+    #[cfg(feature = "sqlite")]
+    Backup(backup::BackupArgs),
+    /// Restore a backup file (`rheo backup`) into a new data folder or
+    /// store and handlers folder.
+    #[cfg(feature = "sqlite")]
+    Restore(backup::RestoreArgs),
     /// Measure append, fetch+ack and end-to-end handler throughput and
     /// latency on a backend.
     Bench(bench::BenchArgs),
@@ -93,6 +103,10 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Ops(command) => command.run(),
         Command::Serve(args) => on_runtime(args.run(verbosity)),
         Command::Migrate(args) => on_runtime(args.run()),
+        #[cfg(feature = "sqlite")]
+        Command::Backup(args) => on_runtime(args.run()),
+        #[cfg(feature = "sqlite")]
+        Command::Restore(args) => on_runtime(args.run()),
         Command::Bench(args) => on_runtime(args.run()),
         #[cfg(all(feature = "sqlite", feature = "wasm"))]
         Command::Demo(args) => on_runtime(args.run()),

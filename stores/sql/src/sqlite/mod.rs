@@ -10,6 +10,7 @@
 //! read with `json_each`, so every statement stays static whatever the
 //! batch size. The schema is in `migrations/sqlite/`; statements in `sql/`.
 
+mod backup;
 mod json;
 mod lock;
 
@@ -25,6 +26,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row as _, SqlSafeStr};
 
+pub use self::backup::{BackupSummary, backup, restore};
 pub use self::lock::{LockError, StoreLock, lock_store};
 use super::sql::{
     Access, Arg, Builder, Column, Dialect, Phase, SqlBackend, map_error, run_migrations,
