@@ -314,23 +314,48 @@ mod tests {
         answer
     }
 
+    /// A server running in-process on port 0, and how to stop it.
+    struct InProcess {
+        addr: SocketAddr,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    }
+
+    impl InProcess {
+        /// Starts `server::run` with `options` on a listener bound here.
+        async fn start(options: ServeOptions) -> InProcess {
+            let config = ServeConfig::resolve(options).expect("a valid configuration");
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("bound address");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(run(config, listener, async {
+                let _ = stopped.await;
+            }));
+            InProcess { addr, stop, task }
+        }
+
+        /// Ends its shutdown future; expects a clean stop.
+        async fn stop(self) {
+            self.stop.send(()).expect("the server is running");
+            self.task
+                .await
+                .expect("the server task")
+                .expect("a clean stop");
+        }
+    }
+
     /// A server started in-process on a listener the caller bound serves
     /// the API, and stops (draining, `Ok`) when its shutdown future ends.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_server_runs_in_process_on_its_listener_until_told_to_stop() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let config = ServeConfig::resolve(ServeOptions {
+        let server = InProcess::start(ServeOptions {
             backend: Some("sqlite::memory:".into()),
             handlers_dir: Some(dir.path().join("handlers")),
             ..ServeOptions::default()
         })
-        .expect("a valid configuration");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("bound address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(run(config, listener, async {
-            let _ = stopped.await;
-        }));
+        .await;
+        let addr = server.addr;
 
         let created = exchange(addr, "POST", "/v1/streams", r#"{"name": "orders"}"#).await;
         assert!(created.starts_with("HTTP/1.1 201"), "{created}");
@@ -338,11 +363,7 @@ mod tests {
         assert!(listed.starts_with("HTTP/1.1 200"), "{listed}");
         assert!(listed.contains(r#""name":"orders""#), "{listed}");
 
-        stop.send(()).expect("the server is running");
-        server
-            .await
-            .expect("the server task")
-            .expect("a clean stop");
+        server.stop().await;
         assert!(
             tokio::net::TcpStream::connect(addr).await.is_err(),
             "nothing listens after the stop"
@@ -355,18 +376,12 @@ mod tests {
     async fn a_server_keeps_its_state_in_the_data_folder() {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let data = dir.path().join("state");
-        let config = ServeConfig::resolve(ServeOptions {
+        let server = InProcess::start(ServeOptions {
             data_dir: Some(data.clone()),
             ..ServeOptions::default()
         })
-        .expect("a valid configuration");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("bound address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(run(config, listener, async {
-            let _ = stopped.await;
-        }));
-        let created = exchange(addr, "POST", "/v1/streams", r#"{"name": "orders"}"#).await;
+        .await;
+        let created = exchange(server.addr, "POST", "/v1/streams", r#"{"name": "orders"}"#).await;
         assert!(created.starts_with("HTTP/1.1 201"), "{created}");
         for kept in ["rheo.db", "rheo.db.lock"] {
             assert!(data.join(kept).is_file(), "{kept} in the data folder");
@@ -376,10 +391,6 @@ mod tests {
             data.join("handlers").is_dir(),
             "handlers in the data folder"
         );
-        stop.send(()).expect("the server is running");
-        server
-            .await
-            .expect("the server task")
-            .expect("a clean stop");
+        server.stop().await;
     }
 }
