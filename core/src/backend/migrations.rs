@@ -18,26 +18,37 @@ pub struct MigrationStatus {
 }
 
 impl MigrationStatus {
-    /// The status of a store that recorded `done` (names, any order),
-    /// against the `known` migrations of this build (in order), for stores
-    /// whose records are the names themselves (Redis, MongoDB).
-    pub fn of_names<'a>(known: impl IntoIterator<Item = &'a str>, done: &[String]) -> Self {
-        let known: Vec<&str> = known.into_iter().collect();
+    /// The status of a store that recorded `done` (any order), against
+    /// the `known` migrations of this build (in order, each with its
+    /// name); a recorded one this build lacks is named by `unknown_name`.
+    pub fn split<K: PartialEq + Ord>(
+        known: impl IntoIterator<Item = (K, String)>,
+        mut done: Vec<K>,
+        unknown_name: impl Fn(&K) -> String,
+    ) -> Self {
+        let known: Vec<(K, String)> = known.into_iter().collect();
         let (applied, pending) = known
             .iter()
-            .map(|name| (*name).to_owned())
-            .partition(|name| done.contains(name));
-        let mut unknown: Vec<String> = done
-            .iter()
-            .filter(|name| !known.contains(&name.as_str()))
-            .cloned()
-            .collect();
-        unknown.sort();
+            .partition::<Vec<_>, _>(|(k, _)| done.contains(k));
+        done.sort();
         MigrationStatus {
-            applied,
-            pending,
-            unknown,
+            applied: applied.into_iter().map(|(_, name)| name.clone()).collect(),
+            pending: pending.into_iter().map(|(_, name)| name.clone()).collect(),
+            unknown: done
+                .iter()
+                .filter(|k| !known.iter().any(|(known, _)| known == *k))
+                .map(unknown_name)
+                .collect(),
         }
+    }
+
+    /// [`split`](Self::split) for stores whose records are the names
+    /// themselves (Redis, MongoDB).
+    pub fn of_names<'a>(known: impl IntoIterator<Item = &'a str>, done: &[String]) -> Self {
+        let known = known
+            .into_iter()
+            .map(|name| (name.to_owned(), name.to_owned()));
+        Self::split(known, done.to_vec(), String::clone)
     }
 
     /// Refuses a store a newer `rheo` migrated: this build does not know

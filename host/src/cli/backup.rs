@@ -39,7 +39,7 @@ impl Place {
             ..ServeOptions::default()
         })?;
         let url = config.backend;
-        if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        if !sqlite::is_file_store(&url) {
             bail!(
                 "rheo backup and restore copy a SQLite store, not {}: back PostgreSQL, Redis \
                  and MongoDB up with their own tools (docs/operations.md#backup-and-restore)",

@@ -50,38 +50,35 @@ async fn connect_fresh(clock: rheo_core::clock::SharedClock) -> Option<RedisBack
     let mut backend = RedisBackend::connect(&format!("{url}{sep}prefix={prefix}"), clock, TIMEOUT)
         .await
         .expect("connect to TEST_REDIS_URL");
-    backend.janitor = Some(Arc::new(Janitor {
-        url,
-        pattern: backend.keys.all(),
-    }));
+    backend.janitor = Some(Arc::new(janitor(&url, backend.keys.all())));
     // As `rheo serve` opens it.
     backend.migrate_layout().await.expect("migrate");
     Some(backend)
 }
 
-/// Deletes every key matching `pattern` when dropped (the end of a test).
-#[derive(Debug)]
-pub(super) struct Janitor {
-    url: String,
-    pattern: String,
-}
+pub(super) use rheo_core::backend::conformance::Janitor;
 
-impl Drop for Janitor {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+/// Deletes every key matching `pattern` when dropped (the end of a test,
+/// passed or failed).
+fn janitor(url: &str, pattern: String) -> Janitor {
+    let url = url.to_owned();
+    Janitor::new(move || async move {
+        let Ok(client) = redis::Client::open(url.as_str()) else {
             return;
         };
-        let Ok(mut conn) = client.get_connection() else {
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
             return;
         };
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(&self.pattern)
-            .query(&mut conn)
+            .arg(&pattern)
+            .query_async(&mut conn)
+            .await
             .unwrap_or_default();
         for chunk in keys.chunks(500) {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEL").arg(chunk).query_async(&mut conn).await;
         }
-    }
+    })
 }
 
 /// A prefix of its own for one test (`rheo_t_<unix secs>_<random>`); the
@@ -1173,10 +1170,7 @@ async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {
         return;
     };
     let prefix = fresh_prefix(&url).await;
-    let janitor = Arc::new(Janitor {
-        url: url.clone(),
-        pattern: format!("{prefix}:*"),
-    });
+    let janitor = janitor(&url, format!("{prefix}:*"));
     rheo_core::backend::conformance::outage::a_lost_connection_is_unavailable_or_ambiguous_and_recovers(
         &url,
         |relayed, clock| async move {
@@ -1196,10 +1190,7 @@ async fn a_stalled_connection_answers_within_the_deadline_and_recovers() {
         return;
     };
     let prefix = fresh_prefix(&url).await;
-    let janitor = Arc::new(Janitor {
-        url: url.clone(),
-        pattern: format!("{prefix}:*"),
-    });
+    let janitor = janitor(&url, format!("{prefix}:*"));
     rheo_core::backend::conformance::outage::a_stalled_store_answers_within_the_deadline_and_recovers(
         &url,
         std::time::Duration::from_millis(1_500),

@@ -447,6 +447,11 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
+/// A migration as `rheo migrate` names it: "0001 streams and events".
+fn migration_name(m: &sqlx::migrate::Migration) -> String {
+    format!("{:04} {}", m.version, m.description)
+}
+
 /// Applies `migrator`'s pending migrations on `pool`; returns the ones
 /// applied now, as "0001 streams and events".
 pub(crate) async fn run_migrations<Db: sqlx::Database>(
@@ -462,7 +467,7 @@ where
     Ok(migrator
         .iter()
         .filter(|m| after.contains(&m.version) && !before.contains(&m.version))
-        .map(|m| format!("{:04} {}", m.version, m.description))
+        .map(migration_name)
         .collect())
 }
 
@@ -488,28 +493,15 @@ where
             |_| Vec::new(),
             |a| a.into_iter().map(|m| m.version).collect(),
         );
-    let name = |m: &sqlx::migrate::Migration| format!("{:04} {}", m.version, m.description);
-    let known: Vec<&sqlx::migrate::Migration> = migrator
+    let known = migrator
         .iter()
         .filter(|m| m.migration_type.is_up_migration())
-        .collect();
-    Ok(rheo_core::backend::MigrationStatus {
-        applied: known
-            .iter()
-            .filter(|m| applied.contains(&m.version))
-            .map(|m| name(m))
-            .collect(),
-        pending: known
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .map(|m| name(m))
-            .collect(),
-        unknown: applied
-            .iter()
-            .filter(|v| !known.iter().any(|m| m.version == **v))
-            .map(|v| format!("{v:04}"))
-            .collect(),
-    })
+        .map(|m| (m.version, migration_name(m)));
+    Ok(rheo_core::backend::MigrationStatus::split(
+        known,
+        applied,
+        |v| format!("{v:04}"),
+    ))
 }
 
 /// The versions applied so far (none before the first migration).

@@ -57,7 +57,7 @@ pub enum LockError {
 /// for an in-memory database (nothing to share) or a URL that is not
 /// SQLite's (opening it reports that).
 pub fn lock_store(url: &str) -> Result<Option<StoreLock>, LockError> {
-    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+    if !super::is_file_store(url) {
         return Ok(None);
     }
     let Ok(options) = SqliteConnectOptions::from_str(url) else {

@@ -46,6 +46,17 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections for a file database.
 const READERS: u32 = 4;
 
+/// Whether the SQLite URL `url` names an in-memory database (it lives in
+/// its one connection: no file, nothing to share, lock or back up).
+pub fn is_in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+/// Whether `url` names a SQLite database file.
+pub fn is_file_store(url: &str) -> bool {
+    url.starts_with("sqlite:") && !is_in_memory(url)
+}
+
 /// Streams and groups in one SQLite database file.
 pub type SqliteBackend = SqlBackend<SqliteDialect>;
 
@@ -81,7 +92,7 @@ impl SqlBackend<SqliteDialect> {
             // leaves of the claim indexes stay in memory, so claim and
             // settle cost does not grow with history.
             .pragma("cache_size", "-65536");
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let in_memory = is_in_memory(url);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
