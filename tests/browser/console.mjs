@@ -152,7 +152,7 @@ const scenarios = {
     await screenshot(page, 'nodes');
   },
 
-  /** Two dead letters; Redrive brings one back and the count goes down. */
+  /** Two dead letters; Redrive brings one back and the count goes down; then the group is deleted. */
   async redrive(page) {
     await go(page, '#/groups/payments/audit');
     await textOf(page, 'group-dead-letters', (t) => number(t) === 2, 'two dead letters');
@@ -172,6 +172,18 @@ const scenarios = {
     await textOf(page, 'group-dead-letters', (t) => number(t) === 0, 'no dead letters');
     await until('the empty state', async () => (await byId(page, 'dead-letters-table').locator('td.empty').count()) === 1);
     step('group page: no dead letters left');
+
+    // Deleting the group: the button waits for its name to be typed.
+    await byId(page, 'delete-group-section').locator('summary').click();
+    const remove = byId(page, 'delete-group');
+    if (!(await remove.isDisabled())) throw new Error('Delete is enabled before the name is typed');
+    await byId(page, 'delete-group-name').fill('audi');
+    if (!(await remove.isDisabled())) throw new Error('Delete is enabled with the wrong name');
+    await byId(page, 'delete-group-name').fill('audit');
+    await remove.click();
+    await until('the groups page', async () => page.url().endsWith('#/groups'));
+    await until('no group left', async () => (await byId(page, 'groups-table').locator('td.empty').count()) === 1);
+    step('group page: deleted; the groups page lists none');
   },
 
   /** A new module uploaded through the file input; the page shows the new version and digest; then a deploy from the form. */

@@ -183,7 +183,7 @@ fn console_shows_streams_events_and_a_group_draining_to_zero_lag() {
 }
 
 #[test]
-fn console_redrives_dead_letters() {
+fn console_redrives_dead_letters_and_deletes_the_group() {
     if browser_ready().is_none() {
         return;
     }
@@ -228,13 +228,13 @@ fn console_redrives_dead_letters() {
 
     run_scenario(&server, "redrive", &[]);
 
-    let (status, page) = support::get(
-        &http,
-        &server,
-        "/v1/streams/payments/groups/audit/dead-letters",
-    );
-    assert_eq!(status, 200, "{page}");
-    assert_eq!(page["dead_letters"], json!([]), "{page}");
+    // The page deleted the group, and only the group.
+    let (status, body) = support::get(&http, &server, "/v1/streams/payments/groups/audit");
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "group_not_found", "{body}");
+    let (status, body) = support::get(&http, &server, "/v1/streams/payments");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["partitions"]["0"]["high_watermark"], 3, "{body}");
 }
 
 #[test]

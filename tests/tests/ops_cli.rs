@@ -118,6 +118,53 @@ fn streams_are_listed_created_and_a_duplicate_is_refused() {
 }
 
 #[test]
+fn a_group_and_a_stream_are_deleted_only_with_confirm() {
+    let (_dir, server) = start();
+    create_orders(&server);
+    ok(&server, &["groups", "create", "orders", "billing"]);
+    ok(&server, &["groups", "create", "orders", "audit"]);
+    for args in [
+        &["groups", "delete", "orders", "billing"][..],
+        &["streams", "delete", "orders"][..],
+    ] {
+        let refused = rheo(&server, args);
+        assert_eq!(refused.code, Some(1), "{args:?}");
+        assert!(
+            refused.stderr.contains("without --confirm")
+                && refused.stderr.contains("(confirm_required)"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let out = ok(
+        &server,
+        &["groups", "delete", "orders", "billing", "--confirm"],
+    );
+    assert_eq!(out.trim(), "deleted group billing of stream orders");
+    let groups = ok(&server, &["groups", "orders"]);
+    assert!(
+        !groups.contains("billing") && groups.contains("audit"),
+        "{groups}"
+    );
+    let missing = rheo(
+        &server,
+        &["groups", "delete", "orders", "billing", "--confirm"],
+    );
+    assert!(
+        missing.stderr.contains("(group_not_found)"),
+        "{}",
+        missing.stderr
+    );
+
+    let out = ok(&server, &["streams", "delete", "orders", "--confirm"]);
+    assert_eq!(out.trim(), "deleted stream orders");
+    assert!(ok(&server, &["streams"]).contains("no streams yet"));
+    ok(&server, &["streams", "create", "orders"]);
+    let answer = ok_json(&server, &["streams", "delete", "orders", "--confirm"]);
+    assert_eq!(answer, json!({"deleted": true, "removed_handlers": []}));
+}
+
+#[test]
 fn groups_are_created_and_listed_with_their_settings() {
     let (_dir, server) = start();
     create_orders(&server);

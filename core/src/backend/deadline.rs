@@ -34,8 +34,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::cluster::{ClusterStore, HandlerRecord, NodeRecord};
@@ -276,6 +277,16 @@ impl Backend for Bounded {
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         self.write("reset", self.inner.reset(req)).await
+    }
+
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
+        self.write("delete_stream", self.inner.delete_stream(req))
+            .await
+    }
+
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()> {
+        self.write("delete_group", self.inner.delete_group(req))
+            .await
     }
 
     fn notifier(&self) -> &Notifier {

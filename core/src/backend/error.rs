@@ -33,8 +33,8 @@ pub enum Error {
     /// A dead-letter page cursor names an event the stream does not have.
     #[error("cursor {0:?} not found")]
     CursorNotFound(String),
-    /// Reset needs `confirm: true`.
-    #[error("reset needs confirm: true")]
+    /// A reset or a delete needs `confirm: true`.
+    #[error("this deletes state for good and needs confirm: true")]
     ConfirmRequired,
     /// A partition outside `0..partition_count`.
     #[error("partition {partition} does not exist (the stream has {partition_count})")]

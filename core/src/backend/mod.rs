@@ -10,6 +10,7 @@
 //! is refused with [`Error::Invalid`] (or a more specific code) before
 //! anything is written.
 
+pub mod catalog;
 mod deadline;
 pub mod entry;
 mod error;
@@ -285,9 +286,7 @@ impl ResetRequest {
     /// change resets every partition (partitions are checked
     /// against the stream).
     pub fn validate(&self) -> Result<()> {
-        if !self.confirm {
-            return Err(Error::ConfirmRequired);
-        }
+        confirmed(self.confirm)?;
         self.start.validate()?;
         if self.ordering.is_some() && self.partitions != Partitions::All {
             return Err(Error::invalid(
@@ -297,6 +296,50 @@ impl ResetRequest {
             ));
         }
         Ok(())
+    }
+}
+
+/// Delete a stream with its events, groups and everything they hold
+/// (`docs/operations.md#deleting-streams-and-groups`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteStream {
+    /// The stream.
+    pub stream: StreamName,
+    /// Must be true; checked before anything else.
+    pub confirm: bool,
+}
+
+impl DeleteStream {
+    /// Checks `confirm`.
+    pub fn validate(&self) -> Result<()> {
+        confirmed(self.confirm)
+    }
+}
+
+/// Delete a group with its delivery state and dead letters; the stream
+/// and its other groups are left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteGroup {
+    /// The stream.
+    pub stream: StreamName,
+    /// The group.
+    pub group: GroupName,
+    /// Must be true; checked before anything else.
+    pub confirm: bool,
+}
+
+impl DeleteGroup {
+    /// Checks `confirm`.
+    pub fn validate(&self) -> Result<()> {
+        confirmed(self.confirm)
+    }
+}
+
+fn confirmed(confirm: bool) -> Result<()> {
+    if confirm {
+        Ok(())
+    } else {
+        Err(Error::ConfirmRequired)
     }
 }
 
@@ -441,9 +484,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// restarts them at `start`.
     async fn reset(&self, req: ResetRequest) -> Result<()>;
 
+    /// Deletes a stream: its events, its groups and their state, all at
+    /// once. Leases of it become unknown (`stream_not_found`), and a stream
+    /// created with the name afterwards starts empty. Other nodes of a
+    /// shared store stop using what they knew of it within
+    /// [`catalog::CHECK_EVERY`] (`docs/operations.md#deleting-streams-and-groups`).
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()>;
+
+    /// Deletes a group: its cursors, deliveries, leases and dead letters.
+    /// The stream and its other groups are untouched; a group created with
+    /// the name afterwards starts from its own start position.
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()>;
+
     /// The wake-ups of this backend's process: the backend bumps a stream
     /// when something may have become claimable on it (an append, an
-    /// immediate nack, a replay, a redrive, a reset).
+    /// immediate nack, a replay, a redrive, a reset, a delete).
     fn notifier(&self) -> &Notifier;
 
     /// A wake-up handle that fires when something may have become

@@ -36,7 +36,7 @@ pub use query::{
     MAX_QUERY_LIMIT, OrderBy, OrderField, Page, Position, Query, QueryCursor, RangeOp, json_cmp,
     json_eq, parse_where,
 };
-pub use stream::{MAX_PARTITIONS, Stream};
+pub use stream::{MAX_PARTITIONS, MAX_RETENTION_AGE_MS, Retention, RetentionPolicy, Stream};
 pub use time::{Timestamp, human_ms};
 
 /// 128 random bits as URL-safe base64 without padding (22 characters).

@@ -20,3 +20,91 @@ pub struct Stream {
     /// Last allocated sequence per partition (index = partition; 0 = empty).
     pub high_watermarks: Vec<u64>,
 }
+
+/// The longest `max_age_ms` a retention may have: 100 years.
+pub const MAX_RETENTION_AGE_MS: u64 = 100 * 365 * 86_400_000;
+
+/// How long a stream keeps its events (`docs/log.md#retention`); a stream
+/// without one keeps everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// Events older than this (by their timestamp) are removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_ms: Option<u64>,
+    /// Each partition keeps at most its newest this many events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<u64>,
+    /// `limits` (default): the limits alone decide; `interest`: an event
+    /// goes once every group has settled it, the limits as a hard cap.
+    #[serde(default)]
+    pub policy: RetentionPolicy,
+}
+
+/// What removes events besides the limits (`docs/log.md#retention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RetentionPolicy {
+    /// Only the limits: events go whatever the groups did.
+    #[default]
+    Limits,
+    /// Also every event all the stream's groups have settled (acked or
+    /// dead-lettered); a stream without groups keeps everything.
+    Interest,
+}
+
+impl RetentionPolicy {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetentionPolicy::Limits => "limits",
+            RetentionPolicy::Interest => "interest",
+        }
+    }
+}
+
+impl Retention {
+    /// Checks the limits: each at least 1, an age at most
+    /// [`MAX_RETENTION_AGE_MS`], and `limits` with at least one limit.
+    pub fn validate(&self) -> Result<(), super::ValidationError> {
+        use super::ValidationError;
+        if let Some(ms) = self.max_age_ms
+            && !(1..=MAX_RETENTION_AGE_MS).contains(&ms)
+        {
+            return Err(ValidationError::new(
+                "retention.max_age_ms",
+                format!("must be between 1 and {MAX_RETENTION_AGE_MS} (got {ms})"),
+            ));
+        }
+        if let Some(n) = self.max_events
+            && !(1..=super::MAX_SEQUENCE).contains(&n)
+        {
+            return Err(ValidationError::new(
+                "retention.max_events",
+                format!("must be between 1 and {} (got {n})", super::MAX_SEQUENCE),
+            ));
+        }
+        if self.policy == RetentionPolicy::Limits
+            && self.max_age_ms.is_none()
+            && self.max_events.is_none()
+        {
+            return Err(ValidationError::new(
+                "retention",
+                "the limits policy needs max_age_ms or max_events \
+                 (leave retention out to keep every event)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The form stores keep (JSON text).
+    pub fn to_text(&self) -> String {
+        serde_json::to_string(self).expect("a retention serializes")
+    }
+
+    /// Reads what [`Retention::to_text`] wrote.
+    pub fn from_text(text: &str) -> Result<Self, super::ValidationError> {
+        serde_json::from_str(text)
+            .map_err(|e| super::ValidationError::new("retention", format!("stored retention: {e}")))
+    }
+}

@@ -42,6 +42,9 @@ pub enum ApiError {
     PayloadTooLarge(String),
     /// The body is not `application/json`.
     UnsupportedMediaType(String),
+    /// A delete of what a handler consumes, without `force`; the text names
+    /// the handlers.
+    HandlerBound(String),
     /// Something broke inside the server; the text is logged, never shown.
     Internal(String),
     /// A handler operation was refused.
@@ -66,6 +69,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::HandlerBound(_) => StatusCode::CONFLICT,
             #[cfg(feature = "wasm")]
             ApiError::Handler(e) => {
                 use crate::handlers::RegistryError as R;
@@ -93,6 +97,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Internal(_) => "internal",
+            ApiError::HandlerBound(_) => "handler_bound",
             #[cfg(feature = "wasm")]
             ApiError::Handler(e) => {
                 use crate::handlers::RegistryError as R;
@@ -129,7 +134,7 @@ impl ApiError {
             }
             ApiError::Backend(e) | ApiError::Refused(e) => e.to_string(),
             ApiError::Unauthorized(why) | ApiError::Forbidden(why) => (*why).to_owned(),
-            ApiError::NotFound(what) => what.clone(),
+            ApiError::NotFound(what) | ApiError::HandlerBound(what) => what.clone(),
             ApiError::MethodNotAllowed => "method not allowed on this path".into(),
             ApiError::PayloadTooLarge(why) | ApiError::UnsupportedMediaType(why) => why.clone(),
             #[cfg(feature = "wasm")]

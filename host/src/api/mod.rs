@@ -7,6 +7,7 @@
 //! - `groups` — consumer groups, leases (fetch with long polls, settle), recovery.
 //! - `handlers` — WebAssembly handlers: deploy, hot swap, rollback, pause, remove.
 //! - `health` — `/healthz`, `/readyz`, `/metrics`.
+//! - `delete` — deleting streams and groups (`?confirm=true`, `force`).
 //! - `clock` — `/v1/test/clock`, live only with the test clock.
 //! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
 //! - `auth`, `metrics` — middleware; `openapi` — the document.
@@ -18,6 +19,7 @@
 
 mod auth;
 mod clock;
+mod delete;
 pub(crate) mod dto;
 mod error;
 mod extract;
@@ -57,6 +59,7 @@ pub fn router(state: AppState) -> Router {
     let app = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(streams::router())
         .merge(groups::router())
+        .merge(delete::router())
         .merge(clock::router())
         .merge(nodes::router())
         .merge(health::router());

@@ -363,7 +363,20 @@ fn add_body_rules(doc: &mut Value) {
             .into_iter()
             .flat_map(|o| o.values_mut())
         {
-            let id = operation["operationId"].as_str().unwrap_or_default();
+            let id = operation["operationId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let id = id.as_str();
+            // delete::confirmed: a delete needs `confirm=true`.
+            if matches!(id, "stream_delete" | "group_delete") {
+                for param in (operation["parameters"].as_array_mut().into_iter()).flatten() {
+                    if param["name"] == "confirm" {
+                        param["required"] = Value::Bool(true);
+                        param["schema"]["const"] = json!(true);
+                    }
+                }
+            }
             if OPTIONAL_BODIES.contains(&id)
                 && let Some(body) = operation["requestBody"].as_object_mut()
             {

@@ -49,6 +49,7 @@ const ASSETS: &[Asset] = &[
     asset!("plot.js", JS),
     asset!("history.js", JS),
     asset!("sse.js", JS),
+    asset!("delete.js", JS),
     asset!("pages/streams.js", JS),
     asset!("pages/events.js", JS),
     asset!("pages/groups.js", JS),

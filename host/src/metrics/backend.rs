@@ -14,8 +14,9 @@ use prometheus_client::registry::Registry;
 
 use super::timing::{CALL_BUCKETS, Timing};
 use crate::backend::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, FetchRequest, Notifier, Partitions,
-    ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result, Wakeup,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::model::{
@@ -249,6 +250,16 @@ impl Backend for Measured {
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         let call = self.inner.reset(req);
         self.metrics.time(self.kind, "reset", call).await
+    }
+
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
+        let call = self.inner.delete_stream(req);
+        self.metrics.time(self.kind, "delete_stream", call).await
+    }
+
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()> {
+        let call = self.inner.delete_group(req);
+        self.metrics.time(self.kind, "delete_group", call).await
     }
 
     fn notifier(&self) -> &Notifier {

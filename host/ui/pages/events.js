@@ -5,6 +5,7 @@
 import { api, seg } from '../api.js';
 import { h, fill, num, time, table, setRows, td, emptyRow, errorBanner, heading } from '../dom.js';
 import { eventCount } from './streams.js';
+import { deleteSection } from '../delete.js';
 
 const ORDERS = {
   'sequence-asc': 'Sequence, oldest first',
@@ -71,7 +72,9 @@ export function browser(root, [stream]) {
     h('div', { class: 'split' },
       h('div', { class: 'card' }, results,
         h('div', { class: 'pager' }, prev, pageInfo, next)),
-      side));
+      side),
+    deleteSection({ what: 'stream', name: stream, path: base, afterwards: '#/streams',
+      consequence: 'Its events, its groups and their leases and dead letters go.' }));
 
   // cursors[i] is the cursor that fetched page i (null for the first).
   let cursors = [null];

@@ -6,6 +6,7 @@ import { api, seg } from '../api.js';
 import { h, fill, num, duration, time, table, setRows, td, emptyRow, errorBanner, stat, heading } from '../dom.js';
 import { record, series, rate } from '../history.js';
 import { chart } from '../plot.js';
+import { deleteSection } from '../delete.js';
 
 const groupPath = (stream, group) => `/v1/streams/${seg(stream)}/groups/${seg(group)}`;
 export const groupLink = (stream, group) => `#/groups/${encodeURIComponent(stream)}/${encodeURIComponent(group)}`;
@@ -106,7 +107,9 @@ export function detail(root, [stream, group]) {
       partTable),
     h('section', { class: 'card' },
       h('div', { class: 'section-head' }, h('h2', { text: 'Dead letters' }), redriveAll),
-      deadTable, deadMore));
+      deadTable, deadMore),
+    deleteSection({ what: 'group', name: group, path, afterwards: '#/groups',
+      consequence: `Its cursors, leases and dead letters go; the stream ${stream} and its other groups stay.` }));
 
   async function redrive(body, what) {
     fill(actionErrors);

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
-use mongodb::bson::{Document, doc, oid::ObjectId};
+use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use mongodb::error::ErrorKind;
 use mongodb::options::ReturnDocument;
 
@@ -420,6 +420,7 @@ impl MongoBackend {
         epoch: i64,
     ) -> Result<(Vec<Claimed>, bool)> {
         let mut claimed = Vec::new();
+        let mut ids = Vec::new();
         let mut raced = false;
         let start = cursor;
         for _ in 0..16 {
@@ -457,6 +458,7 @@ impl MongoBackend {
             if docs.is_empty() {
                 break;
             }
+            let batch_ids: Vec<Bson> = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
             let (inserted, conflict) = match self.coll(DELIVERIES).insert_many(docs).await {
                 Ok(_) => (batch.len(), false),
                 Err(e) => match inserted_before_duplicate(&e) {
@@ -464,6 +466,7 @@ impl MongoBackend {
                     None => return Err(map_error(e, Phase::Write)),
                 },
             };
+            ids.extend(batch_ids.into_iter().take(inserted));
             batch.truncate(inserted);
             claimed.append(&mut batch);
             n -= inserted as u64;
@@ -479,10 +482,23 @@ impl MongoBackend {
         if cursor > start {
             let mut filter = group_key(s, g);
             filter.insert("epoch", epoch);
-            self.coll(GROUPS)
+            let moved = self
+                .coll(GROUPS)
                 .update_one(filter, doc! {"$max": {format!("cursor.{p}"): big(cursor)}})
                 .await
                 .map_err(|e| map_error(e, Phase::Write))?;
+            if moved.matched_count == 0 && !ids.is_empty() {
+                // Reset (its deliveries stay, as a fetcher that died
+                // leaves them), or deleted since it was read: then what
+                // was just created belongs to no group.
+                if let Err(e) = self.group_still_there(s, g).await {
+                    (self.coll(DELIVERIES))
+                        .delete_many(doc! {"_id": {"$in": ids}})
+                        .await
+                        .map_err(|e| map_error(e, Phase::Write))?;
+                    return Err(e);
+                }
+            }
         }
         Ok((claimed, raced))
     }
@@ -548,7 +564,14 @@ impl MongoBackend {
         self.meta(s).await?;
         self.group_config(s, g).await?;
         let expires_at = self.now().add_ms(req.lease_ms);
-        let d = self.renew_one(s, g, &req.target, expires_at).await??;
+        let d = match self.renew_one(s, g, &req.target, expires_at).await? {
+            Ok(d) => d,
+            Err(e) => {
+                // No lease: maybe no group any more either.
+                self.group_still_there(s, g).await?;
+                return Err(e);
+            }
+        };
         let position = (
             u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?,
             uint(&d, "q")?,
@@ -585,14 +608,39 @@ impl MongoBackend {
         self.group_config(s, g).await?;
         let expires_at = self.now().add_ms(lease_ms);
         let renewals = targets.iter().map(|t| self.renew_one(s, g, t, expires_at));
-        join_all(renewals)
+        let results = join_all(renewals)
             .await
             .into_iter()
             .map(|r| Ok(r?.map(|_| expires_at)))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        self.unless_gone(s, g, results).await
+    }
+
+    /// Per-item results, unless a stale lease among them is the group
+    /// (or stream) having gone: then the call's error.
+    async fn unless_gone<T>(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        results: Vec<Result<T>>,
+    ) -> Result<Vec<Result<T>>> {
+        if results.iter().any(|r| matches!(r, Err(Error::StaleLease))) {
+            self.group_still_there(s, g).await?;
+        }
+        Ok(results)
     }
 
     pub(crate) async fn settle(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        items: Vec<Settlement>,
+    ) -> Result<Vec<Result<()>>> {
+        let results = self.settle_items(s, g, items).await?;
+        self.unless_gone(s, g, results).await
+    }
+
+    async fn settle_items(
         &self,
         s: &StreamName,
         g: &GroupName,

@@ -328,7 +328,7 @@ impl MongoBackend {
                 stream: s.clone(),
                 group: g.clone(),
             })?;
-        Ok(decode_state(&d, partition_count)?)
+        Ok(decode_state(s, &d, partition_count)?)
     }
 
     /// Walks partition `p`'s unseen events on by the shared rule, until

@@ -3,11 +3,18 @@
 //! A group's document holds its settings and, per partition, its cursor
 //! (`cursor.<partition>`: the next sequence it delivers for the first
 //! time) and an `epoch` that a reset moves on, so that a fetch that read
-//! the group before a reset cannot move the cursor after it.
+//! the group before a reset cannot move the cursor after it. The epoch
+//! starts at a random value, so neither can a fetch that read a group of
+//! the same name before a delete (`lifecycle.rs`).
 
 use mongodb::bson::{Bson, Document, doc};
 
-use super::{GROUPS, MongoBackend, Phase, big, corrupt, int, is_duplicate_key, map_error, text};
+use super::lifecycle::{group_tombstone, of_group};
+use super::log::decode_meta;
+use super::{
+    DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, big, corrupt, int,
+    is_duplicate_key, map_error, text, transaction,
+};
 use rheo_core::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
@@ -59,36 +66,88 @@ pub(crate) fn stored_ordering(d: &Document) -> Result<GroupOrdering> {
 }
 
 impl MongoBackend {
+    /// Creates a group once what a delete of the name left is gone
+    /// (`lifecycle.rs`), in a transaction that writes the stream's
+    /// document, so that it conflicts with a delete of the stream.
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        let (partition_count, _) = self.meta(s).await?;
         let now = self.now();
-        let starts = self
-            .start_points_of(s, partition_count, &spec.start)
-            .await?;
-        let mut cursors = Document::new();
-        for (p, start) in starts.iter().enumerate() {
-            cursors.insert(p.to_string(), big(start + 1));
-        }
-        let backoff: Vec<i64> = spec.retry_backoff_ms.iter().map(|d| big(*d)).collect();
-        let d = doc! {
-            "s": s.as_str(),
-            "g": spec.name.as_str(),
-            "max_attempts": i64::from(spec.max_attempts),
-            "backoff": backoff,
-            "created_at": now.as_millis(),
-            "cursor": cursors,
-            "epoch": 0_i64,
-            "ordering": spec.ordering.as_str(),
-        };
-        match self.coll(GROUPS).insert_one(d).await {
-            Ok(_) => {}
-            Err(e) if is_duplicate_key(&e) => {
-                let (g, s) = (spec.name.as_str(), s.as_str());
-                return Err(Error::AlreadyExists(format!("group {g:?} on stream {s:?}")));
+        let g = &spec.name;
+        let (id, scopes) = (group_tombstone(s, g), of_group(s, g));
+        let mut created = false;
+        // Again when the stream turns out to be another one than this node
+        // kept (deleted and created again meanwhile).
+        for _ in 0..3 {
+            let meta = self.meta(s).await?;
+            let starts = self.start_points_of(s, meta.0, &spec.start).await?;
+            let mut cursors = Document::new();
+            for (p, start) in starts.iter().enumerate() {
+                cursors.insert(p.to_string(), big(start + 1));
             }
-            Err(e) => return Err(map_error(e, Phase::Write)),
+            let backoff: Vec<i64> = spec.retry_backoff_ms.iter().map(|d| big(*d)).collect();
+            let d = doc! {
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "max_attempts": i64::from(spec.max_attempts),
+                "backoff": backoff,
+                "created_at": now.as_millis(),
+                "cursor": cursors,
+                "epoch": rand::random_range(0..1_i64 << 52),
+                "ordering": spec.ordering.as_str(),
+            };
+            created = self
+                .create_after(&id, &scopes, || async {
+                    transaction!(self, session => {
+                        if self.tombstone_in(&mut session, &id).await? {
+                            return Ok(None);
+                        }
+                        let stream = self
+                            .coll(STREAMS)
+                            .find_one_and_update(
+                                doc! {"_id": s.as_str()},
+                                doc! {"$inc": {"rev": 1_i64}},
+                            )
+                            .projection(doc! {"partitions": 1, "created_at": 1})
+                            .session(&mut session)
+                            .await?
+                            .ok_or_else(|| Error::StreamNotFound(s.clone()))?;
+                        if decode_meta(&stream)? != meta {
+                            return Ok(Some(false));
+                        }
+                        // What a node that had not seen a delete of the
+                        // name may have written after it.
+                        let of = doc! {"s": s.as_str(), "g": g.as_str()};
+                        for coll in [DELIVERIES, GATES] {
+                            self.coll(coll)
+                                .delete_many(of.clone())
+                                .session(&mut session)
+                                .await?;
+                        }
+                        match self.coll(GROUPS).insert_one(d.clone()).session(&mut session).await {
+                            Ok(_) => Ok(Some(true)),
+                            Err(e) if is_duplicate_key(&e) => {
+                                let (g, s) = (g.as_str(), s.as_str());
+                                Err(Fail::Rheo(Error::AlreadyExists(format!(
+                                    "group {g:?} on stream {s:?}"
+                                ))))
+                            }
+                            Err(e) => Err(e.into()),
+                        }
+                    })
+                })
+                .await?;
+            if created {
+                break;
+            }
+            self.stream_gone(s);
         }
+        if !created {
+            return Err(Error::BackendUnavailable(
+                "the stream was deleted and created again meanwhile; retry the call".into(),
+            ));
+        }
+        // What this node may still keep of a deleted group of the name.
+        self.forget_group(s, g);
         Ok(Group {
             stream: s.clone(),
             name: spec.name,
@@ -100,28 +159,34 @@ impl MongoBackend {
     }
 
     pub(crate) async fn list_groups(&self, s: &StreamName) -> Result<Vec<Group>> {
-        self.meta(s).await?;
+        let meta = self.meta(s).await?;
         let docs = self
             .find_all(GROUPS, doc! {"s": s.as_str()}, Some(doc! {"g": 1}), 0)
             .await?;
+        if docs.is_empty() {
+            self.verify_stream(s, meta).await?;
+        }
         docs.iter().map(|d| decode_group(s, d)).collect()
     }
 
     /// Forgets a group's settings (read again next time): another node
     /// changed its ordering.
     pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
-        self.groups.write().remove(&(s.clone(), g.clone()));
+        self.catalog.forget_group(s, g);
     }
 
     /// The group's retry policy and ordering; [`Error::GroupNotFound`] when
-    /// it has none. Kept once read: every path that depends on the
-    /// ordering compares it with the stored one ([`GroupState::ordering`],
-    /// or a delivery's gate) and drops what is kept when they differ.
+    /// it has none. Kept in the catalog once read, until a delete (a call
+    /// that finds the group gone answers `group_not_found` and forgets
+    /// it); every path that depends on the ordering compares it with the
+    /// stored one ([`GroupState::ordering`], or a delivery's gate) and
+    /// drops what is kept when they differ.
     pub(crate) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
-        let key = (s.clone(), g.clone());
-        if let Some(config) = self.groups.read().get(&key) {
-            return Ok(config.clone());
+        self.refresh_catalog().await?;
+        if let Some(config) = self.catalog.group(s, g) {
+            return Ok(config);
         }
+        let at = self.catalog.generation();
         let found = self
             .coll(GROUPS)
             .find_one(group_key(s, g))
@@ -133,7 +198,7 @@ impl MongoBackend {
             group: g.clone(),
         })?;
         let config = GroupConfig::from(&decode_group(s, &d)?);
-        self.groups.write().insert(key, config.clone());
+        self.catalog.keep_group(s, g, config.clone(), at);
         Ok(config)
     }
 
@@ -154,13 +219,18 @@ impl MongoBackend {
             stream: s.clone(),
             group: g.clone(),
         })?;
-        decode_state(&d, partitions)
+        decode_state(s, &d, partitions)
     }
 }
 
-/// A group document's cursors, epoch and ordering.
-pub(crate) fn decode_state(d: &Document, partitions: u32) -> Result<GroupState> {
+/// A group document's cursors, epoch and ordering, for a stream of
+/// `partitions` partitions: `stream_not_found` when the group has another
+/// count (this node kept a stream deleted and created again since).
+pub(crate) fn decode_state(s: &StreamName, d: &Document, partitions: u32) -> Result<GroupState> {
     let cursor = d.get_document("cursor").map_err(|e| corrupt("group", e))?;
+    if cursor.len() != partitions as usize {
+        return Err(Error::StreamNotFound(s.clone()));
+    }
     let cursors = (0..partitions)
         .map(|p| match cursor.get(p.to_string()) {
             Some(Bson::Int64(v)) => u64::try_from(*v).map_err(|e| corrupt("cursor", e)),

@@ -1,12 +1,15 @@
 //! The `Backend` trait on MongoDB: each operation is the inherent method of
-//! the same name (`docs/backends.md#mongodb`).
+//! the same name (`docs/backends.md#mongodb`), whose finding a stream or
+//! group gone makes this node forget what it kept of it
+//! ([`MongoBackend::gone`]).
 
 use async_trait::async_trait;
 
 use super::MongoBackend;
 use rheo_core::backend::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, FetchRequest, Notifier, Partitions,
-    ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
@@ -50,43 +53,49 @@ impl Backend for MongoBackend {
     }
 
     async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
-        MongoBackend::create_stream(self, req).await
+        self.gone(MongoBackend::create_stream(self, req).await)
+            .await
     }
 
     async fn list_streams(&self) -> Result<Vec<Stream>> {
-        MongoBackend::list_streams(self).await
+        self.gone(MongoBackend::list_streams(self).await).await
     }
 
     async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        MongoBackend::get_stream(self, stream).await
+        self.gone(MongoBackend::get_stream(self, stream).await)
+            .await
     }
 
     async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
-        MongoBackend::append(self, stream, events).await
+        self.gone(MongoBackend::append(self, stream, events).await)
+            .await
     }
 
     async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
-        MongoBackend::read(self, req).await
+        self.gone(MongoBackend::read(self, req).await).await
     }
 
     async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
-        MongoBackend::query(self, stream, query).await
+        self.gone(MongoBackend::query(self, stream, query).await)
+            .await
     }
 
     async fn create_group(&self, stream: &StreamName, spec: GroupSpec) -> Result<Group> {
-        MongoBackend::create_group(self, stream, spec).await
+        self.gone(MongoBackend::create_group(self, stream, spec).await)
+            .await
     }
 
     async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
-        MongoBackend::list_groups(self, stream).await
+        self.gone(MongoBackend::list_groups(self, stream).await)
+            .await
     }
 
     async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
-        MongoBackend::fetch(self, req).await
+        self.gone(MongoBackend::fetch(self, req).await).await
     }
 
     async fn renew(&self, req: RenewRequest) -> Result<Lease> {
-        MongoBackend::renew(self, req).await
+        self.gone(MongoBackend::renew(self, req).await).await
     }
 
     async fn renew_many(
@@ -96,7 +105,8 @@ impl Backend for MongoBackend {
         targets: Vec<SettleTarget>,
         lease_ms: u64,
     ) -> Result<Vec<Result<Timestamp>>> {
-        MongoBackend::renew_many(self, stream, group, targets, lease_ms).await
+        self.gone(MongoBackend::renew_many(self, stream, group, targets, lease_ms).await)
+            .await
     }
 
     async fn settle(
@@ -105,7 +115,8 @@ impl Backend for MongoBackend {
         group: &GroupName,
         items: Vec<Settlement>,
     ) -> Result<Vec<Result<()>>> {
-        MongoBackend::settle(self, stream, group, items).await
+        self.gone(MongoBackend::settle(self, stream, group, items).await)
+            .await
     }
 
     async fn lag(
@@ -114,27 +125,40 @@ impl Backend for MongoBackend {
         group: &GroupName,
         partitions: &Partitions,
     ) -> Result<Lag> {
-        MongoBackend::lag(self, stream, group, partitions).await
+        self.gone(MongoBackend::lag(self, stream, group, partitions).await)
+            .await
     }
 
     async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
-        MongoBackend::group_info(self, stream, group).await
+        self.gone(MongoBackend::group_info(self, stream, group).await)
+            .await
     }
 
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
-        MongoBackend::dead_letters(self, req).await
+        self.gone(MongoBackend::dead_letters(self, req).await).await
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
-        MongoBackend::redrive(self, stream, group, which).await
+        self.gone(MongoBackend::redrive(self, stream, group, which).await)
+            .await
     }
 
     async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
-        MongoBackend::replay(self, stream, group, how).await
+        self.gone(MongoBackend::replay(self, stream, group, how).await)
+            .await
     }
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
-        MongoBackend::reset(self, req).await
+        self.gone(MongoBackend::reset(self, req).await).await
+    }
+
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
+        self.gone(MongoBackend::delete_stream(self, req).await)
+            .await
+    }
+
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()> {
+        self.gone(MongoBackend::delete_group(self, req).await).await
     }
 
     async fn next_due(
@@ -143,6 +167,7 @@ impl Backend for MongoBackend {
         group: &GroupName,
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
-        MongoBackend::next_due(self, stream, group, partitions).await
+        self.gone(MongoBackend::next_due(self, stream, group, partitions).await)
+            .await
     }
 }

@@ -167,6 +167,9 @@ impl MongoBackend {
             });
         }
         docs.truncate(req.limit as usize);
+        if docs.is_empty() {
+            self.group_still_there(s, g).await?;
+        }
         let mut positions = Vec::with_capacity(docs.len());
         for d in &docs {
             let p = u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?;

@@ -19,6 +19,12 @@
 //! `rheo_handlers`, a handler write being one conditional single-document
 //! write on its revision; each write then raises a count in `rheo_cluster`
 //! that every node polls every second to wake its watchers.
+//!
+//! Streams and groups can be deleted (`lifecycle.rs`,
+//! `docs/operations.md#deleting-streams-and-groups`), so what a node keeps
+//! of them (partition counts, group settings) is a [`Catalog`] checked
+//! against the catalog generation in `rheo_catalog`, which every delete
+//! raises.
 
 mod claims;
 mod cluster;
@@ -27,6 +33,7 @@ mod groups;
 mod impl_backend;
 mod inspect;
 mod json;
+mod lifecycle;
 mod log;
 mod migrate;
 mod query;
@@ -46,6 +53,7 @@ use mongodb::error::{
 use mongodb::options::ClientOptions;
 use mongodb::{Client, ClientSession, Collection, Database};
 
+use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::GroupConfig;
 use rheo_core::backend::{Error, Notifier, Result};
 use rheo_core::clock::SharedClock;
@@ -67,6 +75,13 @@ pub(crate) const DELIVERIES: &str = "rheo_deliveries";
 /// (`gates.rs`).
 pub(crate) const GATES: &str = "rheo_gates";
 pub(crate) const MIGRATIONS: &str = "rheo_migrations";
+/// The catalog generation and the tombstones of deletes still removing
+/// documents (`lifecycle.rs`).
+pub(crate) const CATALOG: &str = "rheo_catalog";
+
+/// What a node keeps of streams (partition count, creation time) and of
+/// groups (their settings).
+pub(crate) type Kept = Catalog<(u32, Timestamp), GroupConfig>;
 
 /// The MongoDB backend.
 #[derive(Clone)]
@@ -86,11 +101,14 @@ pub struct MongoBackend {
     gate: Arc<tokio::sync::Mutex<()>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
-    /// Streams never change once created, group settings only by a reset
-    /// that changes the ordering (`groups::GroupState::ordering`): what was
-    /// read once is kept (never a negative answer).
-    streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
-    groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), GroupConfig>>>,
+    /// What was read of streams and groups (never a negative answer),
+    /// kept until a delete — this node's, or another's, which moves the
+    /// catalog generation (`lifecycle.rs`,
+    /// `docs/operations.md#deleting-streams-and-groups`) — or, for a
+    /// group's settings, a reset that changes its ordering
+    /// (`groups::GroupState::ordering`). A call that finds what it kept
+    /// gone answers `stream_not_found` or `group_not_found`.
+    catalog: Arc<Kept>,
     /// Tests: drops the database when the last clone is dropped.
     #[cfg(test)]
     janitor: Option<Arc<tests::Janitor>>,
@@ -281,8 +299,7 @@ impl MongoBackend {
             cluster,
             gate: Arc::default(),
             rotation: Arc::default(),
-            streams: Arc::default(),
-            groups: Arc::default(),
+            catalog: Arc::new(Catalog::shared()),
             #[cfg(test)]
             janitor: None,
         };
@@ -291,6 +308,15 @@ impl MongoBackend {
             backend.migrate().await?;
         }
         Ok(backend)
+    }
+
+    /// Reads the catalog generation at most every `every` (zero: before
+    /// every use of what the node keeps) instead of every
+    /// [`catalog::CHECK_EVERY`](rheo_core::backend::catalog::CHECK_EVERY);
+    /// forgets what was kept.
+    pub fn check_catalog_every(mut self, every: Duration) -> Self {
+        self.catalog = Arc::new(Catalog::shared_every(every));
+        self
     }
 
     fn coll(&self, name: &str) -> Collection<Document> {

@@ -19,6 +19,7 @@ use futures::TryStreamExt as _;
 use mongodb::ClientSession;
 use mongodb::bson::{Bson, Document, doc};
 
+use super::lifecycle::{of_stream, stream_tombstone};
 use super::{
     EVENTS, Fail, MongoBackend, Phase, STREAMS, big, corrupt, int, is_duplicate_key, map_error,
     text, transaction, uint,
@@ -73,7 +74,7 @@ pub(crate) fn decode_event(stream: &StreamName, d: &Document) -> Result<Event> {
 }
 
 /// Partition count and creation time from a stream's document.
-fn decode_meta(d: &Document) -> Result<(u32, Timestamp)> {
+pub(crate) fn decode_meta(d: &Document) -> Result<(u32, Timestamp)> {
     let partitions = u32::try_from(int(d, "partitions")?).map_err(|e| corrupt("stream", e))?;
     Ok((partitions, Timestamp::from_millis(int(d, "created_at")?)))
 }
@@ -94,35 +95,67 @@ fn decode_watermarks(d: &Document, partitions: u32) -> Vec<u64> {
 }
 
 impl MongoBackend {
-    /// Partition count and creation time of a stream.
+    /// Partition count and creation time of a stream: kept in the catalog
+    /// once read (until a delete; a call that finds the stream's document
+    /// gone or different answers `stream_not_found` and forgets it).
     pub(crate) async fn meta(&self, stream: &StreamName) -> Result<(u32, Timestamp)> {
-        if let Some(meta) = self.streams.read().get(stream) {
-            return Ok(*meta);
+        self.refresh_catalog().await?;
+        if let Some(meta) = self.catalog.stream(stream) {
+            return Ok(meta);
         }
+        let at = self.catalog.generation();
+        let meta = self
+            .fresh_meta(stream)
+            .await?
+            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
+        self.catalog.keep_stream(stream, meta, at);
+        Ok(meta)
+    }
+
+    /// Partition count and creation time as stored now (`None`: no stream).
+    async fn fresh_meta(&self, stream: &StreamName) -> Result<Option<(u32, Timestamp)>> {
         let found = self
             .coll(STREAMS)
             .find_one(doc! {"_id": stream.as_str()})
             .projection(doc! {"partitions": 1, "created_at": 1})
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
-        let meta = decode_meta(&found.ok_or_else(|| Error::StreamNotFound(stream.clone()))?)?;
-        self.streams.write().insert(stream.clone(), meta);
-        Ok(meta)
+        found.as_ref().map(decode_meta).transpose()
+    }
+
+    /// Checks that the stream `meta` was read of is still there (a call
+    /// that found nothing may have used what this node kept of a stream
+    /// another node deleted): `stream_not_found` when it is gone or is
+    /// another one now.
+    pub(crate) async fn verify_stream(
+        &self,
+        stream: &StreamName,
+        meta: (u32, Timestamp),
+    ) -> Result<()> {
+        match self.fresh_meta(stream).await? {
+            Some(now) if now == meta => Ok(()),
+            _ => Err(self.stream_gone(stream)),
+        }
     }
 
     /// Last sequence per partition.
     pub(crate) async fn high_watermarks(&self, stream: &StreamName) -> Result<Vec<u64>> {
-        let (partitions, _) = self.meta(stream).await?;
+        let meta = self.meta(stream).await?;
         let found = self
             .coll(STREAMS)
             .find_one(doc! {"_id": stream.as_str()})
-            .projection(doc! {"hw": 1})
+            .projection(doc! {"hw": 1, "partitions": 1, "created_at": 1})
             .await
-            .map_err(|e| map_error(e, Phase::Read))?
-            .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        Ok(decode_watermarks(&found, partitions))
+            .map_err(|e| map_error(e, Phase::Read))?;
+        match found {
+            // Not the stream this node kept: deleted (and maybe created again).
+            Some(d) if decode_meta(&d)? == meta => Ok(decode_watermarks(&d, meta.0)),
+            _ => Err(self.stream_gone(stream)),
+        }
     }
 
+    /// Creates a stream once what a delete of the name left is gone
+    /// (`lifecycle.rs`).
     pub(crate) async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         req.validate()?;
         let created_at = self.now();
@@ -133,16 +166,25 @@ impl MongoBackend {
             "hw": {},
             "wake": 0_i64,
         };
-        match self.coll(STREAMS).insert_one(d).await {
-            Ok(_) => {}
-            Err(e) if is_duplicate_key(&e) => {
-                return Err(Error::AlreadyExists(format!(
-                    "stream {:?}",
-                    req.name.as_str()
-                )));
-            }
-            Err(e) => return Err(map_error(e, Phase::Write)),
-        }
+        let id = stream_tombstone(&req.name);
+        let scopes = of_stream(&req.name);
+        self.create_after(&id, &scopes, || async {
+            transaction!(self, session => {
+                if self.tombstone_in(&mut session, &id).await? {
+                    return Ok(None);
+                }
+                match self.coll(STREAMS).insert_one(d.clone()).session(&mut session).await {
+                    Ok(_) => Ok(Some(())),
+                    Err(e) if is_duplicate_key(&e) => Err(Fail::Rheo(Error::AlreadyExists(
+                        format!("stream {:?}", req.name.as_str()),
+                    ))),
+                    Err(e) => Err(e.into()),
+                }
+            })
+        })
+        .await?;
+        // What this node may still keep of a deleted stream of the name.
+        self.stream_gone(&req.name);
         Ok(Stream {
             name: req.name,
             partition_count: req.partition_count,
@@ -185,12 +227,13 @@ impl MongoBackend {
         stream: &StreamName,
         events: Vec<EventInput>,
     ) -> Result<Vec<Appended>> {
-        let (partition_count, _) = self.meta(stream).await?;
+        let meta = self.meta(stream).await?;
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let routed = route_batch(events, partition_count)?;
-        let (out, wrote) = transaction!(self, s => self.append_in(&mut s, stream, &routed).await)?;
+        let routed = route_batch(events, meta.0)?;
+        let (out, wrote) =
+            transaction!(self, s => self.append_in(&mut s, stream, meta, &routed).await)?;
         if wrote {
             self.notifier.notify(stream);
         }
@@ -198,10 +241,13 @@ impl MongoBackend {
     }
 
     /// One attempt of an append; also says whether anything was written.
+    /// The stream's document is only updated, never created: an append on
+    /// a node that has not seen its delete finds it gone.
     async fn append_in(
         &self,
         session: &mut ClientSession,
         stream: &StreamName,
+        meta: (u32, Timestamp),
         routed: &[(EventInput, u32)],
     ) -> std::result::Result<(Vec<Appended>, bool), Fail> {
         let now = self.now();
@@ -236,8 +282,12 @@ impl MongoBackend {
             .session(&mut *session)
             .await?
             .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        let (partitions, _) = decode_meta(&moved)?;
-        let hw = decode_watermarks(&moved, partitions);
+        if decode_meta(&moved)? != meta {
+            // Deleted and created again since this node read it: the
+            // batch was routed for the old one (nothing is committed).
+            return Err(Fail::Rheo(Error::StreamNotFound(stream.clone())));
+        }
+        let hw = decode_watermarks(&moved, meta.0);
         let mut next: HashMap<u32, u64> = HashMap::new();
         for (&p, &count) in &plan.per_partition {
             let last = hw[p as usize];
@@ -272,8 +322,10 @@ impl MongoBackend {
     /// Events of one partition after `after`, in sequence order.
     pub(crate) async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
         req.validate()?;
-        let (partition_count, _) = self.meta(&req.stream).await?;
+        let meta = self.meta(&req.stream).await?;
+        let partition_count = meta.0;
         if req.partition >= partition_count {
+            self.verify_stream(&req.stream, meta).await?;
             return Err(Error::InvalidPartition {
                 partition: req.partition,
                 partition_count,
@@ -287,6 +339,9 @@ impl MongoBackend {
         let docs = self
             .find_all(EVENTS, filter, Some(doc! {"q": 1}), i64::from(req.limit))
             .await?;
+        if docs.is_empty() {
+            self.verify_stream(&req.stream, meta).await?;
+        }
         docs.iter().map(|d| decode_event(&req.stream, d)).collect()
     }
 
@@ -411,8 +466,11 @@ impl MongoBackend {
     /// Runs a history query (`docs/log.md#queries`).
     pub(crate) async fn query(&self, s: &StreamName, query: &Query) -> Result<Page> {
         query.validate()?;
-        self.meta(s).await?;
+        let meta = self.meta(s).await?;
         let events = self.scan(s, query, query.limit as usize).await?;
+        if events.is_empty() {
+            self.verify_stream(s, meta).await?;
+        }
         Ok(query.page(events))
     }
 

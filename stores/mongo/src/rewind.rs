@@ -236,10 +236,18 @@ impl MongoBackend {
                         .session(&mut session)
                         .await?;
                     self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
-                    self.coll(GROUPS)
+                    let reset = self
+                        .coll(GROUPS)
                         .update_one(group_key(s, g), update.clone())
                         .session(&mut session)
                         .await?;
+                    if reset.matched_count == 0 {
+                        // Deleted since this node read it.
+                        return Err(Fail::Rheo(Error::GroupNotFound {
+                            stream: s.clone(),
+                            group: g.clone(),
+                        }));
+                    }
                     Ok(())
                 })?;
                 self.forget_group(s, g);
@@ -256,13 +264,22 @@ impl MongoBackend {
                         Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
                     });
                 }
-                self.coll(GROUPS)
+                let reset = self
+                    .coll(GROUPS)
                     .update_one(
                         group_key(s, g),
                         doc! {"$set": set, "$inc": {"epoch": 1_i64}},
                     )
                     .await
                     .map_err(|e| map_error(e, Phase::Write))?;
+                if reset.matched_count == 0 {
+                    // Deleted since this node read it (what was removed
+                    // above was the deleted group's).
+                    return Err(Error::GroupNotFound {
+                        stream: s.clone(),
+                        group: g.clone(),
+                    });
+                }
             }
         }
         self.wake(s).await;

@@ -64,19 +64,36 @@ async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
     Some(Arc::new(connect_fresh(clock).await?))
 }
 
+mod deletes;
+
 mod conformance {
     use super::factory;
     rheo_core::backend_conformance!(factory);
 }
 
-/// Two backends (two servers) on one database.
+/// Two backends (two servers) on one database. Each reads the catalog
+/// generation before every use of what it keeps, so that a delete on one
+/// is seen by the other's next call (in production, within
+/// `catalog::CHECK_EVERY`; `deletes.rs` checks nodes that read it once).
 async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
-    let a = connect_fresh(clock.clone()).await?;
+    nodes_checking(clock, std::time::Duration::ZERO).await
+}
+
+/// Two backends on one database, reading the catalog generation at most
+/// every `every`.
+async fn nodes_checking(
+    clock: SharedClock,
+    every: std::time::Duration,
+) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let a = connect_fresh(clock.clone())
+        .await?
+        .check_catalog_every(every);
     let url = std::env::var("TEST_MONGODB_URL").expect("set when a backend exists");
     let url = with_database(&url, a.db.name());
     let mut b = MongoBackend::connect(&url, clock, false, TIMEOUT)
         .await
-        .expect("node b");
+        .expect("node b")
+        .check_catalog_every(every);
     // One database: b shares a's janitor, so it goes with the last node.
     b.janitor = a.janitor.clone();
     if let Some(janitor) = &b.janitor {

@@ -20,7 +20,9 @@
 --                    (min, max, member): each range holds one member — that
 --                    one, which the caller guards otherwise (a gate's head
 --                    is its member while its record says it is leased, and
---                    a guard on the record comes with this one)
+--                    a guard on the record comes with this one);
+--                    or "n", a hash's key and a count: the hash has exactly
+--                    that many fields
 --   then the writes  each: its argument count n, then n arguments (the
 --                    command, one of those below, and its arguments)
 -- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
@@ -32,7 +34,8 @@
 -- first guard group that failed (nothing written).
 --
 -- PUBLISH, the one write that is not to a key, tells other nodes of a
--- batch that made something claimable (their wake-ups).
+-- batch that made something claimable (their wake-ups). UNLINK and INCR
+-- are a delete's (`lifecycle.rs`): its keys, and the catalog generation.
 --
 -- Every write is checked before the first one runs, so a bad batch writes
 -- nothing. A write that Redis refuses after others ran (only XADD could, if
@@ -43,14 +46,20 @@ local allowed = {
   HSET = true, HDEL = true, HINCRBY = true,
   ZADD = true, ZREM = true, ['ZADD*'] = true, ['ZADD='] = true,
   XADD = true,
-  DEL = true,
+  DEL = true, UNLINK = true,
+  INCR = true,
   PUBLISH = true,
 }
 local groups = tonumber(ARGV[1])
 local i = 2
 for g = 1, groups do
   local key = ARGV[i + 1]
-  if ARGV[i] == 'z' then
+  if ARGV[i] == 'n' then
+    if redis.call('HLEN', key) ~= tonumber(ARGV[i + 2]) then
+      return g
+    end
+    i = i + 3
+  elseif ARGV[i] == 'z' then
     if #redis.call('ZRANGEBYSCORE', key, '-inf', ARGV[i + 2], 'LIMIT', 0, 1) > 0 then
       return g
     end

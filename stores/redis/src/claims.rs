@@ -17,7 +17,7 @@ use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
 use rheo_core::backend::policy::{
-    GroupConfig, Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin,
+    Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin,
 };
 use rheo_core::backend::{Error, FetchRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -269,41 +269,29 @@ pub(super) fn quotas(parts: &[Candidates], limit: usize, first: usize) -> Vec<us
 pub(super) type Entry = (String, Vec<String>);
 
 impl RedisBackend {
-    /// A group's retry policy and ordering.
-    pub(super) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
-        Ok(self.settings(s, g).await?.config)
-    }
-
-    /// A group's settings, as kept here or read (only a reset that changes
-    /// the ordering changes them, and every write that depends on them is
-    /// guarded on them: [`RedisBackend::guard_settings`]).
+    /// A group's settings with its stream, as kept here or read together
+    /// (only a reset that changes the ordering, or a delete, changes them,
+    /// and every write that depends on them is guarded on them:
+    /// [`RedisBackend::guard_settings`]). A call on a group takes all it
+    /// knows of the stream from here, so the two always agree.
     pub(super) async fn settings(&self, s: &StreamName, g: &GroupName) -> Result<Settings> {
-        let key = (s.clone(), g.clone());
-        if let Some(settings) = self.groups.read().get(&key) {
-            return Ok(settings.clone());
+        self.refresh_catalog().await?;
+        if let Some(settings) = self.catalog.group(s, g) {
+            return Ok(settings);
         }
-        let raw: Option<String> = self
-            .run(
-                redis::cmd("HGET").arg(self.keys.groups(s)).arg(g.as_str()),
-                Phase::Read,
-            )
-            .await?;
-        let raw = raw.ok_or_else(|| Error::GroupNotFound {
-            stream: s.clone(),
-            group: g.clone(),
-        })?;
-        let group = super::groups::decode_group(s, g.clone(), &raw)?;
-        let settings = Settings {
-            config: GroupConfig::from(&group),
-            raw: raw.into(),
+        let at = self.catalog.generation();
+        let (stream, group) = self.read_group(s, g).await?;
+        let stream = self.found_stream(s, stream, at)?;
+        let Some(raw) = group else {
+            self.forget_group(s, g);
+            return Err(Error::GroupNotFound {
+                stream: s.clone(),
+                group: g.clone(),
+            });
         };
-        self.groups.write().insert(key, settings.clone());
+        let settings = super::groups::decode_settings(s, g, raw, stream)?;
+        self.catalog.keep_group(s, g, settings.clone(), at);
         Ok(settings)
-    }
-
-    /// Forgets a group's settings (read again next time).
-    pub(super) fn forget_group(&self, s: &StreamName, g: &GroupName) {
-        self.groups.write().remove(&(s.clone(), g.clone()));
     }
 
     /// Writes a delivery's new record and moves it between the indexes.
@@ -370,16 +358,17 @@ impl RedisBackend {
     /// Claims up to `limit` deliveries, fairly across partitions.
     pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
         req.validate()?;
-        let (partition_count, _) = self.meta(&req.stream).await?;
-        self.settings(&req.stream, &req.group).await?;
-        let selected = req.partitions.resolve(partition_count)?;
+        let started = self.settings(&req.stream, &req.group).await?;
+        let selected = req.partitions.resolve(started.stream.partitions)?;
         if selected.is_empty() {
             return Ok(Vec::new());
         }
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed.
-            let settings = self.settings(&req.stream, &req.group).await?;
+            let settings = self
+                .settings_again(&req.stream, &req.group, &started)
+                .await?;
             if settings.config.ordering != GroupOrdering::None {
                 if let Some(leases) = self
                     .fetch_ordered_planned(&req, &settings, &selected, first)
@@ -426,9 +415,8 @@ impl RedisBackend {
         let expires_at = now.add_ms(req.lease_ms);
         let limit = req.limit as usize;
         let ahead = limit.div_ceil(selected.len()).max(1);
-        let config = &settings.config;
         let parts = self
-            .candidates(s, g, selected, (now, limit, ahead), config)
+            .candidates(s, g, selected, (now, limit, ahead), settings)
             .await?;
         let quotas = quotas(&parts, limit, first);
 
@@ -485,11 +473,11 @@ impl RedisBackend {
         }
         self.claimed(
             req,
+            settings,
             claimed,
             fresh_events,
             cursors_after,
             (now, expires_at),
-            GroupOrdering::None,
         )
         .await
         .map(Some)
@@ -500,11 +488,11 @@ impl RedisBackend {
     pub(super) async fn claimed(
         &self,
         req: &FetchRequest,
+        settings: &Settings,
         claimed: Vec<(u32, u64, u32, LeaseId)>,
         fresh_events: HashMap<(u32, u64), Arc<Event>>,
         cursors_after: Vec<(u32, u64)>,
         (now, expires_at): (Timestamp, Timestamp),
-        ordering: GroupOrdering,
     ) -> Result<Vec<Lease>> {
         let (s, g) = (&req.stream, &req.group);
         {
@@ -522,7 +510,7 @@ impl RedisBackend {
             .collect();
         let mut events = self.events_at(s, &again).await?;
         events.extend(fresh_events);
-        self.leases(req, claimed, events, (now, expires_at), ordering)
+        self.leases(req, settings, claimed, events, (now, expires_at))
     }
 
     /// The leases of a fetch's claims, in partition and sequence order;
@@ -531,11 +519,12 @@ impl RedisBackend {
     pub(super) fn leases(
         &self,
         req: &FetchRequest,
+        settings: &Settings,
         claimed: Vec<(u32, u64, u32, LeaseId)>,
         mut events: HashMap<(u32, u64), Arc<Event>>,
         (now, expires_at): (Timestamp, Timestamp),
-        ordering: GroupOrdering,
     ) -> Result<Vec<Lease>> {
+        let ordering = settings.config.ordering;
         let mut leases = Vec::with_capacity(claimed.len());
         let mut positions = self.positions.lock();
         for (p, seq, attempt, lease_id) in claimed {
@@ -549,6 +538,7 @@ impl RedisBackend {
                 sequence: seq,
                 attempt,
                 key,
+                stream: Arc::clone(&settings.stream.raw),
             };
             positions.insert((req.stream.clone(), event.id.clone()), at);
             let mut lease = Lease::new(
@@ -572,14 +562,18 @@ impl RedisBackend {
     /// and high watermark, up to `limit` claimable deliveries (ready, due,
     /// expired) in sequence order with expired last attempts set apart as
     /// poison, and the log read ahead from the cursor as last seen here.
+    /// The stream and the group are read with them, and checked against
+    /// `settings` ([`RedisBackend::judge`]): a fetch that claims nothing
+    /// still finds them gone.
     pub(super) async fn candidates(
         &self,
         s: &StreamName,
         g: &GroupName,
         selected: &[u32],
         (now, limit, ahead): (Timestamp, usize, usize),
-        config: &GroupConfig,
+        settings: &Settings,
     ) -> Result<Vec<Candidates>> {
+        let config = &settings.config;
         let k = &self.keys;
         let now_ms = now.as_millis();
         // Due retries and expired leases are indexed by time, not sequence:
@@ -596,7 +590,10 @@ impl RedisBackend {
                 })
                 .collect()
         };
+        let at = self.catalog.generation();
         let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(k.streams()).arg(s.as_str());
+        pipe.cmd("HGET").arg(k.groups(s)).arg(g.as_str());
         for (&p, guess) in selected.iter().zip(&guesses) {
             let field = p.to_string();
             pipe.cmd("HGET").arg(k.cursors(s, g)).arg(&field);
@@ -627,6 +624,9 @@ impl RedisBackend {
             .map_err(|e| map_error(e, Phase::Read))?;
         let mut replies = replies.into_iter();
         let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
+        let read = (value(next()?)?, value(next()?)?);
+        // The same group with other settings is left to the write's guard.
+        self.judge((s, g), settings, read, at)?;
         let mut parts = Vec::with_capacity(selected.len());
         let mut wanted: Vec<(u32, Vec<u64>)> = Vec::new();
         for &p in selected {
@@ -649,6 +649,7 @@ impl RedisBackend {
                     high_watermark: high_watermark.unwrap_or(0),
                     quiet: seqs.is_empty(),
                     ahead: Arc::default(),
+                    of: Arc::clone(&settings.raw),
                 },
             );
             if !seqs.is_empty() {
@@ -743,13 +744,16 @@ impl RedisBackend {
         lease_ms: u64,
     ) -> Result<Vec<Result<Timestamp>>> {
         validate_renewals(&targets, lease_ms)?;
-        self.meta(s).await?;
-        self.group_config(s, g).await?;
+        let started = self.settings(s, g).await?;
         for _ in 0..MAX_ATTEMPTS {
+            let settings = self.settings_again(s, g, &started).await?;
             let now = self.clock.now();
             let expires_at = now.add_ms(lease_ms);
-            let held = self.held(s, g, &targets).await?;
+            let held = self.held(s, g, &settings, &targets).await?;
             let mut cas = Cas::default();
+            // A renewal depends on no setting, but must not land on a
+            // deleted group.
+            self.guard_settings(&mut cas, s, g, &settings);
             let mut results = Vec::with_capacity(targets.len());
             for found in held {
                 match found {
@@ -764,7 +768,14 @@ impl RedisBackend {
                     Err(e) => results.push(Err(e)),
                 }
             }
-            if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
+            if cas.is_empty() {
+                // No lease held: unless the group is gone.
+                if !results.is_empty() {
+                    self.recheck(s, g, &settings).await?;
+                }
+                return Ok(results);
+            }
+            if self.apply(&cas).await? == Applied::Yes {
                 return Ok(results);
             }
         }
@@ -779,6 +790,7 @@ impl RedisBackend {
     pub(super) async fn locate(
         &self,
         s: &StreamName,
+        settings: &Settings,
         targets: &[SettleTarget],
     ) -> Result<Vec<Option<(u32, u64)>>> {
         let mut located: Vec<Option<(u32, u64)>> = {
@@ -786,7 +798,8 @@ impl RedisBackend {
             targets
                 .iter()
                 .map(|t| {
-                    let at = positions.get(&(s.clone(), t.event_id.clone()))?;
+                    let key = (s.clone(), t.event_id.clone());
+                    let at = positions.get(&key, &settings.stream.raw)?;
                     Some((at.partition, at.sequence))
                 })
                 .collect()
@@ -822,12 +835,13 @@ impl RedisBackend {
         &self,
         s: &StreamName,
         g: &GroupName,
+        settings: &Settings,
         targets: &[SettleTarget],
     ) -> Result<Vec<Result<(u32, u64, String, Delivery)>>> {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let located = self.locate(s, targets).await?;
+        let located = self.locate(s, settings, targets).await?;
         let mut by_partition: HashMap<u32, Vec<u64>> = HashMap::new();
         for &(p, seq) in located.iter().flatten() {
             by_partition.entry(p).or_default().push(seq);

@@ -302,14 +302,14 @@ impl RedisBackend {
         first: usize,
     ) -> Result<Option<Vec<Lease>>> {
         let (s, g) = (&req.stream, &req.group);
-        let (config, ordering) = (&settings.config, settings.config.ordering);
+        let ordering = settings.config.ordering;
         let now = self.clock.now();
         let expires_at = now.add_ms(req.lease_ms);
         let limit = req.limit as usize;
         // The first window of a walk holds at least 16 events.
         let ahead = limit.div_ceil(selected.len()).max(16);
         let mut parts = self
-            .candidates(s, g, selected, (now, limit, ahead), config)
+            .candidates(s, g, selected, (now, limit, ahead), settings)
             .await?;
         if parts.iter().any(|p| !p.poison.is_empty()) {
             let poison: Vec<(u32, u64, String, Delivery)> = selected
@@ -497,7 +497,7 @@ impl RedisBackend {
             self.crowded.lock().insert(group);
         }
         let times = (now, expires_at);
-        self.claimed(req, claimed, fresh_events, cursors_after, times, ordering)
+        self.claimed(req, settings, claimed, fresh_events, cursors_after, times)
             .await
             .map(Some)
     }

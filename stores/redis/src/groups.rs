@@ -4,20 +4,27 @@
 //! cursors are written in one guarded script.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Applied, Cas, Phase, RedisBackend, corrupt};
-use rheo_core::backend::policy::{Marks, start_lookup, start_points};
+use super::{Applied, Cas, Phase, RedisBackend, Settings, StreamFacts, corrupt, map_error};
+use rheo_core::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{
     Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName, Timestamp,
 };
 
 impl RedisBackend {
+    /// Creates a group, guarded on its stream as kept here. Its settings
+    /// get an incarnation of their own, and whatever keys of its name
+    /// exist are cleared in the same script (none do: a delete removes
+    /// them all at once; this only makes sure a new group never starts on
+    /// a deleted one's leftovers).
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        let (partition_count, _) = self.meta(s).await?;
+        let facts = self.meta(s).await?;
+        let partition_count = facts.partitions;
         let now = self.clock.now();
         let starts = self.start_points(s, partition_count, &spec.start).await?;
         let settings = json!({
@@ -25,10 +32,13 @@ impl RedisBackend {
             "retry_backoff_ms": spec.retry_backoff_ms,
             "ordering": spec.ordering.as_str(),
             "created_at": now.as_millis(),
+            "incarnation": super::incarnation(),
         });
         let (groups, name) = (self.keys.groups(s), spec.name.as_str());
         let mut cas = Cas::default();
+        self.guard_stream(&mut cas, s, &facts);
         cas.hget_is(&groups, name, None);
+        cas.unlink(&self.keys.of_group(s, &spec.name, partition_count));
         cas.write(&["HSET", &groups, name, &settings.to_string()]);
         let cursors = self.keys.cursors(s, &spec.name);
         let floors = self.keys.floors(s, &spec.name);
@@ -53,14 +63,17 @@ impl RedisBackend {
         })
     }
 
+    /// The groups of the stream as stored now, read with it.
     pub(crate) async fn list_groups(&self, s: &StreamName) -> Result<Vec<Group>> {
-        self.meta(s).await?;
-        let all: BTreeMap<String, String> = self
-            .run(
-                &redis::cmd("HGETALL").arg(self.keys.groups(s)).clone(),
-                Phase::Read,
-            )
-            .await?;
+        let at = self.catalog.generation();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(self.keys.streams()).arg(s.as_str());
+        pipe.cmd("HGETALL").arg(self.keys.groups(s));
+        let (raw, all): (Option<String>, BTreeMap<String, String>) = pipe
+            .query_async(&mut self.read_conn())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        self.found_stream(s, raw, at)?;
         all.into_iter()
             .map(|(name, raw)| {
                 let name = GroupName::parse(name).map_err(|e| corrupt("group name", e))?;
@@ -106,6 +119,36 @@ impl RedisBackend {
         let sequences: Vec<u64> = self.run(&cmd, Phase::Read).await?;
         Ok(sequences.into_iter().min())
     }
+}
+
+/// A group's [`Settings`] from its stored value, with its stream.
+pub(super) fn decode_settings(
+    s: &StreamName,
+    g: &GroupName,
+    raw: String,
+    stream: StreamFacts,
+) -> Result<Settings> {
+    let group = decode_group(s, g.clone(), &raw)?;
+    Ok(Settings {
+        config: GroupConfig::from(&group),
+        raw: Arc::from(raw),
+        stream,
+    })
+}
+
+/// Whether two stored values of a group's settings are of one group (its
+/// settings changed by a reset that changed its ordering), not of a
+/// deleted one and another created again under its name: the same creation
+/// time and incarnation.
+pub(super) fn same_group(a: &str, b: &str) -> bool {
+    let identity = |raw: &str| {
+        let v: Value = serde_json::from_str(raw).ok()?;
+        Some((
+            v["created_at"].as_i64(),
+            v["incarnation"].as_str().map(str::to_owned),
+        ))
+    };
+    identity(a).is_some_and(|a| identity(b) == Some(a))
 }
 
 pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result<Group> {

@@ -67,16 +67,20 @@ impl RedisBackend {
         g: &GroupName,
         partitions: &Partitions,
     ) -> Result<Lag> {
-        let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
-        let selected = partitions.resolve(partition_count)?;
-        self.build_lag(s, g, &selected).await
+        let (settings, hws) = self.group_now(s, g, true).await?;
+        let selected = partitions.resolve(settings.stream.partitions)?;
+        self.build_lag(s, g, &selected, &hws).await
     }
 
-    async fn build_lag(&self, s: &StreamName, g: &GroupName, selected: &[u32]) -> Result<Lag> {
+    /// The lag of `selected` partitions, whose high watermarks are `hws`.
+    async fn build_lag(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        selected: &[u32],
+        hws: &[u64],
+    ) -> Result<Lag> {
         let now = self.clock.now();
-        let (partition_count, _) = self.meta(s).await?;
-        let hws = self.high_watermarks(s, partition_count).await?;
         let mut lag = LagBuilder::new(s, g);
         for &p in selected {
             let hw = hws[p as usize];
@@ -92,10 +96,10 @@ impl RedisBackend {
     }
 
     pub(crate) async fn group_info(&self, s: &StreamName, g: &GroupName) -> Result<GroupInfo> {
-        let (partition_count, _) = self.meta(s).await?;
-        let config = self.group_config(s, g).await?;
-        let all: Vec<u32> = (0..partition_count).collect();
-        let lag = self.build_lag(s, g, &all).await?;
+        let (settings, hws) = self.group_now(s, g, true).await?;
+        let config = settings.config;
+        let all: Vec<u32> = (0..settings.stream.partitions).collect();
+        let lag = self.build_lag(s, g, &all, &hws).await?;
         let dead: u64 = self
             .run(
                 &redis::cmd("ZCARD").arg(self.keys.dead(s, g)).clone(),
@@ -129,12 +133,10 @@ impl RedisBackend {
         g: &GroupName,
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
-        let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
+        let (settings, hws) = self.group_now(s, g, true).await?;
         let now = self.clock.now();
-        let hws = self.high_watermarks(s, partition_count).await?;
         let mut next: Option<i64> = None;
-        for p in partitions.resolve(partition_count)? {
+        for p in partitions.resolve(settings.stream.partitions)? {
             let k = &self.keys;
             let ready: u64 = self
                 .run(

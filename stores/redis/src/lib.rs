@@ -15,6 +15,18 @@
 //! handler record is written by a small compare-and-set script on its
 //! revision, which also publishes `:handlers` on the wake-up channel so
 //! every node's watchers wake.
+//!
+//! A node keeps what it read of streams and groups in the core's
+//! [`Catalog`]; a delete (`lifecycle.rs`,
+//! `docs/operations.md#deleting-streams-and-groups`) counts up the
+//! *catalog generation* (`<prefix>:generation`) in the script that removes
+//! the keys, and the other nodes read it at most every
+//! [`CHECK_EVERY`](rheo_core::backend::catalog::CHECK_EVERY). Until then a
+//! node may still keep a deleted stream or group: every write is guarded
+//! on the stream's stored value and the group's settings as kept
+//! (`Cas::catalog_is`), and the calls that only read check them in a
+//! round trip they make anyway, so a call on what another node deleted
+//! answers `stream_not_found` or `group_not_found` and forgets it.
 
 mod claims;
 mod cluster;
@@ -22,6 +34,7 @@ mod gates;
 mod groups;
 mod impl_backend;
 mod inspect;
+mod lifecycle;
 mod migrate;
 mod planned;
 mod rewind;
@@ -36,6 +49,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
 
+use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::{GroupConfig, plan_append, route_batch};
 use rheo_core::backend::{CreateStream, Error, Notifier, ReadRequest, Result};
 use rheo_core::clock::SharedClock;
@@ -70,9 +84,19 @@ impl Keys {
         format!("{}:migrations", self.prefix)
     }
 
-    /// Hash: stream name → `{"partitions": n, "created_at": ms}`.
+    /// Hash: stream name → `{"partitions": n, "created_at": ms,
+    /// "incarnation": hex}` (streams created before deletes existed have
+    /// no incarnation): the stream's [`StreamFacts`].
     pub(crate) fn streams(&self) -> String {
         format!("{}:streams", self.prefix)
+    }
+
+    /// String: the catalog generation, counted up by every delete of a
+    /// stream or group in the script that deletes it (absent: 0); a node
+    /// that finds it moved forgets what it keeps of streams and groups
+    /// (`rheo_core::backend::catalog`).
+    pub(crate) fn generation(&self) -> String {
+        format!("{}:generation", self.prefix)
     }
 
     /// The Redis stream of one partition; entry ids are `<sequence>-0`.
@@ -95,7 +119,8 @@ impl Keys {
         format!("{}:{{{stream}}}:ts:{partition}", self.prefix)
     }
 
-    /// Hash: group name → its settings (`max_attempts`, backoff, creation).
+    /// Hash: group name → its settings (`max_attempts`, backoff, ordering,
+    /// creation, incarnation).
     pub(crate) fn groups(&self, stream: &StreamName) -> String {
         format!("{}:{{{stream}}}:groups", self.prefix)
     }
@@ -183,6 +208,33 @@ impl Keys {
             counts: self.counts(s, g, p),
             partition: p,
         }
+    }
+
+    /// Every key of a stream of `partitions` partitions but its groups'
+    /// ([`Keys::of_group`]): what deleting it removes, and what creating
+    /// one of its name clears. A new key of a stream belongs here.
+    pub(crate) fn of_stream(&self, s: &StreamName, partitions: u32) -> Vec<String> {
+        let mut keys = vec![self.ids(s), self.high_watermarks(s), self.groups(s)];
+        for p in 0..partitions {
+            keys.push(self.log(s, p));
+            keys.push(self.times(s, p));
+        }
+        keys
+    }
+
+    /// Every key of a group of a stream of `partitions` partitions (its
+    /// settings are a field of [`Keys::groups`]): what deleting it
+    /// removes, and what creating one of its name clears. A new key of a
+    /// group belongs here.
+    pub(crate) fn of_group(&self, s: &StreamName, g: &GroupName, partitions: u32) -> Vec<String> {
+        let mut keys = vec![self.cursors(s, g), self.floors(s, g), self.dead(s, g)];
+        for p in 0..partitions {
+            let k = self.partition(s, g, p);
+            keys.extend([
+                k.records, k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates, k.counts,
+            ]);
+        }
+        keys
     }
 
     /// The pub/sub channel of wake-ups: a message is a stream name.
@@ -275,9 +327,10 @@ struct Cas {
     writes: Vec<Vec<String>>,
     /// Per key, the index of the last write that touched it.
     touched: HashMap<String, usize, foldhash::fast::RandomState>,
-    /// The guard group on a group's settings, and the group: when it
-    /// fails, the settings this process keeps are stale.
-    settings: Option<(usize, (StreamName, GroupName))>,
+    /// The guard groups on what this process keeps of a stream or a group
+    /// ([`Cas::catalog_is`]), by their 1-based index: when one fails, what
+    /// is kept is stale ([`RedisBackend::outcome`]).
+    catalog: Vec<(usize, Kept)>,
     /// Per kind of guard group that takes many guards (`h`, `e`, `s`) and
     /// key, the group's index: guards of one key join one group, in
     /// whatever order they come (all are checked before any write), so a
@@ -305,12 +358,25 @@ enum Guard {
     /// count is checked: every use guards the member's record too (an
     /// open delivery's record and its gate membership change together).
     LexAlone(String, Vec<[String; 3]>),
+    /// A hash has exactly this many fields.
+    HashLen(String, usize),
+}
+
+/// What a catalog guard ([`Cas::catalog_is`]) guards.
+#[derive(Debug)]
+enum Kept {
+    /// A stream's stored value, as [`StreamFacts`] hold it.
+    Stream(StreamName),
+    /// A group's settings, as [`Settings`] hold them.
+    Group(StreamName, GroupName, Settings),
 }
 
 impl Cas {
     /// Commands whose arguments after the key may repeat (`HSET` and `ZADD`
     /// in pairs; Rheo never gives `ZADD` options).
     const VARIADIC: [&'static str; 4] = ["HSET", "HDEL", "ZADD", "ZREM"];
+    /// Commands whose every argument is a key.
+    const KEYS_ONLY: [&'static str; 2] = ["DEL", "UNLINK"];
     /// Arguments per joined command, and guards per group, at most (Lua's
     /// `unpack` has a limit).
     const MAX_ARGS: usize = 1000;
@@ -324,7 +390,7 @@ impl Cas {
             Guard::Hash(_, fields) => fields.len(),
             Guard::LexEmpty(_, ranges) => ranges.len(),
             Guard::LexAlone(_, alone) => alone.len(),
-            Guard::ZsetNoneUntil(..) | Guard::LexFirst(..) => return None,
+            Guard::ZsetNoneUntil(..) | Guard::LexFirst(..) | Guard::HashLen(..) => return None,
         };
         ((len + 1) * width <= Self::MAX_ARGS).then_some(guard)
     }
@@ -356,6 +422,11 @@ impl Cas {
     /// Holds only if `HGET key field` still starts with `prefix`.
     fn hget_starts(&mut self, key: &str, field: &str, prefix: &str) {
         self.hash_guard(key, field, "2", prefix);
+    }
+
+    /// Holds only if the hash `key` has exactly `n` fields.
+    fn hash_len_is(&mut self, key: &str, n: usize) {
+        self.guards.push(Guard::HashLen(key.to_owned(), n));
     }
 
     /// Holds only if the sorted set `key` has no member scored at most
@@ -397,23 +468,23 @@ impl Cas {
         }
     }
 
-    /// Holds only if group `g`'s settings in hash `groups` are still `raw`
-    /// (its ordering decides what a claim, a settle or a re-open writes);
-    /// comes first, before any other guard.
-    fn settings_are(
-        &mut self,
-        groups: &str,
-        g: &GroupName,
-        raw: &str,
-        group: (StreamName, GroupName),
-    ) {
-        debug_assert!(self.guards.is_empty(), "the settings guard comes first");
+    /// Holds only if field `field` of hash `key` is still `raw`, what this
+    /// process keeps of a stream (its stored value) or a group (its
+    /// settings, whose ordering decides what a claim, a settle or a
+    /// re-open writes): a stream or group deleted since, perhaps created
+    /// again, fails it. Comes first, before any guard but another of its
+    /// kind, so that its failure is the one `cas.lua` reports.
+    fn catalog_is(&mut self, key: &str, field: &str, raw: &str, kept: Kept) {
+        debug_assert_eq!(
+            self.guards.len(),
+            self.catalog.len(),
+            "catalog guards come first"
+        );
         // A group of its own, which no other guard joins: its failure alone
-        // says the settings changed.
-        let guard = [g.as_str(), "1", raw].map(str::to_owned);
-        self.guards
-            .push(Guard::Hash(groups.to_owned(), vec![guard]));
-        self.settings = Some((self.guards.len(), group));
+        // says what is kept is stale.
+        let guard = [field, "1", raw].map(str::to_owned);
+        self.guards.push(Guard::Hash(key.to_owned(), vec![guard]));
+        self.catalog.push((self.guards.len(), kept));
     }
 
     fn write(&mut self, command: &[&str]) {
@@ -428,7 +499,24 @@ impl Cas {
         }
         self.writes
             .push(command.iter().map(|a| (*a).to_owned()).collect());
-        self.touched.insert(key.to_owned(), self.writes.len() - 1);
+        let at = self.writes.len() - 1;
+        if Self::KEYS_ONLY.contains(&name) {
+            for key in &command[1..] {
+                self.touched.insert((*key).to_owned(), at);
+            }
+        } else {
+            self.touched.insert(key.to_owned(), at);
+        }
+    }
+
+    /// Removes `keys` (`UNLINK`: a big one is freed in the background), in
+    /// commands of at most [`Cas::MAX_ARGS`] arguments.
+    fn unlink(&mut self, keys: &[String]) {
+        for chunk in keys.chunks(Self::MAX_ARGS - 1) {
+            let mut command = vec!["UNLINK"];
+            command.extend(chunk.iter().map(String::as_str));
+            self.write(&command);
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -466,6 +554,9 @@ impl Cas {
                     for triple in alone {
                         to.arg(triple);
                     }
+                }
+                Guard::HashLen(key, n) => {
+                    to.arg("n").arg(key).arg(*n);
                 }
             }
         }
@@ -527,13 +618,14 @@ pub struct RedisBackend {
     cluster: Arc<cluster::RedisCluster>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
-    /// Streams never change once created: what was read once is kept
-    /// (never a negative answer).
-    streams: Arc<parking_lot::RwLock<HashMap<StreamName, (u32, Timestamp)>>>,
-    /// Group settings change only by a reset that changes the ordering:
-    /// every write that depends on them is guarded on them as kept here
-    /// ([`Cas::settings_are`]), and a failed guard drops what is kept.
-    groups: Arc<parking_lot::RwLock<HashMap<(StreamName, GroupName), Settings>>>,
+    /// What this process keeps of streams and groups (never a negative
+    /// answer). A stream changes only by its deletion, a group's settings
+    /// by a reset that changes its ordering or by its deletion: the kept
+    /// entries are trusted after the store's catalog generation was read
+    /// ([`Catalog::refresh`]), every write is guarded on them
+    /// ([`Cas::catalog_is`]), and what finds them stale drops them. The
+    /// caches below are derived from them and dropped with them.
+    catalog: Arc<Catalog<StreamFacts, Settings>>,
     /// Where the events this process fetched are: a settle of them need
     /// not read the id index.
     positions: Arc<parking_lot::Mutex<Positions>>,
@@ -565,18 +657,51 @@ struct Located {
     /// The event's key, when the lease was of an ordered group (`None`:
     /// not kept).
     key: Option<Option<Arc<str>>>,
+    /// The stream's stored value when the event was fetched: a stream
+    /// created again under the name may have an event of the id elsewhere.
+    stream: Arc<str>,
+}
+
+/// A stream as stored: what a node keeps of it in its [`Catalog`].
+#[derive(Debug, Clone)]
+pub(crate) struct StreamFacts {
+    pub(crate) partitions: u32,
+    pub(crate) created_at: Timestamp,
+    /// The stored value, which guards compare. Its incarnation (a random
+    /// token given at creation) tells a stream created again under a
+    /// deleted one's name from the deleted one.
+    pub(crate) raw: Arc<str>,
+}
+
+impl StreamFacts {
+    fn decode(raw: String) -> Result<Self> {
+        let (partitions, created_at) = decode_meta(&raw)?;
+        Ok(Self {
+            partitions,
+            created_at,
+            raw: raw.into(),
+        })
+    }
 }
 
 /// A group's settings as stored, and the policy's view of them.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) config: GroupConfig,
-    /// The stored value, which guards compare.
+    /// The stored value, which guards compare. Its incarnation tells a
+    /// group created again under a deleted one's name from the deleted one
+    /// (`groups::same_group`).
     pub(crate) raw: Arc<str>,
+    /// The group's stream, read with the settings: a call on the group
+    /// takes the partition count from here, and its writes are guarded on
+    /// it ([`RedisBackend::guard_settings`]).
+    pub(crate) stream: StreamFacts,
 }
 
-/// Event positions by id, bounded: an event never moves, so any entry
-/// stays true; the older half is dropped when the newer fills up.
+/// Event positions by id, bounded: an event never moves, so an entry
+/// stays true as long as its stream (an entry names the stream's
+/// incarnation, and a delete drops the stream's entries); the older half
+/// is dropped when the newer fills up.
 #[derive(Debug, Default)]
 struct Positions {
     current: HashMap<(StreamName, EventId), Located, foldhash::fast::RandomState>,
@@ -587,11 +712,19 @@ impl Positions {
     /// Entries per half.
     const HALF: usize = 1 << 16;
 
-    fn get(&self, key: &(StreamName, EventId)) -> Option<Located> {
+    /// Where the event is in the stream whose stored value is `stream`.
+    fn get(&self, key: &(StreamName, EventId), stream: &str) -> Option<Located> {
         self.current
             .get(key)
             .or_else(|| self.previous.get(key))
+            .filter(|at| *at.stream == *stream)
             .cloned()
+    }
+
+    /// Forgets the events of `stream`.
+    fn forget(&mut self, stream: &StreamName) {
+        self.current.retain(|(s, _), _| s != stream);
+        self.previous.retain(|(s, _), _| s != stream);
     }
 
     fn insert(&mut self, key: (StreamName, EventId), at: Located) {
@@ -778,8 +911,7 @@ impl RedisBackend {
             _listener: Arc::new(listener),
             cluster,
             rotation: Arc::default(),
-            streams: Arc::default(),
-            groups: Arc::default(),
+            catalog: Arc::new(Catalog::shared()),
             positions: Arc::default(),
             crowded: Arc::default(),
             views: Arc::default(),
@@ -862,38 +994,62 @@ impl RedisBackend {
             other => other,
         }
         .map_err(|e| map_error(e, Phase::Write))?;
-        Ok(self.outcome(cas, failed))
+        self.outcome(cas, failed).await
     }
 
-    /// What `cas.lua` answered: when the guard on a group's settings
-    /// failed, the settings kept here are dropped (read again next time).
-    fn outcome(&self, cas: &Cas, failed: i64) -> Applied {
+    /// What `cas.lua` answered. When a guard on what this process keeps of
+    /// a stream or group failed ([`Cas::catalog_is`]), what is kept is
+    /// dropped, and: a stream's stored value changes only when it is
+    /// deleted, so the call finds it not found (it was gone at some point
+    /// since the call read it, even if one of its name was created again);
+    /// a group is read again with its stream, and is not found if either is
+    /// gone or is another of the name, else (a reset changed its ordering)
+    /// the call reads again.
+    async fn outcome(&self, cas: &Cas, failed: i64) -> Result<Applied> {
         if failed == 0 {
-            return Applied::Yes;
+            return Ok(Applied::Yes);
         }
-        if let Some((at, group)) = &cas.settings
-            && usize::try_from(failed).is_ok_and(|f| f == *at)
-        {
-            self.groups.write().remove(group);
+        let kept = cas
+            .catalog
+            .iter()
+            .find(|(at, _)| i64::try_from(*at).is_ok_and(|at| at == failed));
+        match kept {
+            None => Ok(Applied::Conflict),
+            Some((_, Kept::Stream(s))) => {
+                self.forget_stream(s);
+                Err(Error::StreamNotFound(s.clone()))
+            }
+            Some((_, Kept::Group(s, g, settings))) => {
+                self.forget_settings(s, g);
+                self.recheck(s, g, settings).await?;
+                Ok(Applied::Conflict)
+            }
         }
-        Applied::Conflict
     }
 
-    /// Guards `cas` on group `g`'s settings as `settings` holds them.
+    /// Guards `cas` on stream `s` as `facts` hold it: the write lands only
+    /// on the stream it was decided for, never on a deleted one.
+    fn guard_stream(&self, cas: &mut Cas, s: &StreamName, facts: &StreamFacts) {
+        let kept = Kept::Stream(s.clone());
+        cas.catalog_is(&self.keys.streams(), s.as_str(), &facts.raw, kept);
+    }
+
+    /// Guards `cas` on group `g`'s stream and settings as `settings` hold
+    /// them.
     fn guard_settings(&self, cas: &mut Cas, s: &StreamName, g: &GroupName, settings: &Settings) {
-        cas.settings_are(
-            &self.keys.groups(s),
-            g,
-            &settings.raw,
-            (s.clone(), g.clone()),
-        );
+        self.guard_stream(cas, s, &settings.stream);
+        let kept = Kept::Group(s.clone(), g.clone(), settings.clone());
+        cas.catalog_is(&self.keys.groups(s), g.as_str(), &settings.raw, kept);
     }
 
-    /// Partition count and creation time of a stream.
-    async fn meta(&self, stream: &StreamName) -> Result<(u32, Timestamp)> {
-        if let Some(meta) = self.streams.read().get(stream) {
-            return Ok(*meta);
+    /// A stream's partition count, creation time and stored value, as kept
+    /// here or read.
+    async fn meta(&self, stream: &StreamName) -> Result<StreamFacts> {
+        self.refresh_catalog().await?;
+        if let Some(facts) = self.catalog.stream(stream) {
+            return Ok(facts);
         }
+        let at = self.catalog.generation();
         let raw: Option<String> = self
             .run(
                 redis::cmd("HGET")
@@ -903,9 +1059,48 @@ impl RedisBackend {
             )
             .await?;
         let raw = raw.ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        let meta = decode_meta(&raw)?;
-        self.streams.write().insert(stream.clone(), meta);
-        Ok(meta)
+        let facts = StreamFacts::decode(raw)?;
+        self.catalog.keep_stream(stream, facts.clone(), at);
+        Ok(facts)
+    }
+
+    /// A stream as stored now (not as kept), with its high watermarks, in
+    /// one round trip; kept for the calls after.
+    async fn stream_now(&self, stream: &StreamName) -> Result<(StreamFacts, Vec<u64>)> {
+        let at = self.catalog.generation();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET")
+            .arg(self.keys.streams())
+            .arg(stream.as_str());
+        pipe.cmd("HGETALL").arg(self.keys.high_watermarks(stream));
+        let (raw, hws): (Option<String>, HashMap<String, u64>) = pipe
+            .query_async(&mut self.read_conn())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let facts = self.found_stream(stream, raw, at)?;
+        let hws = watermarks(&hws, facts.partitions);
+        Ok((facts, hws))
+    }
+
+    /// The stream whose stored value was just read as `raw` (read under
+    /// generation `at`): kept, in place of another of its name kept before
+    /// (and its groups); not found, and forgotten, when there was none.
+    fn found_stream(
+        &self,
+        stream: &StreamName,
+        raw: Option<String>,
+        at: rheo_core::backend::catalog::Generation,
+    ) -> Result<StreamFacts> {
+        let Some(raw) = raw else {
+            self.forget_stream(stream);
+            return Err(Error::StreamNotFound(stream.clone()));
+        };
+        let facts = StreamFacts::decode(raw)?;
+        if (self.catalog.stream(stream)).is_some_and(|kept| kept.raw != facts.raw) {
+            self.forget_stream(stream);
+        }
+        self.catalog.keep_stream(stream, facts.clone(), at);
+        Ok(facts)
     }
 
     /// Last sequence per partition.
@@ -914,18 +1109,25 @@ impl RedisBackend {
         let raw: HashMap<String, u64> = self
             .run(redis::cmd("HGETALL").arg(key), Phase::Read)
             .await?;
-        Ok((0..partitions)
-            .map(|p| raw.get(&p.to_string()).copied().unwrap_or(0))
-            .collect())
+        Ok(watermarks(&raw, partitions))
     }
 
+    /// Creates a stream. Its stored value gets an incarnation of its own,
+    /// and whatever keys of its name exist are cleared in the same script
+    /// (none do: a delete removes them all at once; this only makes sure a
+    /// new stream never starts on a deleted one's leftovers).
     pub(crate) async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         req.validate()?;
         let created_at = self.clock.now();
-        let meta = json!({"partitions": req.partition_count, "created_at": created_at.as_millis()});
+        let meta = json!({
+            "partitions": req.partition_count,
+            "created_at": created_at.as_millis(),
+            "incarnation": incarnation(),
+        });
         let mut cas = Cas::default();
         let (streams, name) = (self.keys.streams(), req.name.as_str());
         cas.hget_is(&streams, name, None);
+        cas.unlink(&self.keys.of_stream(&req.name, req.partition_count));
         cas.write(&["HSET", &streams, name, &meta.to_string()]);
         if self.apply(&cas).await? == Applied::Conflict {
             return Err(Error::AlreadyExists(format!("stream {name:?}")));
@@ -938,13 +1140,14 @@ impl RedisBackend {
         })
     }
 
+    /// The stream as stored now, whatever is kept.
     pub(crate) async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        let (partition_count, created_at) = self.meta(stream).await?;
+        let (facts, high_watermarks) = self.stream_now(stream).await?;
         Ok(Stream {
             name: stream.clone(),
-            partition_count,
-            created_at,
-            high_watermarks: self.high_watermarks(stream, partition_count).await?,
+            partition_count: facts.partitions,
+            created_at: facts.created_at,
+            high_watermarks,
         })
     }
 
@@ -968,23 +1171,24 @@ impl RedisBackend {
 
     /// Appends a batch atomically (`docs/log.md#appends`): read the known
     /// ids and the high watermarks, plan with the policy, write every new
-    /// event, its id and the new watermarks in one guarded script; another
-    /// node's append in between sends it round again.
+    /// event, its id and the new watermarks in one script guarded on them
+    /// and on the stream; another node's append in between sends it round
+    /// again, a delete makes it not found.
     pub(crate) async fn append(
         &self,
         stream: &StreamName,
         events: Vec<EventInput>,
     ) -> Result<Vec<Appended>> {
-        let (partition_count, _) = self.meta(stream).await?;
+        let facts = self.meta(stream).await?;
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let routed = route_batch(events, partition_count)?;
-        for _ in 0..MAX_ATTEMPTS {
-            if let Some(appended) = self.append_once(stream, &routed).await? {
+        let routed = route_batch(events, facts.partitions)?;
+        for attempt in 0..MAX_ATTEMPTS {
+            if let Some(appended) = self.append_once(stream, &facts, &routed).await? {
                 return Ok(appended);
             }
-            tokio::task::yield_now().await;
+            back_off(attempt).await;
         }
         Err(Error::Failed(format!(
             "append to {stream:?} lost {MAX_ATTEMPTS} races in a row; retry it"
@@ -995,6 +1199,7 @@ impl RedisBackend {
     async fn append_once(
         &self,
         stream: &StreamName,
+        facts: &StreamFacts,
         routed: &[(EventInput, u32)],
     ) -> Result<Option<Vec<Appended>>> {
         let now = self.clock.now();
@@ -1022,6 +1227,7 @@ impl RedisBackend {
         let plan = plan_append(routed, &known.keys().cloned().collect::<HashSet<_>>());
 
         let mut cas = Cas::default();
+        self.guard_stream(&mut cas, stream, facts);
         let mut next: HashMap<u32, u64> = HashMap::new();
         if !plan.per_partition.is_empty() {
             let fields: Vec<String> = plan.per_partition.keys().map(u32::to_string).collect();
@@ -1069,7 +1275,8 @@ impl RedisBackend {
             out.push(Ok(event));
         }
         if cas.is_empty() {
-            // Every input was a duplicate: nothing to write.
+            // Every input was a duplicate (of events read just now): nothing
+            // to write.
         } else {
             self.publish_wake(&mut cas, stream);
             if self.apply(&cas).await? == Applied::Conflict {
@@ -1161,29 +1368,65 @@ impl RedisBackend {
             .collect()
     }
 
-    /// Events of one partition after `after`, in sequence order.
+    /// Events of one partition after `after`, in sequence order, read with
+    /// the stream as stored now (one round trip).
     pub(crate) async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
         req.validate()?;
-        let (partition_count, _) = self.meta(&req.stream).await?;
+        let at = self.catalog.generation();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET")
+            .arg(self.keys.streams())
+            .arg(req.stream.as_str());
+        pipe.cmd("XRANGE")
+            .arg(self.keys.log(&req.stream, req.partition))
+            .arg(format!("{}-0", req.after + 1))
+            .arg("+")
+            .arg("COUNT")
+            .arg(req.limit);
+        let (raw, entries): (Option<String>, Vec<claims::Entry>) = pipe
+            .query_async(&mut self.read_conn())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        let partition_count = self.found_stream(&req.stream, raw, at)?.partitions;
         if req.partition >= partition_count {
             return Err(Error::InvalidPartition {
                 partition: req.partition,
                 partition_count,
             });
         }
-        let cmd = redis::cmd("XRANGE")
-            .arg(self.keys.log(&req.stream, req.partition))
-            .arg(format!("{}-0", req.after + 1))
-            .arg("+")
-            .arg("COUNT")
-            .arg(req.limit)
-            .clone();
-        let entries: Vec<(String, Vec<String>)> = self.run(&cmd, Phase::Read).await?;
         entries
             .into_iter()
             .map(|(id, fields)| decode_event(&req.stream, req.partition, &id, fields))
             .collect()
     }
+}
+
+/// Waits before another attempt of a write that lost a race: at once the
+/// first times, then for a random moment of up to a few milliseconds, so
+/// that writers of one key that keep colliding (and one that keeps being
+/// overtaken) spread out.
+async fn back_off(attempt: usize) {
+    if attempt < 4 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let most_us = 1000u64 << attempt.min(8).saturating_sub(4);
+    let pause = Duration::from_micros(rand::random_range(0..=most_us));
+    tokio::time::sleep(pause).await;
+}
+
+/// The high watermark of each of `partitions` partitions from a `HGETALL`
+/// of [`Keys::high_watermarks`].
+fn watermarks(raw: &HashMap<String, u64>, partitions: u32) -> Vec<u64> {
+    (0..partitions)
+        .map(|p| raw.get(&p.to_string()).copied().unwrap_or(0))
+        .collect()
+}
+
+/// A new stream's or group's incarnation: what tells it from one of its
+/// name deleted before.
+fn incarnation() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 fn decode_meta(raw: &str) -> Result<(u32, Timestamp)> {

@@ -4,7 +4,12 @@
 //! past the cursor are enough to fill the fetch. The plan is decided by
 //! the shared policy as a fresh read would be, and the write is guarded on
 //! everything the plan assumed, so a stale view only costs the round trip:
-//! the caller then reads.
+//! the caller then reads. That includes the group's stream and settings,
+//! whose incarnations tell a group (or stream) created again under a
+//! deleted one's name from the deleted one (`lifecycle.rs`); a view names
+//! the settings it was seen under and plans nothing for others, and the
+//! views of a deleted group are dropped with it: a view of the old group
+//! never plans a fetch of the new one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,7 +19,7 @@ use super::gates::member;
 use super::{Applied, Cas, Phase, RedisBackend, Settings, corrupt, map_error};
 use rheo_core::backend::policy::{GateWalk, Share, claim_capacity, round_robin};
 use rheo_core::backend::{FetchRequest, Result};
-use rheo_core::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName};
+use rheo_core::model::{Event, GroupName, Lease, LeaseId, StreamName};
 
 /// A group partition as this process last saw it.
 #[derive(Debug, Clone)]
@@ -25,9 +30,15 @@ pub(super) struct View {
     /// still is, see [`RedisBackend::fetch_planned`]).
     pub(super) quiet: bool,
     /// Under an ordering, the events from `cursor` on as read ahead (the
-    /// log is immutable, so they stay true): what an ordered fetch plans
-    /// its walk over ([`RedisBackend::fetch_ordered_planned`]).
+    /// log is immutable, so they stay true while the stream does: a delete
+    /// drops the views, and a plan is guarded on the stream): what an
+    /// ordered fetch plans its walk over
+    /// ([`RedisBackend::fetch_ordered_planned`]).
     pub(super) ahead: Arc<[Arc<Event>]>,
+    /// The group's settings as stored when it was seen: a view is of that
+    /// group only, not of one created again under its name (whose settings
+    /// have another incarnation).
+    pub(super) of: Arc<str>,
 }
 
 impl View {
@@ -77,8 +88,8 @@ impl RedisBackend {
     /// partition run short, so a plan over them is what a read would give.
     fn planned_views(
         &self,
-        s: &StreamName,
-        g: &GroupName,
+        (s, g): (&StreamName, &GroupName),
+        settings: &Settings,
         selected: &[u32],
         limit: usize,
     ) -> Option<Vec<View>> {
@@ -89,6 +100,9 @@ impl RedisBackend {
                 .map(|&p| views.get(&(s.clone(), g.clone(), p)).cloned())
                 .collect::<Option<_>>()?
         };
+        if views.iter().any(|v| *v.of != *settings.raw) {
+            return None;
+        }
         views
             .iter()
             .all(|v| v.quiet && claim_capacity(0, v.cursor, v.high_watermark) >= limit)
@@ -131,7 +145,7 @@ impl RedisBackend {
         let mut replies = replies.into_iter();
         let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
         let failed: i64 = value(next()?)?;
-        if self.outcome(cas, failed) == Applied::Conflict {
+        if self.outcome(cas, failed).await? == Applied::Conflict {
             return Ok(None);
         }
         let mut read = Vec::with_capacity(reads.len());
@@ -170,7 +184,7 @@ impl RedisBackend {
     ) -> Result<Option<Vec<Lease>>> {
         let (s, g) = (&req.stream, &req.group);
         let limit = req.limit as usize;
-        let Some(views) = self.planned_views(s, g, selected, limit) else {
+        let Some(views) = self.planned_views((s, g), settings, selected, limit) else {
             return Ok(None);
         };
         let capacity: Vec<usize> = views
@@ -225,10 +239,11 @@ impl RedisBackend {
                 high_watermark,
                 quiet: true,
                 ahead: Arc::default(),
+                of: Arc::clone(&settings.raw),
             };
             self.views.lock().insert((s.clone(), g.clone(), p), view);
         }
-        let leases = self.leases(req, claimed, events, (now, expires_at), GroupOrdering::None)?;
+        let leases = self.leases(req, settings, claimed, events, (now, expires_at))?;
         Ok(Some(leases))
     }
 
@@ -258,7 +273,7 @@ impl RedisBackend {
             return Ok(None);
         }
         let limit = req.limit as usize;
-        let Some(views) = self.planned_views(s, g, selected, limit) else {
+        let Some(views) = self.planned_views((s, g), settings, selected, limit) else {
             return Ok(None);
         };
         if views.iter().any(|v| v.ahead.is_empty()) {
@@ -403,10 +418,11 @@ impl RedisBackend {
                 } else {
                     Arc::default()
                 },
+                of: Arc::clone(&settings.raw),
             };
             self.views.lock().insert((s.clone(), g.clone(), p), view);
         }
-        let leases = self.leases(req, claimed, events, (now, expires_at), ordering)?;
+        let leases = self.leases(req, settings, claimed, events, (now, expires_at))?;
         Ok(Some(leases))
     }
 }

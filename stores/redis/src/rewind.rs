@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 
 use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
 use super::gates::Reopened;
-use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, corrupt, decode_position};
+use super::{
+    Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, corrupt,
+    decode_position,
+};
 use rheo_core::backend::policy::all_located;
 use rheo_core::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
 use rheo_core::model::{
@@ -48,8 +51,7 @@ impl RedisBackend {
     pub(crate) async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         req.validate()?;
         let (s, g) = (&req.stream, &req.group);
-        let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
+        let partition_count = self.group_now(s, g, false).await?.0.stream.partitions;
         let after = match &req.after {
             None => None,
             Some(id) => {
@@ -122,13 +124,12 @@ impl RedisBackend {
         g: &GroupName,
         which: Redrive,
     ) -> Result<u64> {
-        self.meta(s).await?;
-        self.group_config(s, g).await?;
+        let (started, _) = self.group_now(s, g, false).await?;
         let candidates = match which {
             Redrive::All => self.dead_positions(s, g).await?,
             Redrive::Events(ids) => self.locate_all(s, &ids).await?,
         };
-        let count = self.reopen(s, g, &candidates, true).await?;
+        let count = self.reopen(s, g, &started, &candidates, true).await?;
         if count > 0 {
             self.wake(s).await;
         }
@@ -137,8 +138,8 @@ impl RedisBackend {
 
     pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
         how.validate()?;
-        let (partition_count, _) = self.meta(s).await?;
-        self.group_config(s, g).await?;
+        let (started, hws) = self.group_now(s, g, true).await?;
+        let partition_count = started.stream.partitions;
         let mut positions = Vec::new();
         // Up to the cursor, but never past the partition's last event: a
         // start point past the end names sequences that hold no event yet
@@ -146,14 +147,12 @@ impl RedisBackend {
         let end = |hws: &[u64], p: u32, cursor: u64| cursor.min(hws[p as usize].saturating_add(1));
         match how {
             Replay::FromSequence { after, partitions } => {
-                let hws = self.high_watermarks(s, partition_count).await?;
                 for p in partitions.resolve(partition_count)? {
                     let end = end(&hws, p, self.cursor(s, g, p).await?);
                     positions.extend((after.saturating_add(1)..end).map(|q| (p, q)));
                 }
             }
             Replay::FromTime { from, partitions } => {
-                let hws = self.high_watermarks(s, partition_count).await?;
                 for p in partitions.resolve(partition_count)? {
                     if let Some(first) = self.first_at_or_after(s, p, from).await? {
                         let end = end(&hws, p, self.cursor(s, g, p).await?);
@@ -166,12 +165,13 @@ impl RedisBackend {
                     cursor: None,
                     ..query
                 };
-                let matching = self.scan(s, &unbounded, usize::MAX).await?;
+                let stream = (started.stream.clone(), hws);
+                let matching = self.scan_in(s, stream, &unbounded, usize::MAX).await?;
                 positions.extend(matching.iter().map(|e| (e.partition, e.sequence)));
             }
             Replay::EventIds(ids) => positions = self.locate_all(s, &ids).await?,
         }
-        let count = self.reopen(s, g, &positions, false).await?;
+        let count = self.reopen(s, g, &started, &positions, false).await?;
         self.wake(s).await;
         Ok(count)
     }
@@ -182,12 +182,13 @@ impl RedisBackend {
         &self,
         s: &StreamName,
         g: &GroupName,
+        started: &Settings,
         positions: &[(u32, u64)],
         fresh_attempts: bool,
     ) -> Result<u64> {
         let mut count = 0;
         for chunk in positions.chunks(REOPEN_CHUNK) {
-            count += self.reopen_chunk(s, g, chunk, fresh_attempts).await?;
+            count += (self.reopen_chunk(s, g, started, chunk, fresh_attempts)).await?;
         }
         Ok(count)
     }
@@ -196,13 +197,14 @@ impl RedisBackend {
         &self,
         s: &StreamName,
         g: &GroupName,
+        started: &Settings,
         positions: &[(u32, u64)],
         fresh_attempts: bool,
     ) -> Result<u64> {
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed: the
             // ordering gates what this re-opens.
-            let settings = self.settings(s, g).await?;
+            let settings = self.settings_again(s, g, started).await?;
             let ordering = settings.config.ordering;
             let mut by_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
             for &(p, q) in positions {
@@ -311,22 +313,41 @@ impl RedisBackend {
 
     pub(crate) async fn reset(&self, req: ResetRequest) -> Result<()> {
         req.validate()?;
+        for _ in 0..MAX_ATTEMPTS {
+            if self.reset_once(&req).await? == Applied::Yes {
+                self.wake(&req.stream).await;
+                return Ok(());
+            }
+        }
+        Err(Error::Failed(format!(
+            "the settings of group {:?} changed {MAX_ATTEMPTS} times while it was being reset; \
+             retry it",
+            req.group.as_str()
+        )))
+    }
+
+    /// One attempt of a reset; `Conflict` when the group's settings
+    /// changed meanwhile (its ordering, by another reset).
+    async fn reset_once(&self, req: &ResetRequest) -> Result<Applied> {
         let (s, g) = (&req.stream, &req.group);
-        let (partition_count, _) = self.meta(s).await?;
-        // Read afresh: a change of ordering rewrites them.
-        self.forget_group(s, g);
-        let settings = self.settings(s, g).await?;
+        // Read afresh: a change of ordering rewrites them, and the reset
+        // must not land on a deleted group.
+        self.forget_settings(s, g);
+        let (settings, _) = self.group_now(s, g, false).await?;
+        let partition_count = settings.stream.partitions;
         let selected = req.partitions.resolve(partition_count)?;
         let starts = self.start_points(s, partition_count, &req.start).await?;
         let dead = self.dead_positions(s, g).await?;
         let mut cas = Cas::default();
         let k = &self.keys;
+        // Guarded on the stream and the settings as read: a group deleted
+        // meanwhile is not found, not brought back. With an ordering, every
+        // partition is reset (`ResetRequest::validate`): every delivery
+        // gated under the old ordering is forgotten with it, and every
+        // write that depends on the ordering is guarded on these settings,
+        // so no server goes on under the old one.
+        self.guard_settings(&mut cas, s, g, &settings);
         if let Some(ordering) = req.ordering {
-            // Every partition (`ResetRequest::validate`): every delivery
-            // gated under the old ordering is forgotten with it, and every
-            // write that depends on the ordering is guarded on these
-            // settings, so no server goes on under the old one.
-            self.guard_settings(&mut cas, s, g, &settings);
             let raw = super::groups::with_ordering(&settings.raw, ordering)?;
             cas.write(&["HSET", &k.groups(s), g.as_str(), &raw]);
         }
@@ -354,15 +375,8 @@ impl RedisBackend {
             cas.write(&["HSET", &floors, &p.to_string(), &start]);
         }
         let applied = self.apply(&cas).await?;
-        self.forget_group(s, g);
-        if applied == Applied::Conflict {
-            return Err(Error::Failed(format!(
-                "the settings of group {:?} changed while it was being reset; retry it",
-                g.as_str()
-            )));
-        }
-        self.wake(s).await;
-        Ok(())
+        self.forget_settings(s, g);
+        Ok(applied)
     }
 
     /// `(partition, sequence)` of every dead letter of the group.
@@ -376,19 +390,27 @@ impl RedisBackend {
         members.iter().map(|m| dead_position(m)).collect()
     }
 
+    /// A history query, on the stream as stored now.
     pub(crate) async fn query(&self, s: &StreamName, query: &Query) -> Result<Page> {
         query.validate()?;
-        let events = self.scan(s, query, query.limit as usize).await?;
+        let stream = self.stream_now(s).await?;
+        let events = self.scan_in(s, stream, query, query.limit as usize).await?;
         Ok(query.page(events))
     }
 
-    /// The events `query` matches, in its order, at most `limit`. Ordered
-    /// by sequence, each partition is read from its bound until it has
-    /// given `limit` matches; ordered by time, its whole sequence range is
-    /// read (`docs/backends.md#redis`).
-    async fn scan(&self, s: &StreamName, query: &Query, limit: usize) -> Result<Vec<Event>> {
-        let (partition_count, _) = self.meta(s).await?;
-        let hws = self.high_watermarks(s, partition_count).await?;
+    /// The events `query` matches in stream `s` with its high watermarks
+    /// as read, in its order, at most `limit`. Ordered by sequence, each
+    /// partition is read from its bound until it has given `limit`
+    /// matches; ordered by time, its whole sequence range is read
+    /// (`docs/backends.md#redis`).
+    async fn scan_in(
+        &self,
+        s: &StreamName,
+        (facts, hws): (StreamFacts, Vec<u64>),
+        query: &Query,
+        limit: usize,
+    ) -> Result<Vec<Event>> {
+        let partition_count = facts.partitions;
         let mut hits = Vec::new();
         for p in 0..partition_count {
             let Some((lo, hi)) = query.sequence_range(p, hws[p as usize]) else {

@@ -33,19 +33,18 @@ impl RedisBackend {
         items: Vec<Settlement>,
     ) -> Result<Vec<Result<()>>> {
         validate_settlements(&items)?;
-        self.meta(s).await?;
-        let settings = self.settings(s, g).await?;
-        if self.settle_acks(s, g, &items, &settings).await? {
+        let started = self.settings(s, g).await?;
+        if self.settle_acks(s, g, &items, &started).await? {
             return Ok(items.iter().map(|_| Ok(())).collect());
         }
         let targets: Vec<SettleTarget> = items.iter().map(|i| i.target.clone()).collect();
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed.
-            let settings = self.settings(s, g).await?;
+            let settings = self.settings_again(s, g, &started).await?;
             let config = &settings.config;
             let now = self.clock.now();
-            let held = self.held(s, g, &targets).await?;
-            let (mut views, later) = self.views_of(s, g, config.ordering, &items, &held).await?;
+            let held = self.held(s, g, &settings, &targets).await?;
+            let (mut views, later) = self.views_of(s, g, &settings, &items, &held).await?;
             let mut cas = Cas::default();
             self.guard_settings(&mut cas, s, g, &settings);
             let mut results = Vec::with_capacity(items.len());
@@ -110,6 +109,10 @@ impl RedisBackend {
             if requeued {
                 self.publish_wake(&mut cas, s);
             }
+            if cas.is_empty() && !items.is_empty() {
+                // Nothing held: unless the group is gone.
+                self.recheck(s, g, &settings).await?;
+            }
             if cas.is_empty() || self.apply(&cas).await? == Applied::Yes {
                 if requeued {
                     self.notifier.notify(s);
@@ -135,20 +138,19 @@ impl RedisBackend {
         &self,
         s: &StreamName,
         g: &GroupName,
-        ordering: GroupOrdering,
+        settings: &Settings,
         items: &[Settlement],
         held: &[Result<(u32, u64, String, Delivery)>],
     ) -> Result<(HashMap<usize, GateView>, HashSet<usize>)> {
+        let ordering = settings.config.ordering;
         if ordering == GroupOrdering::None {
             return Ok((HashMap::new(), HashSet::new()));
         }
         let mut found = Vec::new();
         for (i, (item, held)) in items.iter().zip(held).enumerate() {
             if let Ok((p, seq, ..)) = held {
-                let at = self
-                    .positions
-                    .lock()
-                    .get(&(s.clone(), item.target.event_id.clone()));
+                let key = (s.clone(), item.target.event_id.clone());
+                let at = self.positions.lock().get(&key, &settings.stream.raw);
                 found.push((i, (*p, *seq), at.and_then(|at| at.key)));
             }
         }
@@ -203,7 +205,8 @@ impl RedisBackend {
         let mut seen = HashSet::new();
         for item in items {
             let t = &item.target;
-            let Some(at) = self.positions.lock().get(&(s.clone(), t.event_id.clone())) else {
+            let key = (s.clone(), t.event_id.clone());
+            let Some(at) = self.positions.lock().get(&key, &settings.stream.raw) else {
                 return Ok(false);
             };
             let (p, seq) = (at.partition, at.sequence);

@@ -1116,20 +1116,26 @@ mod conformance {
     rheo_core::backend_conformance!(factory);
 }
 
-/// Two backends (two servers) on one Redis and prefix.
+/// Two backends (two servers) on one Redis and prefix, each reading the
+/// catalog generation before every use, so that each sees the other's
+/// deletes at once.
 async fn nodes(
     clock: rheo_core::clock::SharedClock,
 ) -> Option<(
     Arc<dyn rheo_core::backend::Backend>,
     Arc<dyn rheo_core::backend::Backend>,
 )> {
-    let a = connect_fresh(clock.clone()).await?;
+    let every = std::time::Duration::ZERO;
+    let a = connect_fresh(clock.clone())
+        .await?
+        .check_catalog_every(every);
     let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
     let sep = if url.contains('?') { '&' } else { '?' };
     let url = format!("{url}{sep}prefix={}", a.keys.prefix);
     let mut b = RedisBackend::connect(&url, clock, TIMEOUT)
         .await
-        .expect("node b");
+        .expect("node b")
+        .check_catalog_every(every);
     // One prefix: b shares a's janitor, so the keys go with the last node.
     b.janitor = a.janitor.clone();
     Some((Arc::new(a), Arc::new(b)))
@@ -1303,4 +1309,383 @@ async fn a_layout_step_this_build_lacks_is_unknown_and_refused() {
         refused.contains("its newest is 0001_gate_counts"),
         "{refused}"
     );
+}
+
+/// The keys under `b`'s prefix that match `pattern` (after the prefix and
+/// `:`), by `SCAN`.
+async fn scan(b: &RedisBackend, pattern: &str) -> Vec<String> {
+    let mut conn = b.conn.clone();
+    let pattern = format!("{}:{pattern}", b.keys.prefix);
+    let (mut cursor, mut keys) = (0u64, Vec::new());
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Whether stream `s` is in the streams hash (and group `g` in its groups
+/// hash).
+async fn listed(b: &RedisBackend, s: &StreamName, g: Option<&GroupName>) -> bool {
+    let (key, field) = match g {
+        None => (b.keys.streams(), s.as_str()),
+        Some(g) => (b.keys.groups(s), g.as_str()),
+    };
+    let cmd = redis::cmd("HEXISTS").arg(key).arg(field).clone();
+    b.run::<bool>(&cmd, super::Phase::Read).await.unwrap()
+}
+
+/// A group with every kind of state: leased, parked (under an ordering),
+/// delayed and dead deliveries, records of retried and acked ones.
+async fn busy_group(b: &RedisBackend, s: &StreamName, name: &str, ordered: bool) -> GroupName {
+    use rheo_core::model::GroupOrdering;
+    let mut spec = GroupSpec::new(GroupName::parse(name).unwrap());
+    if ordered {
+        spec.ordering = GroupOrdering::Key;
+    }
+    let g = b.create_group(s, spec).await.unwrap().name;
+    let leases = fetch(b, s, &g, 100).await;
+    assert!(leases.len() >= 3, "{name}: {}", leases.len());
+    let reject = SettleOp::Reject {
+        reason: Some("no".into()),
+    };
+    let later = SettleOp::Nack {
+        reason: None,
+        delay_ms: Some(60_000),
+    };
+    assert_eq!(settle(b, &leases[0], reject).await, "ok");
+    assert_eq!(settle(b, &leases[1], later).await, "ok");
+    assert_eq!(settle(b, &leases[2], SettleOp::Ack).await, "ok");
+    g
+}
+
+/// A delete removes every key of the group, or of the stream and all its
+/// groups, under the prefix, and nothing of what it leaves alone.
+#[tokio::test]
+async fn a_delete_leaves_no_key_of_what_it_deleted() {
+    use rheo_core::backend::{Backend, DeleteGroup, DeleteStream};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 2).await;
+    let keep = stream(&b, "keep", 1).await;
+    b.append(&keep, vec![EventInput::default()]).await.unwrap();
+    let kept_group = b
+        .create_group(&keep, GroupSpec::new(GroupName::parse("g").unwrap()))
+        .await
+        .unwrap()
+        .name;
+    let inputs = (0..12)
+        .map(|i| EventInput {
+            id: Some(EventId::parse(format!("e{i}")).unwrap()),
+            partition: Some(i % 2),
+            key: Some(if i < 6 { "a" } else { "b" }.to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(&s, inputs).await.unwrap();
+    let plain = busy_group(&b, &s, "plain", false).await;
+    let ordered = busy_group(&b, &s, "ordered", true).await;
+    let of_group = |g: &GroupName| format!("{{{s}}}:g:{g}:*");
+    for g in [&plain, &ordered] {
+        assert!(scan(&b, &of_group(g)).await.len() >= 8, "{g:?} has state");
+    }
+    let kept_keys = scan(&b, &format!("{{{keep}}}:*")).await;
+    assert!(!kept_keys.is_empty());
+
+    let req = DeleteGroup {
+        stream: s.clone(),
+        group: ordered.clone(),
+        confirm: true,
+    };
+    Backend::delete_group(&b, req).await.expect("delete group");
+    assert_eq!(scan(&b, &of_group(&ordered)).await, Vec::<String>::new());
+    assert!(!listed(&b, &s, Some(&ordered)).await);
+    assert!(
+        !scan(&b, &of_group(&plain)).await.is_empty(),
+        "the other group"
+    );
+    Backend::group_info(&b, &s, &plain)
+        .await
+        .expect("the other group goes on");
+
+    let req = DeleteStream {
+        stream: s.clone(),
+        confirm: true,
+    };
+    Backend::delete_stream(&b, req)
+        .await
+        .expect("delete stream");
+    assert_eq!(scan(&b, &format!("{{{s}}}:*")).await, Vec::<String>::new());
+    assert!(!listed(&b, &s, None).await);
+    assert_eq!(scan(&b, &format!("{{{keep}}}:*")).await, kept_keys);
+    assert!(listed(&b, &keep, Some(&kept_group)).await);
+    let generation: u64 = b
+        .run(
+            &redis::cmd("GET").arg(b.keys.generation()).clone(),
+            super::Phase::Read,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        generation, 2,
+        "each delete counts the catalog generation up"
+    );
+}
+
+/// A node that still keeps a stream or group another node deleted (it has
+/// not read the catalog generation since): every call on it answers not
+/// found, and none writes a key of it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing() {
+    use rheo_core::backend::{Backend, DeleteGroup, DeleteStream};
+    let Some(a) = backend().await else { return };
+    // b reads the generation on its first call only.
+    let b = RedisBackend::connect_like(&a)
+        .await
+        .check_catalog_every(std::time::Duration::from_secs(3600));
+    let g = GroupName::parse("g").unwrap();
+    let group_calls = [
+        "fetch",
+        "ack",
+        "nack",
+        "renew",
+        "renew_many",
+        "lag",
+        "group_info",
+        "next_due",
+        "dead_letters",
+        "redrive",
+        "replay",
+        "reset",
+    ];
+    let stream_calls = [
+        "append",
+        "create_group",
+        "read",
+        "get_stream",
+        "list_groups",
+        "query",
+    ];
+    let mut round = 0;
+    for whole_stream in [true, false] {
+        let calls = group_calls
+            .iter()
+            .chain(whole_stream.then_some(&stream_calls).into_iter().flatten());
+        for &call in calls {
+            // b serves the stream and group (and keeps them), a deletes.
+            round += 1;
+            let s = stream(&a, &format!("s{round}"), 2).await;
+            a.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+            let inputs = vec![with_id("x", 0), with_id("y", 1), with_id("z", 0)];
+            Backend::append(&b, &s, inputs).await.unwrap();
+            let held = Backend::fetch(&b, fetch_req(&s, &g, 2)).await.unwrap();
+            Backend::fetch(&b, fetch_req(&s, &g, 1)).await.unwrap();
+            let (dead_gone, expected) = if whole_stream {
+                let req = DeleteStream {
+                    stream: s.clone(),
+                    confirm: true,
+                };
+                Backend::delete_stream(&a, req).await.unwrap();
+                (format!("{{{s}}}:*"), "stream_not_found")
+            } else {
+                let req = DeleteGroup {
+                    stream: s.clone(),
+                    group: g.clone(),
+                    confirm: true,
+                };
+                Backend::delete_group(&a, req).await.unwrap();
+                (format!("{{{s}}}:g:{g}:*"), "group_not_found")
+            };
+            let item = |op| Settlement {
+                target: held[0].target(),
+                op,
+            };
+            let nack = SettleOp::Nack {
+                reason: None,
+                delay_ms: Some(0),
+            };
+            let all = Partitions::All;
+            let r = match call {
+                "fetch" => Backend::fetch(&b, fetch_req(&s, &g, 10)).await.map(drop),
+                "ack" => Backend::settle(&b, &s, &g, vec![item(SettleOp::Ack)])
+                    .await
+                    .map(drop),
+                "nack" => Backend::settle(&b, &s, &g, vec![item(nack)])
+                    .await
+                    .map(drop),
+                "renew" => {
+                    let req = rheo_core::backend::RenewRequest {
+                        stream: s.clone(),
+                        group: g.clone(),
+                        target: held[0].target(),
+                        lease_ms: 1000,
+                    };
+                    Backend::renew(&b, req).await.map(drop)
+                }
+                "renew_many" => {
+                    let targets = vec![held[0].target(), held[1].target()];
+                    (Backend::renew_many(&b, &s, &g, targets, 1000).await).map(drop)
+                }
+                "lag" => Backend::lag(&b, &s, &g, &all).await.map(drop),
+                "group_info" => Backend::group_info(&b, &s, &g).await.map(drop),
+                "next_due" => Backend::next_due(&b, &s, &g, &all).await.map(drop),
+                "dead_letters" => {
+                    let req = DeadLettersRequest {
+                        stream: s.clone(),
+                        group: g.clone(),
+                        limit: 10,
+                        after: None,
+                    };
+                    Backend::dead_letters(&b, req).await.map(drop)
+                }
+                "redrive" => Backend::redrive(&b, &s, &g, Redrive::All).await.map(drop),
+                "replay" => {
+                    let how = Replay::FromSequence {
+                        after: 0,
+                        partitions: Partitions::All,
+                    };
+                    Backend::replay(&b, &s, &g, how).await.map(drop)
+                }
+                "reset" => {
+                    let req = ResetRequest {
+                        stream: s.clone(),
+                        group: g.clone(),
+                        confirm: true,
+                        start: StartPosition::Beginning,
+                        partitions: Partitions::All,
+                        ordering: None,
+                    };
+                    Backend::reset(&b, req).await
+                }
+                "append" => Backend::append(&b, &s, vec![with_id("w", 1)])
+                    .await
+                    .map(drop),
+                "create_group" => {
+                    let spec = GroupSpec::new(GroupName::parse("h").unwrap());
+                    Backend::create_group(&b, &s, spec).await.map(drop)
+                }
+                "read" => {
+                    let req = ReadRequest {
+                        stream: s.clone(),
+                        partition: 0,
+                        after: 0,
+                        limit: 10,
+                    };
+                    Backend::read(&b, req).await.map(drop)
+                }
+                "get_stream" => Backend::get_stream(&b, &s).await.map(drop),
+                "list_groups" => Backend::list_groups(&b, &s).await.map(drop),
+                "query" => Backend::query(&b, &s, &Query::default()).await.map(drop),
+                other => unreachable!("{other}"),
+            };
+            let what = if whole_stream { "stream" } else { "group" };
+            assert_eq!(code(r), expected, "{call} on a deleted {what}");
+            assert_eq!(
+                scan(&a, &dead_gone).await,
+                Vec::<String>::new(),
+                "{call} on a deleted {what} wrote none of its keys"
+            );
+            assert!(!listed(&a, &s, (!whole_stream).then_some(&g)).await);
+            if !whole_stream {
+                let req = DeleteStream {
+                    stream: s.clone(),
+                    confirm: true,
+                };
+                Backend::delete_stream(&a, req).await.unwrap();
+            }
+        }
+    }
+}
+
+/// A node that kept a group's view (a plan of its next fetch) and
+/// settings serves a group created again under the name from its own
+/// start, skipping nothing; likewise a stream created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_created_again_is_served_afresh_by_a_node_that_kept_the_old() {
+    use rheo_core::backend::{Backend, DeleteGroup, DeleteStream};
+    let Some(a) = backend().await else { return };
+    let b = RedisBackend::connect_like(&a)
+        .await
+        .check_catalog_every(std::time::Duration::from_secs(3600));
+    let s = stream(&a, "s", 1).await;
+    let g = GroupName::parse("g").unwrap();
+    a.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+    let inputs = (0..20).map(|_| with_id_less(0)).collect();
+    a.append(&s, inputs).await.unwrap();
+    // b's fetches leave it a view of the group to plan the next one on.
+    for _ in 0..3 {
+        for l in Backend::fetch(&b, fetch_req(&s, &g, 2)).await.unwrap() {
+            assert_eq!(settle(&b, &l, SettleOp::Ack).await, "ok");
+        }
+    }
+    let req = DeleteGroup {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+    };
+    Backend::delete_group(&a, req).await.unwrap();
+    a.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        match Backend::fetch(&b, fetch_req(&s, &g, 2)).await {
+            Ok(leases) if leases.is_empty() => break,
+            Ok(leases) => {
+                for l in leases {
+                    assert_eq!(l.attempt, 1);
+                    seen.push(l.event.sequence);
+                    assert_eq!(settle(&b, &l, SettleOp::Ack).await, "ok");
+                }
+            }
+            // What b kept was of the deleted group: once.
+            Err(e) => assert!(seen.is_empty() && e.code() == "group_not_found", "{e}"),
+        }
+    }
+    assert_eq!(seen, (1..=20).collect::<Vec<u64>>(), "nothing skipped");
+
+    let req = DeleteStream {
+        stream: s.clone(),
+        confirm: true,
+    };
+    Backend::delete_stream(&a, req).await.unwrap();
+    stream(&a, "s", 1).await;
+    let again = match Backend::append(&b, &s, vec![with_id("x", 0)]).await {
+        // What b kept was of the deleted stream: once.
+        Err(e) if e.code() == "stream_not_found" => Backend::append(&b, &s, vec![with_id("x", 0)])
+            .await
+            .unwrap(),
+        other => other.unwrap(),
+    };
+    assert_eq!((again[0].event.sequence, again[0].duplicate), (1, false));
+    assert_eq!(a.get_stream(&s).await.unwrap().high_watermarks, [1]);
+}
+
+fn with_id_less(partition: u32) -> EventInput {
+    EventInput {
+        partition: Some(partition),
+        ..EventInput::default()
+    }
+}
+
+fn fetch_req(s: &StreamName, g: &GroupName, limit: u32) -> FetchRequest {
+    FetchRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit,
+        consumer_id: ConsumerId::parse("c1").unwrap(),
+        lease_ms: 1000,
+        partitions: Partitions::All,
+    }
 }

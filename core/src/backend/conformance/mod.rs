@@ -20,6 +20,7 @@ pub mod concurrency;
 pub mod frontier;
 pub mod groups;
 pub mod inputs;
+pub mod lifecycle;
 pub mod log;
 pub mod model;
 pub mod nodes;
@@ -512,6 +513,13 @@ macro_rules! __conformance_list {
             inputs::reset_beyond_the_maximum_is_refused_and_changes_nothing,
             inputs::positions_beyond_the_maximum_are_refused_everywhere,
             inputs::payload_numbers_are_kept_exactly,
+            // deleting streams and groups
+            lifecycle::deletes_require_confirm,
+            lifecycle::deleting_what_does_not_exist_is_not_found,
+            lifecycle::a_deleted_stream_is_gone_everywhere,
+            lifecycle::a_stream_created_again_starts_empty,
+            lifecycle::deleting_a_group_leaves_the_stream_and_other_groups,
+            lifecycle::a_group_created_again_starts_afresh,
             // a randomized run against a reference model of the semantics
             model::random_operations_match_the_reference_model,
         ] }

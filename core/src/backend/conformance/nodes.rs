@@ -242,6 +242,67 @@ pub async fn an_ordering_changed_on_one_node_holds_on_the_other(n: &Nodes) {
     assert_eq!(sequences(&next), [2]);
 }
 
+/// Node b has served a stream; node a deletes it: b's next calls find it
+/// gone, whatever b kept of it, and once a creates it again b serves the
+/// new one from its first event (`docs/operations.md#deleting-streams-and-groups`).
+pub async fn a_stream_deleted_on_one_node_is_gone_on_the_other(n: &Nodes) {
+    use crate::backend::conformance::{code, lifecycle::delete_stream};
+    let s = n.a.stream("s", 2).await;
+    let g = n.a.group(&s, "g").await;
+    n.b.append_n(&s, 3).await;
+    let held = n.b.fetch(&s, &g, 1).await;
+    delete_stream(n.a.b(), &s, true).await.expect("delete on a");
+
+    let r = n.b.backend.append(&s, vec![EventInput::default()]).await;
+    assert_eq!(code(r), "stream_not_found", "append on b");
+    let r = n.b.backend.fetch(n.b.fetch_req(&s, &g, 10)).await;
+    assert_eq!(code(r), "stream_not_found", "fetch on b");
+    let r = n.b.ack(&held[0]).await;
+    assert_eq!(code(r), "stream_not_found", "ack on b");
+    let r = n.b.backend.group_info(&s, &g).await;
+    assert_eq!(code(r), "stream_not_found", "group info on b");
+
+    let s = n.a.stream("s", 2).await;
+    let g = n.a.group(&s, "g").await;
+    n.b.append_n(&s, 1).await;
+    let leases = n.b.fetch(&s, &g, 10).await;
+    let seen: Vec<_> = leases
+        .iter()
+        .map(|l| (l.event.sequence, l.attempt))
+        .collect();
+    assert_eq!(seen, [(1, 1)], "b serves the new stream");
+    n.b.ack(&leases[0]).await.expect("ack on b");
+    assert_eq!(n.a.lag(&s, &g).await.lag, 0);
+}
+
+/// Node b has served a group; node a deletes it: b's calls on it find it
+/// gone, and a group created again under the name starts afresh on b.
+pub async fn a_group_deleted_on_one_node_is_gone_on_the_other(n: &Nodes) {
+    use crate::backend::conformance::{code, lifecycle::delete_group};
+    let s = n.a.stream("s", 1).await;
+    let g = n.a.group(&s, "g").await;
+    n.a.append_n(&s, 2).await;
+    let held = n.b.fetch(&s, &g, 1).await;
+    delete_group(n.a.b(), &s, &g, true)
+        .await
+        .expect("delete on a");
+
+    let r = n.b.backend.fetch(n.b.fetch_req(&s, &g, 10)).await;
+    assert_eq!(code(r), "group_not_found", "fetch on b");
+    let r = n.b.ack(&held[0]).await;
+    assert_eq!(code(r), "group_not_found", "ack on b");
+
+    let g = n.a.group(&s, "g").await;
+    let leases = n.b.fetch(&s, &g, 10).await;
+    let seen: Vec<_> = leases
+        .iter()
+        .map(|l| (l.event.sequence, l.attempt))
+        .collect();
+    assert_eq!(seen, [(1, 1), (2, 1)], "b serves the new group");
+    let r = n.b.ack(&held[0]).await;
+    assert!(r.is_err(), "the old group's lease settles nothing");
+}
+
 /// Four consumers, two per node, drain a key-ordered group while some
 /// deliveries are retried and some settled through the other node: no two
 /// deliveries of one key are ever out at once, and each key's events are
@@ -341,6 +402,8 @@ macro_rules! shared_store_conformance {
             a_group_created_on_one_node_is_served_by_the_other,
             an_ordering_changed_on_one_node_holds_on_the_other,
             two_nodes_never_hold_two_of_one_key,
+            a_stream_deleted_on_one_node_is_gone_on_the_other,
+            a_group_deleted_on_one_node_is_gone_on_the_other,
         ]);
     };
 }

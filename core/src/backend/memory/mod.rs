@@ -19,9 +19,9 @@ use self::group::{GroupState, Settled};
 use self::log::Log;
 use super::policy::{LagBuilder, Marks, route_batch, start_lookup, start_points};
 use super::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
-    validate_renewals, validate_settlements,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result, validate_renewals, validate_settlements,
 };
 use crate::clock::SharedClock;
 use crate::model::{
@@ -506,6 +506,26 @@ impl Backend for MemoryBackend {
                 g.group.ordering = ordering;
             }
         }
+        self.notifier.notify(&req.stream);
+        Ok(())
+    }
+
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
+        req.validate()?;
+        (self.streams.write().remove(&req.stream))
+            .ok_or_else(|| Error::StreamNotFound(req.stream.clone()))?;
+        // Waiters find the stream gone.
+        self.notifier.notify(&req.stream);
+        Ok(())
+    }
+
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()> {
+        req.validate()?;
+        let state = self.stream(&req.stream)?;
+        (state.groups.write().remove(&req.group)).ok_or_else(|| Error::GroupNotFound {
+            stream: req.stream.clone(),
+            group: req.group.clone(),
+        })?;
         self.notifier.notify(&req.stream);
         Ok(())
     }

@@ -11,6 +11,7 @@
 
 mod fence;
 mod gates;
+mod retention;
 mod share;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 pub use fence::{Held, fence};
 pub use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
+pub use retention::{TrimInputs, trim_point};
 pub use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};

@@ -14,8 +14,9 @@ use serde_json::json;
 use super::{START, TestApp, code};
 use crate::api::ApiSettings;
 use crate::backend::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result,
 };
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{
@@ -126,6 +127,12 @@ impl Backend for DownBackend {
         self.fail().await
     }
     async fn reset(&self, _: ResetRequest) -> Result<()> {
+        self.fail().await
+    }
+    async fn delete_stream(&self, _: DeleteStream) -> Result<()> {
+        self.fail().await
+    }
+    async fn delete_group(&self, _: DeleteGroup) -> Result<()> {
         self.fail().await
     }
     fn notifier(&self) -> &Notifier {

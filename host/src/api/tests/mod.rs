@@ -6,6 +6,7 @@
 
 mod clock;
 mod contract;
+mod delete;
 mod down;
 mod groups;
 #[cfg(feature = "wasm")]

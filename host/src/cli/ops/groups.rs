@@ -51,6 +51,23 @@ enum GroupsAction {
         #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
         ordering: Option<String>,
     },
+    /// Delete a group with its cursors, deliveries and dead letters, for
+    /// good; the stream and its other groups stay
+    /// (docs/operations.md#deleting-streams-and-groups).
+    Delete {
+        /// The stream it consumes.
+        stream: String,
+        /// The group.
+        name: String,
+        /// Really delete it: what it acked, retried and dead-lettered is
+        /// forgotten.
+        #[arg(long)]
+        confirm: bool,
+        /// Remove the handlers consuming it first (each drains its leases);
+        /// without it, a group a handler consumes is not deleted.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 impl GroupsArgs {
@@ -59,6 +76,25 @@ impl GroupsArgs {
             anyhow::bail!("the stream goes after `create`: rheo groups create STREAM NAME");
         }
         let client = self.server.client()?;
+        if let Some(GroupsAction::Delete {
+            stream,
+            name,
+            confirm,
+            force,
+        }) = &self.action
+        {
+            anyhow::ensure!(
+                *confirm,
+                "not deleting group {name} without --confirm: which events it acked, retried \
+                 or dead-lettered would be forgotten for good (confirm_required)"
+            );
+            let path = format!("/v1/streams/{}/groups/{}", segment(stream), segment(name));
+            let answer = client.delete(&super::delete_path(&path, *force))?;
+            let what = format!("group {name} of stream {stream}");
+            return self
+                .server
+                .print(&answer, |a| super::render_deleted(&what, a));
+        }
         let Some(GroupsAction::Create {
             stream,
             name,

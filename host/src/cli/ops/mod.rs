@@ -155,6 +155,30 @@ impl GroupRef {
 }
 
 /// `0,1,2`.
+/// A delete route with its confirmation, and `force` when asked for.
+fn delete_path(path: &str, force: bool) -> String {
+    if force {
+        format!("{path}?confirm=true&force=true")
+    } else {
+        format!("{path}?confirm=true")
+    }
+}
+
+/// `deleted WHAT`, with the handlers a forced delete removed first.
+fn render_deleted(what: &str, answer: &Value) -> String {
+    let removed: Vec<String> = (answer["removed_handlers"].as_array().into_iter().flatten())
+        .map(cell)
+        .collect();
+    if removed.is_empty() {
+        format!("deleted {what}\n")
+    } else {
+        format!(
+            "removed handler(s) {} and deleted {what}\n",
+            removed.join(", ")
+        )
+    }
+}
+
 fn join(partitions: &[u32]) -> String {
     partitions
         .iter()

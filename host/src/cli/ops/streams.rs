@@ -1,9 +1,11 @@
-//! `rheo streams`: list the streams, or `rheo streams create`.
+//! `rheo streams`: list the streams, `rheo streams create` and
+//! `rheo streams delete`.
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::{ServerArgs, cell};
+use crate::cli::client::segment;
 use crate::cli::table::{Align, Table};
 
 /// Arguments of `rheo streams`.
@@ -26,6 +28,19 @@ enum StreamsAction {
         #[arg(long, default_value_t = 1, value_name = "N")]
         partitions: u32,
     },
+    /// Delete a stream with its events, its groups and all their state, for
+    /// good (docs/operations.md#deleting-streams-and-groups).
+    Delete {
+        /// The stream.
+        name: String,
+        /// Really delete it: nothing of it can be brought back.
+        #[arg(long)]
+        confirm: bool,
+        /// Remove the handlers consuming it first (each drains its leases);
+        /// without it, a stream a handler consumes is not deleted.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 impl StreamsArgs {
@@ -45,6 +60,22 @@ impl StreamsArgs {
                         cell(&s["name"]),
                         cell(&s["partition_count"])
                     )
+                })
+            }
+            Some(StreamsAction::Delete {
+                name,
+                confirm,
+                force,
+            }) => {
+                anyhow::ensure!(
+                    confirm,
+                    "not deleting stream {name} without --confirm: its events, groups and \
+                     dead letters would be gone for good (confirm_required)"
+                );
+                let path = super::delete_path(&format!("/v1/streams/{}", segment(&name)), force);
+                let answer = client.delete(&path)?;
+                self.server.print(&answer, |a| {
+                    super::render_deleted(&format!("stream {name}"), a)
                 })
             }
         }

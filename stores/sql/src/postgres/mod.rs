@@ -20,6 +20,14 @@
 //! named after the schema; a `LISTEN` connection per backend turns those
 //! into wake-ups, so handlers on every node wake for appends made anywhere.
 //!
+//! Each server keeps what it read of streams and groups. A delete bumps the
+//! store's catalog generation (`migrations/postgres/0006_catalog_generation.sql`)
+//! in its transaction; every server reads it at most every
+//! [`PostgresOptions::catalog_check_every`] before it trusts what it keeps,
+//! and in between a call that finds the rows of what it kept gone answers
+//! `stream_not_found` or `group_not_found`
+//! (`docs/operations.md#deleting-streams-and-groups`).
+//!
 //! Optional `schema=<name>` in the URL keeps Rheo's tables in their own
 //! schema (created on migrate); the rest of the URL goes to the driver.
 
@@ -43,6 +51,7 @@ use super::sql::{
     Access, Arg, Builder, Column, Conn, Dialect, Phase, SqlBackend, Table, map_error,
     run_migrations, statement_files, with_statements,
 };
+use rheo_core::backend::catalog::{CHECK_EVERY, Catalog};
 use rheo_core::backend::{Capabilities, Error, Notifier, Result};
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{Condition, JsonObject, StreamName, Timestamp};
@@ -62,6 +71,11 @@ pub struct PostgresOptions {
     pub(crate) timeouts: Timeouts,
     /// Shown in `pg_stat_activity`.
     pub(crate) application_name: String,
+    /// How often, at most, the store's catalog generation is read, to learn
+    /// of streams and groups other servers deleted
+    /// (`docs/operations.md#deleting-streams-and-groups`); zero reads it
+    /// before every call that uses what this server keeps of them.
+    pub catalog_check_every: Duration,
 }
 
 impl PostgresOptions {
@@ -72,6 +86,7 @@ impl PostgresOptions {
             max_connections: 10,
             timeouts: Timeouts::derived(t),
             application_name: "rheo".into(),
+            catalog_check_every: CHECK_EVERY,
         }
     }
 }
@@ -285,7 +300,8 @@ impl SqlBackend<PostgresDialect> {
             events_growth: Growth::new(),
             deliveries_growth: Growth::new(),
         };
-        let backend = Self::new(dialect, clock, notifier);
+        let catalog = Catalog::shared_every(options.catalog_check_every);
+        let backend = Self::new(dialect, clock, notifier, catalog);
         if migrate {
             backend.dialect.migrate().await?;
         }

@@ -97,11 +97,18 @@ async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
 rheo_core::backend_conformance!(factory);
 
 /// Two backends (two servers) on one schema, which goes with the last.
+/// Each reads the catalog generation before every call, so that what one
+/// deletes is gone on the other at once (a server reads it at most every
+/// `catalog::CHECK_EVERY`).
 async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
+    let options = PostgresOptions {
+        catalog_check_every: Duration::ZERO,
+        ..options(&schema)
+    };
     let open =
-        |migrate| PostgresBackend::connect_with(&url, options(&schema), clock.clone(), migrate);
+        |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
     let mut a = open(true).await.expect("connect node a and migrate");
     let mut b = open(false).await.expect("connect node b");
     let janitor = janitor(&url, &schema);
@@ -110,6 +117,58 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
 }
 
 rheo_core::shared_store_conformance!(nodes);
+
+/// Node b reads the catalog generation once, at its first call, and not
+/// again for an hour: it has not seen a's deletes, and finds what they
+/// deleted gone all the same (`sql/stale_nodes.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
+    let clock = rheo_core::clock::FrozenClock::new(rheo_core::model::Timestamp::from_millis(
+        1_767_225_600_000,
+    ));
+    let options = PostgresOptions {
+        catalog_check_every: Duration::from_secs(3600),
+        ..options(&schema)
+    };
+    let open =
+        |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
+    let a = open(true).await.expect("connect node a and migrate");
+    let b = open(false).await.expect("connect node b");
+    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(
+        clock.clone(),
+        Arc::new(a),
+        Arc::new(b),
+    )
+    .await;
+}
+
+/// Writers on two nodes race deletes (`sql/stale_nodes.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_racing_a_delete_leave_nothing_behind() {
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
+    let clock = rheo_core::clock::FrozenClock::new(rheo_core::model::Timestamp::from_millis(
+        1_767_225_600_000,
+    ));
+    let options = PostgresOptions {
+        max_connections: 8,
+        ..options(&schema)
+    };
+    let open =
+        |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
+    let a = open(true).await.expect("connect node a and migrate");
+    let b = open(false).await.expect("connect node b");
+    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(
+        clock.clone(),
+        Arc::new(a),
+        Arc::new(b),
+    )
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_connection_is_unavailable_or_ambiguous_and_recovers() {

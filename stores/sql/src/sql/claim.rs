@@ -87,7 +87,7 @@ impl<D: Dialect> SqlBackend<D> {
         let mut cursors = Vec::new();
         if ordering != GroupOrdering::None {
             let stored;
-            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
             self.same_ordering((s, g), ordering, stored)?;
         }
         let max = small(config.max_attempts);
@@ -121,7 +121,7 @@ impl<D: Dialect> SqlBackend<D> {
         }
         if ordering == GroupOrdering::None {
             let stored;
-            (cursors, stored) = Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
             self.same_ordering((s, g), ordering, stored)?;
         }
 
@@ -254,23 +254,30 @@ impl<D: Dialect> SqlBackend<D> {
     /// Locks the cursor rows of `selected` (sorted) in partition order;
     /// returns each one's (cursor, high watermark), in `selected`'s order,
     /// and the group's ordering as stored (a reset that changes it holds
-    /// every one of these rows).
+    /// every one of these rows). A selected partition without its row
+    /// means the group (or stream) was deleted since this node read it,
+    /// or the stream created again with fewer partitions: [`Self::stale`],
+    /// before anything is written for it.
     pub(super) async fn lock_cursors(
+        &self,
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
         selected: &[u32],
     ) -> Result<(Vec<(u64, u64)>, Option<GroupOrdering>)> {
         let args = args![s, g, partitions(selected)];
-        let mut cursors = vec![(1, 0); selected.len()];
+        let mut cursors = vec![None; selected.len()];
         let mut ordering = None;
         for row in rows::<D>(conn, Statement::fetch_lock_cursors, args).await? {
             if let Ok(i) = selected.binary_search(&row.u32(0)?) {
-                cursors[i] = (row.u64(1)?, row.u64(2)?);
+                cursors[i] = Some((row.u64(1)?, row.u64(2)?));
             }
             ordering = Some(super::ordering(row.text(3)?)?);
         }
-        Ok((cursors, ordering))
+        match cursors.into_iter().collect::<Option<Vec<_>>>() {
+            Some(cursors) => Ok((cursors, ordering)),
+            None => Err(self.stale(s)),
+        }
     }
 
     /// Holds a fetch to the ordering stored with the cursor rows it locked:
@@ -388,7 +395,15 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Write).await?;
         self.group_config(&mut tx, s, g).await?;
         let (held, expires_at) =
-            Self::renew_in(&mut tx, s, g, &req.target, req.lease_ms, now).await??;
+            match Self::renew_in(&mut tx, s, g, &req.target, req.lease_ms, now).await? {
+                Ok(renewed) => renewed,
+                Err(e) => {
+                    // A lease of a group deleted since this node read it
+                    // answers that it is gone.
+                    self.confirm_group(&mut tx, s, g).await?;
+                    return Err(e);
+                }
+            };
         let position = (held.partition, held.sequence);
         let event = Self::events_at(&mut tx, s, &[position])
             .await?
@@ -423,6 +438,9 @@ impl<D: Dialect> SqlBackend<D> {
         for target in &targets {
             let renewed = Self::renew_in(&mut tx, s, g, target, lease_ms, now).await?;
             results.push(renewed.map(|(_, expires_at)| expires_at));
+        }
+        if results.iter().any(|r| r.is_err()) {
+            self.confirm_group(&mut tx, s, g).await?;
         }
         Self::commit(tx).await?;
         Ok(results)

@@ -1,5 +1,5 @@
-//! [`SqlBackend`]: the state every SQL backend keeps (caches of the facts
-//! that never change, the claim rotation, the wake-up notifier), the
+//! [`SqlBackend`]: the state every SQL backend keeps (what it read of
+//! streams and groups, the claim rotation, the wake-up notifier), the
 //! statement runner, row decoding, and the [`Backend`] implementation that
 //! routes each call to its transaction in the sibling modules.
 
@@ -7,15 +7,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use super::{
     Access, Arg, Conn, DbRow, Dialect, Execute, Phase, Statement, has_sql, is_conflict, map_error,
 };
+use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::GroupConfig;
 use rheo_core::backend::{
-    Backend, Capabilities, CreateStream, DeadLettersRequest, Error, FetchRequest, Notifier,
-    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest, Result,
+    Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
+    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
+    Result,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
@@ -31,16 +33,20 @@ pub struct SqlBackend<D: Dialect> {
     pub(crate) dialect: D,
     clock: SharedClock,
     notifier: Arc<Notifier>,
-    /// Streams never change or disappear once created, so what was read
-    /// once is cached (never a negative answer).
-    streams: RwLock<HashMap<StreamName, StreamMeta>>,
-    /// Groups are never deleted and only a reset of every partition
-    /// changes one (its ordering), so their settings are cached like
-    /// streams (never a negative answer). A node whose cached ordering is
-    /// stale finds out where it matters (`docs/groups.md#ordering`): a
-    /// fetch reads the ordering with the cursor rows it locks, and an ack
-    /// that settles a gated delivery names its gate.
-    groups: RwLock<HashMap<(StreamName, GroupName), GroupConfig>>,
+    /// What was read of streams (partition count, creation time) and
+    /// groups (settings), kept instead of read on every call (never a
+    /// negative answer). Only a delete changes a stream, and a delete or a
+    /// reset of every partition (its ordering) a group, so what is kept is
+    /// dropped when this node deletes, when the store's catalog generation
+    /// says another node did (`docs/operations.md#deleting-streams-and-groups`),
+    /// and when a call finds the rows of what it kept gone (it then
+    /// answers `stream_not_found` or `group_not_found`, or runs again on
+    /// what it reads afresh: see [`SqlBackend::stale`]). A node whose kept
+    /// ordering is stale finds out where it matters
+    /// (`docs/groups.md#ordering`): a fetch reads the ordering with the
+    /// cursor rows it locks, and an ack that settles a gated delivery
+    /// names its gate.
+    pub(super) catalog: Catalog<StreamMeta, GroupConfig>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
     /// Tests: drops the test's schema when the last node on it is dropped.
@@ -48,8 +54,8 @@ pub struct SqlBackend<D: Dialect> {
     pub(crate) janitor: Option<Arc<rheo_core::backend::conformance::Janitor>>,
 }
 
-/// A stream's fixed facts.
-#[derive(Debug, Clone, Copy)]
+/// A stream's facts, fixed until it is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StreamMeta {
     pub(crate) partition_count: u32,
     pub(crate) created_at: Timestamp,
@@ -57,14 +63,19 @@ pub(crate) struct StreamMeta {
 
 impl<D: Dialect> SqlBackend<D> {
     /// A backend over `dialect`; `notifier` is shared with whatever turns
-    /// the store's own notifications into wake-ups.
-    pub(crate) fn new(dialect: D, clock: SharedClock, notifier: Arc<Notifier>) -> Self {
+    /// the store's own notifications into wake-ups; `catalog` is local to
+    /// a store this server owns, shared for one several servers use.
+    pub(crate) fn new(
+        dialect: D,
+        clock: SharedClock,
+        notifier: Arc<Notifier>,
+        catalog: Catalog<StreamMeta, GroupConfig>,
+    ) -> Self {
         Self {
             dialect,
             clock,
             notifier,
-            streams: RwLock::new(HashMap::new()),
-            groups: RwLock::new(HashMap::new()),
+            catalog,
             rotation: Mutex::new(HashMap::new()),
             #[cfg(test)]
             janitor: None,
@@ -135,54 +146,190 @@ impl<D: Dialect> SqlBackend<D> {
             .map_err(|e| map_error(e, Phase::Read))
     }
 
-    /// The stream's fixed facts, or `stream_not_found`.
+    /// The stream's facts, or `stream_not_found`. Every call that uses
+    /// what is kept starts here, so this is where a node sharing its store
+    /// reads the catalog generation when it is due.
     pub(crate) async fn meta(&self, stream: &StreamName) -> Result<StreamMeta> {
-        if let Some(meta) = self.streams.read().get(stream) {
-            return Ok(*meta);
+        self.refresh().await?;
+        if let Some(meta) = self.catalog.stream(stream) {
+            return Ok(meta);
         }
+        let at = self.catalog.generation();
         let mut conn = self.conn(Access::Read).await?;
-        let row = one::<D>(&mut conn, Statement::stream_meta, super::args![stream])
+        let meta = Self::read_meta(&mut conn, stream)
             .await?
             .ok_or_else(|| Error::StreamNotFound(stream.clone()))?;
-        let meta = StreamMeta {
-            partition_count: row.u32(0)?,
-            created_at: row.ts(1)?,
-        };
-        self.streams.write().insert(stream.clone(), meta);
+        self.catalog.keep_stream(stream, meta, at);
         Ok(meta)
     }
 
-    /// The group's settings, or `group_not_found` (streams are checked
-    /// first by the caller).
+    /// The stream's facts as stored, read on `conn`.
+    async fn read_meta(conn: &mut Conn<D>, stream: &StreamName) -> Result<Option<StreamMeta>> {
+        let row = one::<D>(conn, Statement::stream_meta, super::args![stream]).await?;
+        row.map(|row| {
+            Ok(StreamMeta {
+                partition_count: row.u32(0)?,
+                created_at: row.ts(1)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Forgets everything kept when the store's catalog generation moved
+    /// (a node sharing the store reads it at most every
+    /// [`CHECK_EVERY`](rheo_core::backend::catalog::CHECK_EVERY)).
+    async fn refresh(&self) -> Result<()> {
+        let moved = self
+            .catalog
+            .refresh(|| async {
+                let mut conn = self.conn(Access::Read).await?;
+                let row = one::<D>(&mut conn, Statement::catalog_generation, Vec::new()).await?;
+                match row {
+                    Some(row) => row.u64(0),
+                    None => Err(super::corrupt("catalog generation", "no row")),
+                }
+            })
+            .await?;
+        if moved {
+            // Which streams and groups went is not known: their rotations
+            // start again, like every other one.
+            self.rotation.lock().clear();
+        }
+        Ok(())
+    }
+
+    /// The group's settings, or `group_not_found` (the caller checked the
+    /// stream first; if the group is not found, the stream is read again
+    /// on `conn`, so that one deleted since answers `stream_not_found`).
+    ///
+    /// The first statement of its transaction wherever the transaction is
+    /// a snapshot, so that what it reads is never older than the
+    /// generation it is kept under.
     pub(crate) async fn group_config(
         &self,
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
     ) -> Result<GroupConfig> {
-        let key = (s.clone(), g.clone());
-        if let Some(config) = self.groups.read().get(&key) {
-            return Ok(config.clone());
+        if let Some(config) = self.catalog.group(s, g) {
+            return Ok(config);
         }
-        let row = one::<D>(conn, Statement::group_config, super::args![s, g])
-            .await?
-            .ok_or_else(|| Error::GroupNotFound {
-                stream: s.clone(),
-                group: g.clone(),
-            })?;
+        let at = self.catalog.generation();
+        let Some(row) = one::<D>(conn, Statement::group_config, super::args![s, g]).await? else {
+            return Err(self.group_missing(conn, s, g).await);
+        };
         let config = GroupConfig {
             max_attempts: row.u32(0)?,
             retry_backoff_ms: row.backoff(1)?,
             ordering: super::ordering(row.text(2)?)?,
         };
-        self.groups.write().insert(key, config.clone());
+        self.catalog.keep_group(s, g, config.clone(), at);
         Ok(config)
     }
 
-    /// Drops the cached settings of a group, so that the next use reads
+    /// The error for a group that is not in the store: `stream_not_found`
+    /// when its stream is gone too (read on `conn`), else
+    /// `group_not_found`; either way what was kept of it is forgotten.
+    pub(crate) async fn group_missing(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+    ) -> Error {
+        self.catalog.forget_group(s, g);
+        match Self::read_meta(conn, s).await {
+            Ok(Some(_)) => Error::GroupNotFound {
+                stream: s.clone(),
+                group: g.clone(),
+            },
+            Ok(None) => {
+                self.forget_stream(s);
+                Error::StreamNotFound(s.clone())
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Checks, on `conn`, that the group is still in the store: a call
+    /// that found none of what it looked for (a lease, a dead letter) may
+    /// have used settings kept of a group deleted since.
+    pub(crate) async fn confirm_group(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+    ) -> Result<()> {
+        match one::<D>(conn, Statement::group_config, super::args![s, g]).await? {
+            Some(_) => Ok(()),
+            None => Err(self.group_missing(conn, s, g).await),
+        }
+    }
+
+    /// Checks, on `conn`, that the stream is still the one `kept`
+    /// describes: a call that found nothing (no event, no group) may have
+    /// used facts kept of a stream deleted since. `stream_not_found` when
+    /// it is gone, [`Self::stale`] when it was created again.
+    pub(crate) async fn confirm_stream(
+        &self,
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        kept: StreamMeta,
+    ) -> Result<()> {
+        match Self::read_meta(conn, s).await? {
+            Some(stored) if stored == kept => Ok(()),
+            Some(_) => Err(self.stale(s)),
+            None => {
+                self.forget_stream(s);
+                Err(Error::StreamNotFound(s.clone()))
+            }
+        }
+    }
+
+    /// What a transaction answers when it finds that the rows of the
+    /// stream it kept facts of are not what those facts say (deleted, or
+    /// deleted and created again with another partition count, through
+    /// another node): the stream and its groups are forgotten, and the
+    /// transaction is given up as a conflict, to run again
+    /// ([`again_on_conflict`]) on what it reads afresh, which answers
+    /// `stream_not_found` or `group_not_found` when they are gone.
+    pub(crate) fn stale(&self, s: &StreamName) -> Error {
+        self.forget_stream(s);
+        super::conflict(format!(
+            "stream {:?} or one of its groups was deleted (and perhaps created again) \
+             since this node read it",
+            s.as_str()
+        ))
+    }
+
+    /// Forgets what is kept of a stream and its groups.
+    pub(crate) fn forget_stream(&self, s: &StreamName) {
+        self.catalog.forget_stream(s);
+    }
+
+    /// Drops the kept settings of a group, so that the next use reads
     /// them again.
     pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
-        self.groups.write().remove(&(s.clone(), g.clone()));
+        self.catalog.forget_group(s, g);
+    }
+
+    /// After this node deleted a stream (`group: None`) or a group in a
+    /// transaction that bumped the catalog generation to `generation`:
+    /// everything kept is forgotten (a read that started before the
+    /// delete is not kept when it ends), and so are the rotations of what
+    /// was deleted.
+    pub(crate) fn deleted(&self, generation: u64, s: &StreamName, group: Option<&GroupName>) {
+        self.catalog.observe(generation);
+        let mut rotation = self.rotation.lock();
+        match group {
+            None => {
+                self.forget_stream(s);
+                rotation.retain(|(stream, _), _| stream != s);
+            }
+            Some(g) => {
+                self.forget_group(s, g);
+                rotation.remove(&(s.clone(), g.clone()));
+            }
+        }
     }
 
     /// The next round-robin start for a group.
@@ -390,7 +537,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        self.get_stream_tx(stream).await
+        again_on_conflict(|| self.get_stream_tx(stream)).await
     }
 
     async fn append(&self, stream: &StreamName, events: Vec<EventInput>) -> Result<Vec<Appended>> {
@@ -402,13 +549,21 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn read(&self, req: ReadRequest) -> Result<Vec<Event>> {
-        self.read_tx(req).await
+        again_on_conflict(|| self.read_tx(req.clone())).await
     }
 
     async fn query(&self, stream: &StreamName, query: &Query) -> Result<Page> {
         query.validate()?;
-        self.meta(stream).await?;
-        let events = self.run_query(stream, query, true).await?;
+        let events = again_on_conflict(|| async {
+            let meta = self.meta(stream).await?;
+            let events = self.run_query(stream, query, true).await?;
+            if events.is_empty() {
+                let mut conn = self.conn(Access::Read).await?;
+                self.confirm_stream(&mut conn, stream, meta).await?;
+            }
+            Ok(events)
+        })
+        .await?;
         Ok(query.page(events))
     }
 
@@ -417,7 +572,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn list_groups(&self, stream: &StreamName) -> Result<Vec<Group>> {
-        self.list_groups_tx(stream).await
+        again_on_conflict(|| self.list_groups_tx(stream)).await
     }
 
     async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
@@ -458,11 +613,11 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         group: &GroupName,
         partitions: &Partitions,
     ) -> Result<Lag> {
-        self.lag_tx(stream, group, partitions).await
+        again_on_conflict(|| self.lag_tx(stream, group, partitions)).await
     }
 
     async fn group_info(&self, stream: &StreamName, group: &GroupName) -> Result<GroupInfo> {
-        self.group_info_tx(stream, group).await
+        again_on_conflict(|| self.group_info_tx(stream, group)).await
     }
 
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
@@ -470,7 +625,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {
-        let n = self.redrive_tx(stream, group, which).await?;
+        let n = again_on_conflict(|| self.redrive_tx(stream, group, which.clone())).await?;
         if n > 0 {
             self.notifier.notify(stream);
         }
@@ -478,7 +633,7 @@ impl<D: Dialect> Backend for SqlBackend<D> {
     }
 
     async fn replay(&self, stream: &StreamName, group: &GroupName, how: Replay) -> Result<u64> {
-        let n = self.replay_tx(stream, group, how).await?;
+        let n = again_on_conflict(|| self.replay_tx(stream, group, how.clone())).await?;
         self.notifier.notify(stream);
         Ok(n)
     }
@@ -490,22 +645,39 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         Ok(())
     }
 
+    async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
+        req.validate()?;
+        again_on_conflict(|| self.delete_stream_tx(&req.stream)).await?;
+        // Waiters find the stream gone.
+        self.notifier.notify(&req.stream);
+        Ok(())
+    }
+
+    async fn delete_group(&self, req: DeleteGroup) -> Result<()> {
+        req.validate()?;
+        again_on_conflict(|| self.delete_group_tx(&req.stream, &req.group)).await?;
+        self.notifier.notify(&req.stream);
+        Ok(())
+    }
+
     async fn next_due(
         &self,
         stream: &StreamName,
         group: &GroupName,
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
-        self.next_due_tx(stream, group, partitions).await
+        again_on_conflict(|| self.next_due_tx(stream, group, partitions)).await
     }
 }
 
-/// How many times a claim, renewal, settle or reset that hit a conflict
-/// is run again before the error is returned.
+/// How many times a transaction that hit a conflict (or found what this
+/// node kept of a stream stale, [`SqlBackend::stale`]) is run again
+/// before the error is returned.
 const CONFLICT_RETRIES: u32 = 3;
 
 /// Runs `tx` again when the database aborted it for a deadlock or a
-/// serialization failure, or it gave up on a stale read ([`is_conflict`]).
+/// serialization failure, or it gave up on a stale read or on facts kept
+/// of a stream deleted since ([`is_conflict`]).
 /// Two transactions that lock the same delivery rows in a different order
 /// (a batch ack and a batch renewal, say) can deadlock on PostgreSQL,
 /// which then rolls one of them back whole: running it again is safe, and

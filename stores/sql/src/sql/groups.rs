@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::engine::{insert_new, rows};
+use super::engine::{insert_new, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, int};
 use super::{args, small};
 use rheo_core::backend::policy::{Marks, start_lookup, start_points};
@@ -12,10 +12,21 @@ use rheo_core::model::{Group, GroupName, GroupSpec, StartPosition, StreamName};
 impl<D: Dialect> SqlBackend<D> {
     pub(super) async fn create_group_tx(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
-        let meta = self.meta(s).await?;
+        let kept = self.meta(s).await?;
         let now = self.now();
         let mut tx = self.begin(Access::Write).await?;
-        let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &spec.start).await?;
+        // The stream as stored, its row held against a delete until the
+        // group's rows are in: its cursor rows follow the partitions it
+        // has, whatever this node kept of it.
+        let Some(row) = one::<D>(&mut tx, Statement::lock_stream, args![s]).await? else {
+            self.forget_stream(s);
+            return Err(Error::StreamNotFound(s.clone()));
+        };
+        let partition_count = row.u32(0)?;
+        if partition_count != kept.partition_count || row.ts(1)? != kept.created_at {
+            self.forget_stream(s);
+        }
+        let starts = Self::start_points_in(&mut tx, s, partition_count, &spec.start).await?;
         let backoff = spec.retry_backoff_ms.iter().map(|d| int(*d)).collect();
         let max = small(spec.max_attempts);
         let backoff = Arg::List(Column::I64(backoff));
@@ -27,7 +38,7 @@ impl<D: Dialect> SqlBackend<D> {
             let (g, s) = (spec.name.as_str(), s.as_str());
             return Err(Error::AlreadyExists(format!("group {g:?} on stream {s:?}")));
         }
-        let all = (0..meta.partition_count as i32).collect();
+        let all = (0..partition_count as i32).collect();
         let cursors = starts.iter().map(|start| int(start + 1)).collect();
         let rows = Arg::Rows(vec![Column::I32(all), Column::I64(cursors)]);
         let args = args![s, &spec.name, rows];
@@ -44,10 +55,14 @@ impl<D: Dialect> SqlBackend<D> {
     }
 
     pub(super) async fn list_groups_tx(&self, s: &StreamName) -> Result<Vec<Group>> {
-        self.meta(s).await?;
+        let meta = self.meta(s).await?;
         let mut conn = self.conn(Access::Read).await?;
-        rows::<D>(&mut conn, Statement::list_groups, args![s])
-            .await?
+        let found = rows::<D>(&mut conn, Statement::list_groups, args![s]).await?;
+        if found.is_empty() {
+            // No group yet, or a stream deleted since it was read.
+            self.confirm_stream(&mut conn, s, meta).await?;
+        }
+        found
             .iter()
             .map(|row| {
                 Ok(Group {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::engine::{one, rows};
+use super::engine::{StreamMeta, one, rows};
 use super::log::count;
 use super::{Access, Arg, Conn, Dialect, SqlBackend, Statement, args, big, partitions, small};
 use rheo_core::backend::policy::{LagBuilder, OpenCounts};
@@ -13,15 +13,33 @@ use rheo_core::model::{
 };
 
 impl<D: Dialect> SqlBackend<D> {
-    /// Lag over `selected`; also returns every partition's (cursor, high watermark).
-    async fn compute_lag(
+    /// Per partition: (cursor, high watermark), one for each of `meta`'s
+    /// partitions, or [`Self::stale`] (the group or its stream was deleted
+    /// since this node read them).
+    async fn positions_of(
+        &self,
         conn: &mut Conn<D>,
-        s: &StreamName,
-        g: &GroupName,
+        (s, g): (&StreamName, &GroupName),
+        meta: StreamMeta,
+    ) -> Result<HashMap<u32, (u64, u64)>> {
+        let positions = Self::positions(conn, s, g).await?;
+        if positions.len() != meta.partition_count as usize {
+            return Err(self.stale(s));
+        }
+        Ok(positions)
+    }
+
+    /// Lag over `selected`; also returns every partition's (cursor, high
+    /// watermark), of which there must be `meta`'s count.
+    async fn compute_lag(
+        &self,
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        meta: StreamMeta,
         selected: &[u32],
         now: Timestamp,
     ) -> Result<(Lag, HashMap<u32, (u64, u64)>)> {
-        let positions = Self::positions(conn, s, g).await?;
+        let positions = self.positions_of(conn, (s, g), meta).await?;
         let args = args![s, g, now];
         let mut open: HashMap<u32, OpenCounts> = HashMap::new();
         for r in rows::<D>(conn, Statement::lag_open, args).await? {
@@ -59,7 +77,10 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Read).await?;
         self.group_config(&mut tx, s, g).await?;
         let selected = partitions.resolve(meta.partition_count)?;
-        Ok(Self::compute_lag(&mut tx, s, g, &selected, now).await?.0)
+        let (lag, _) = self
+            .compute_lag(&mut tx, (s, g), meta, &selected, now)
+            .await?;
+        Ok(lag)
     }
 
     pub(super) async fn group_info_tx(&self, s: &StreamName, g: &GroupName) -> Result<GroupInfo> {
@@ -68,7 +89,7 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Read).await?;
         let config = self.group_config(&mut tx, s, g).await?;
         let all: Vec<u32> = (0..meta.partition_count).collect();
-        let (lag, positions) = Self::compute_lag(&mut tx, s, g, &all, now).await?;
+        let (lag, positions) = self.compute_lag(&mut tx, (s, g), meta, &all, now).await?;
         let dead_letters = count::<D>(&mut tx, Statement::dead_count, args![s, g]).await?;
         Ok(GroupInfo {
             stream: s.clone(),
@@ -119,6 +140,10 @@ impl<D: Dialect> SqlBackend<D> {
                 event,
             });
         }
+        if dead_letters.is_empty() {
+            // None, or a group deleted since this node read it.
+            self.confirm_group(&mut tx, s, g).await?;
+        }
         let next = (dead_letters.len() == req.limit as usize)
             .then(|| dead_letters.last().map(|d| d.event_id.clone()))
             .flatten();
@@ -139,7 +164,7 @@ impl<D: Dialect> SqlBackend<D> {
         if selected.is_empty() {
             return Ok(None);
         }
-        let positions = Self::positions(&mut tx, s, g).await?;
+        let positions = self.positions_of(&mut tx, (s, g), meta).await?;
         let unseen = selected.iter().any(|p| {
             let (cursor, hw) = positions.get(p).copied().unwrap_or((1, 0));
             cursor <= hw

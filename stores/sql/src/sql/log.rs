@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::engine::{exec, insert_new, one, rows};
+use super::engine::{StreamMeta, exec, insert_new, one, rows};
 use super::{
     Access, Arg, Column, Dialect, SqlBackend, Statement, Table, args, big, int, map_error, small,
 };
@@ -40,6 +40,10 @@ impl<D: Dialect> SqlBackend<D> {
         let meta = self.meta(stream).await?;
         let mut conn = self.conn(Access::Read).await?;
         let found = Self::high_watermarks(&mut conn, stream).await?;
+        if found.len() != meta.partition_count as usize {
+            // Deleted (and perhaps created again) since it was read.
+            return Err(self.stale(stream));
+        }
         let high_watermarks = (0..meta.partition_count)
             .map(|p| found.get(&p).copied().unwrap_or(0))
             .collect();
@@ -78,32 +82,53 @@ impl<D: Dialect> SqlBackend<D> {
         stream: &StreamName,
         events: Vec<EventInput>,
     ) -> Result<Vec<Appended>> {
-        let meta = self.meta(stream).await?;
+        let mut meta = self.meta(stream).await?;
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let routed = route_batch(events, meta.partition_count)?;
+        let mut routed = route_batch(events, meta.partition_count)?;
         self.dialect.wrote(Table::Events, routed.len() as u64);
-        if let Some(appended) = self.append_once(stream, routed.clone()).await? {
-            return Ok(appended);
+        let (mut raced, mut stale) = (false, false);
+        loop {
+            match self.append_once(stream, meta, routed.clone()).await? {
+                Once::Appended(appended) => return Ok(appended),
+                // Another node stored one of these ids between our lookup
+                // and our insert: run again, and it comes back as a
+                // duplicate.
+                Once::Raced if !raced => raced = true,
+                Once::Raced => {
+                    return Err(Error::Failed(
+                        "an event id was written concurrently twice; retry the append".into(),
+                    ));
+                }
+                // The stream was deleted since its partition count was read
+                // (and perhaps created again with another): read it afresh
+                // (`stream_not_found` if it is gone) and route again.
+                Once::Stale if !stale => {
+                    stale = true;
+                    self.forget_stream(stream);
+                    meta = self.meta(stream).await?;
+                    let inputs = routed.into_iter().map(|(input, _)| input).collect();
+                    routed = route_batch(inputs, meta.partition_count)?;
+                }
+                Once::Stale => return Err(self.stale(stream)),
+            }
         }
-        // Another node stored one of these ids between our lookup and our
-        // insert: run again, and it comes back as a duplicate.
-        self.append_once(stream, routed).await?.ok_or_else(|| {
-            Error::Failed("an event id was written concurrently twice; retry the append".into())
-        })
     }
 
     /// One append transaction: known ids are looked up, sequences allocated
     /// per partition (the allocator rows locked in partition order, so
     /// concurrent appends neither deadlock nor commit out of order), and the
-    /// new events inserted in one statement. `None` when an id was
-    /// inserted by someone else since it was looked up.
+    /// new events inserted in one statement. [`Once::Raced`] when an id was
+    /// inserted by someone else since it was looked up, [`Once::Stale`]
+    /// when the stream does not have the partitions `meta` says (nothing
+    /// is written then).
     async fn append_once(
         &self,
         stream: &StreamName,
+        meta: StreamMeta,
         routed: Vec<(EventInput, u32)>,
-    ) -> Result<Option<Vec<Appended>>> {
+    ) -> Result<Once> {
         let now = self.now();
         let s = stream.as_str();
         let mut tx = self.begin(Access::Write).await?;
@@ -137,7 +162,14 @@ impl<D: Dialect> SqlBackend<D> {
             ];
             for row in rows::<D>(&mut tx, Statement::append_allocate, args).await? {
                 let p = row.u32(0)?;
+                if row.opt_u64(2)? != Some(u64::from(meta.partition_count)) {
+                    return Ok(Once::Stale);
+                }
                 next_seq.insert(p, row.u64(1)? + 1 - plan.per_partition[&p]);
+            }
+            if next_seq.len() != plan.per_partition.len() {
+                // A partition's allocator row is gone: so is the stream.
+                return Ok(Once::Stale);
             }
         }
 
@@ -166,12 +198,14 @@ impl<D: Dialect> SqlBackend<D> {
                 .await?
                 .is_none()
             {
-                return Ok(None);
+                return Ok(Once::Raced);
             }
             self.notify_in(&mut tx, stream).await?;
         }
         Self::commit(tx).await?;
-        Ok(Some(rheo_core::backend::policy::appended(out, &known)))
+        Ok(Once::Appended(rheo_core::backend::policy::appended(
+            out, &known,
+        )))
     }
 
     pub(super) async fn read_tx(&self, req: ReadRequest) -> Result<Vec<Event>> {
@@ -190,11 +224,16 @@ impl<D: Dialect> SqlBackend<D> {
             big(req.after),
             small(req.limit)
         ];
-        rows::<D>(&mut conn, Statement::read, args)
+        let events: Vec<Event> = rows::<D>(&mut conn, Statement::read, args)
             .await?
             .iter()
             .map(|r| r.event(&req.stream, 0))
-            .collect()
+            .collect::<Result<_>>()?;
+        if events.is_empty() {
+            // Nothing new, or a stream deleted since it was read.
+            self.confirm_stream(&mut conn, &req.stream, meta).await?;
+        }
+        Ok(events)
     }
 
     /// Runs a history query (paged, or every match for a replay).
@@ -302,6 +341,15 @@ impl<D: Dialect> SqlBackend<D> {
         }
         Ok(out)
     }
+}
+
+/// How one append transaction ended.
+enum Once {
+    Appended(Vec<Appended>),
+    /// An id was inserted by someone else since it was looked up.
+    Raced,
+    /// The stream's partitions are not what the append was routed by.
+    Stale,
 }
 
 /// Column arrays for one multi-row insert.

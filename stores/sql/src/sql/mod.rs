@@ -3,7 +3,7 @@
 //!
 //! [`SqlBackend<D>`] implements [`Backend`](rheo_core::backend::Backend) for
 //! any dialect. Its transactions (append, fetch/claim, settle, renew,
-//! replay/redrive/reset, lag, group info, dead letters, query) live in
+//! replay/redrive/reset, lag, group info, dead letters, query, deletes) live in
 //! this folder and call the shared rules of [`policy`](rheo_core::backend::policy); they
 //! never name a driver type. A dialect supplies the rest:
 //!
@@ -29,6 +29,7 @@
 //! and every value is a parameter.
 
 mod claim;
+mod delete;
 mod engine;
 mod groups;
 mod inspect;
@@ -107,7 +108,12 @@ macro_rules! with_statements {
             settle_acks, settle_retry, settle_dead,
             lag_open, dead_count, dead_letters, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
-            lower_floors, reset_partitions, set_cursors, set_ordering
+            lower_floors, reset_partitions, set_cursors, set_ordering,
+            catalog_generation, bump_generation, lock_stream, lock_group, lock_group_reset,
+            delete_lock_stream, delete_lock_groups, delete_lock_group,
+            delete_stream_partitions, delete_stream_events, delete_stream_deliveries,
+            delete_stream_cursors, delete_stream_groups, delete_stream_row,
+            delete_group_deliveries, delete_group_cursors, delete_group_row
         );
     };
 }
@@ -533,5 +539,7 @@ pub(crate) fn ordering(stored: String) -> Result<rheo_core::model::GroupOrdering
     stored.parse().map_err(|e| corrupt("group ordering", e))
 }
 
+#[cfg(test)]
+pub(crate) mod stale_nodes;
 #[cfg(test)]
 mod tests;

@@ -7,8 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use super::engine::{exec, rows};
+use super::engine::{StreamMeta, exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, args, big, int, small};
+use rheo_core::backend::policy::GroupConfig;
 use rheo_core::backend::{Redrive, Replay, ResetRequest, Result};
 use rheo_core::model::{GroupName, GroupOrdering, StreamName};
 
@@ -61,18 +62,55 @@ impl Floors {
 }
 
 impl<D: Dialect> SqlBackend<D> {
+    /// The group's settings read afresh (the ordering gates what a
+    /// re-open does, and another node may have changed it), its row held
+    /// until the transaction ends so that no delete of the group or its
+    /// stream leaves what this writes behind, and replays never run
+    /// beside a reset (`lock_group.sql`; `lock_group_reset.sql` for a
+    /// `reset`). Checks the stream against `kept` ([`Self::stale`]): what
+    /// the caller read of it before (its partition count, the events a
+    /// query replay matched) is of this stream, not of one deleted since.
+    async fn lock_group(
+        &self,
+        tx: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        kept: StreamMeta,
+        reset: bool,
+    ) -> Result<GroupConfig> {
+        self.forget_group(s, g);
+        let at = self.catalog.generation();
+        let statement = match reset {
+            true => Statement::lock_group_reset,
+            false => Statement::lock_group,
+        };
+        let Some(row) = one::<D>(tx, statement, args![s, g]).await? else {
+            return Err(self.group_missing(tx, s, g).await);
+        };
+        let stored = StreamMeta {
+            partition_count: row.u32(3)?,
+            created_at: row.ts(4)?,
+        };
+        if stored != kept {
+            return Err(self.stale(s));
+        }
+        let config = GroupConfig {
+            max_attempts: row.u32(0)?,
+            retry_backoff_ms: row.backoff(1)?,
+            ordering: super::ordering(row.text(2)?)?,
+        };
+        self.catalog.keep_group(s, g, config.clone(), at);
+        Ok(config)
+    }
+
     pub(super) async fn redrive_tx(
         &self,
         s: &StreamName,
         g: &GroupName,
         which: Redrive,
     ) -> Result<u64> {
-        self.meta(s).await?;
+        let meta = self.meta(s).await?;
         let mut tx = self.begin(Access::Write).await?;
-        // Read afresh: the ordering gates what this re-opens, and another
-        // node may have changed it.
-        self.forget_group(s, g);
-        let config = self.group_config(&mut tx, s, g).await?;
+        let config = self.lock_group(&mut tx, (s, g), meta, false).await?;
         let mut args = args![s, g];
         let statement = match which {
             Redrive::All => Statement::redrive_all,
@@ -132,16 +170,18 @@ impl<D: Dialect> SqlBackend<D> {
     ) -> Result<u64> {
         how.validate()?;
         let meta = self.meta(s).await?;
-        // A query replay reads the (immutable) log before the transaction.
+        // A query replay reads the log (whose events never change) before
+        // the transaction; `lock_group` checks the stream was not deleted
+        // since.
         let matched = match &how {
             Replay::Query(q) => self.run_query(s, q, false).await?,
             _ => Vec::new(),
         };
         let mut tx = self.begin(Access::Write).await?;
-        // Read afresh: the ordering gates what this re-opens, and another
-        // node may have changed it.
-        self.forget_group(s, g);
-        let ordering = self.group_config(&mut tx, s, g).await?.ordering;
+        let ordering = self
+            .lock_group(&mut tx, (s, g), meta, false)
+            .await?
+            .ordering;
         let positions = Self::positions(&mut tx, s, g).await?;
         let cursor = |p: u32| positions.get(&p).map_or(1, |(c, _)| *c);
         // Every (partition, after, before) range to re-open.
@@ -193,13 +233,13 @@ impl<D: Dialect> SqlBackend<D> {
         let meta = self.meta(&req.stream).await?;
         let (s, g) = (&req.stream, &req.group);
         let mut tx = self.begin(Access::Write).await?;
-        self.group_config(&mut tx, s, g).await?;
+        self.lock_group(&mut tx, (s, g), meta, true).await?;
         let selected = req.partitions.resolve(meta.partition_count)?;
         if let Some(ordering) = req.ordering {
             // Every partition (`ResetRequest::validate`): its cursor rows
             // first, so that no fetch decides under the old ordering while
             // this one changes it and forgets every delivery it gated.
-            Self::lock_cursors(&mut tx, s, g, &selected).await?;
+            self.lock_cursors(&mut tx, s, g, &selected).await?;
             exec::<D>(
                 &mut tx,
                 Statement::set_ordering,
@@ -208,9 +248,13 @@ impl<D: Dialect> SqlBackend<D> {
             .await?;
         }
         let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &req.start).await?;
-        // Deliveries first, cursor rows second: the order fetches lock them in.
-        let args = args![s, g, super::partitions(&selected)];
-        exec::<D>(&mut tx, Statement::reset_partitions, args).await?;
+        // Deliveries first, cursor rows second: the order fetches lock them
+        // in. Then the deliveries again: a fetch that held the cursor rows
+        // while the first delete ran (where rows are locked) created
+        // deliveries it could not see, which would otherwise stay past the
+        // cursor this moves back, and be created a second time.
+        let args = || args![s, g, super::partitions(&selected)];
+        exec::<D>(&mut tx, Statement::reset_partitions, args()).await?;
         let cursors = selected
             .iter()
             .map(|p| int(starts[*p as usize] + 1))
@@ -218,6 +262,7 @@ impl<D: Dialect> SqlBackend<D> {
         let chosen = selected.iter().map(|&p| p as i32).collect();
         let rows = Arg::Rows(vec![Column::I32(chosen), Column::I64(cursors)]);
         exec::<D>(&mut tx, Statement::set_cursors, args![s, g, rows]).await?;
+        exec::<D>(&mut tx, Statement::reset_partitions, args()).await?;
         self.notify_in(&mut tx, s).await?;
         let committed = Self::commit(tx).await;
         if req.ordering.is_some() {

@@ -40,6 +40,11 @@ impl<D: Dialect> SqlBackend<D> {
             let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
             // It commits on its own: a lost connection leaves it unknown.
             let acked = Self::ack_many(&mut conn, s, g, &targets, Phase::Write).await?;
+            if acked.len() < targets.len() {
+                // A lease of a group deleted since this node read it
+                // answers that it is gone (nothing was acked then).
+                self.confirm_group(&mut conn, s, g).await?;
+            }
             let results = ack_results(&targets, &acked);
             let gates: Vec<(u32, String)> =
                 acked.into_iter().filter_map(|(_, gate)| gate).collect();
@@ -77,6 +82,9 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Write).await?;
         let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
         let acked = Self::ack_many(&mut tx, s, g, &targets, Phase::Read).await?;
+        if acked.len() < targets.len() {
+            self.confirm_group(&mut tx, s, g).await?;
+        }
         let results = ack_results(&targets, &acked);
         let gates = acked.into_iter().filter_map(|(_, gate)| gate).collect();
         let released = self.release_settled(&mut tx, s, g, gates).await?;
@@ -121,7 +129,7 @@ impl<D: Dialect> SqlBackend<D> {
         let mut touched: Vec<u32> = gates.iter().map(|(p, _)| *p).collect();
         touched.sort_unstable();
         touched.dedup();
-        Self::lock_cursors(tx, s, g, &touched).await?;
+        self.lock_cursors(tx, s, g, &touched).await?;
         Ok(Self::release_gates(tx, s, g, gates).await? > 0)
     }
 
@@ -194,6 +202,11 @@ impl<D: Dialect> SqlBackend<D> {
                 1 => Ok(()),
                 _ => Err(Error::StaleLease),
             });
+        }
+        if results.iter().any(|r| r.is_err()) {
+            // A lease of a group deleted since this node read it answers
+            // that it is gone.
+            self.confirm_group(&mut tx, s, g).await?;
         }
         requeued |= self.release_settled(&mut tx, s, g, settled_gates).await?;
         if requeued {

@@ -32,6 +32,7 @@ use super::sql::{
     Access, Arg, Builder, Column, Dialect, Phase, SqlBackend, map_error, run_migrations,
     statement_files, with_statements,
 };
+use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::{Capabilities, Error, Notifier, Result};
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{Condition, JsonObject, Timestamp};
@@ -119,6 +120,9 @@ impl SqlBackend<SqliteDialect> {
             },
             clock,
             Arc::new(Notifier::default()),
+            // One server owns the file (`lock_store`): only its own
+            // deletes change what it keeps.
+            Catalog::local(),
         );
         if migrate {
             backend.dialect.migrate().await?;

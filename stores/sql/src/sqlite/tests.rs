@@ -236,3 +236,47 @@ async fn a_migration_this_build_lacks_is_unknown_and_refused() {
         "{refused}"
     );
 }
+
+/// Two backends on one file, which a server never does (`lock_store`),
+/// as the nodes of a shared store that has not seen the other's deletes:
+/// every call of the second finds what the first deleted gone all the
+/// same, as it must when a delete commits between a call's read of what
+/// it keeps and its transaction (`sql/stale_nodes.rs`).
+#[tokio::test]
+async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let a = SqliteBackend::open(&url, clock.clone(), true)
+        .await
+        .expect("open and migrate");
+    let b = SqliteBackend::open(&url, clock.clone(), false)
+        .await
+        .expect("open again");
+    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(
+        clock,
+        Arc::new(a),
+        Arc::new(b),
+    )
+    .await;
+}
+
+/// Writers on two backends of one file race deletes (`sql/stale_nodes.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_racing_a_delete_leave_nothing_behind() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let a = SqliteBackend::open(&url, clock.clone(), true)
+        .await
+        .expect("open and migrate");
+    let b = SqliteBackend::open(&url, clock.clone(), false)
+        .await
+        .expect("open again");
+    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(
+        clock,
+        Arc::new(a),
+        Arc::new(b),
+    )
+    .await;
+}

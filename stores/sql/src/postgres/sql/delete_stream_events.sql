@@ -1,0 +1,1 @@
+DELETE FROM rheo_events WHERE stream = $1

@@ -1,0 +1,1 @@
+DELETE FROM rheo_streams WHERE name = $1

@@ -1,0 +1,1 @@
+SELECT generation FROM rheo_catalog

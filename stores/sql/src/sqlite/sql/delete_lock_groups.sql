@@ -1,0 +1,1 @@
+-- Nothing to lock: BEGIN IMMEDIATE already keeps every other write out.

@@ -1,0 +1,1 @@
+DELETE FROM rheo_group_partitions WHERE stream = ?1

@@ -1,0 +1,1 @@
+DELETE FROM rheo_groups WHERE stream = ?1
