@@ -128,7 +128,8 @@ pub fn decide(outcome: &HandlerOutcome, max_retry_delay_ms: u64) -> Decision {
 /// What to do when a settle call itself failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleFailure {
-    /// The lease was lost (superseded, or its group is gone): forget it, no nack.
+    /// The lease was lost (superseded, its group is gone, or retention
+    /// removed its event): forget it, no nack.
     LeaseLost,
     /// The outcome is unknown or the store is down: leave the lease to
     /// expire. If the write did commit, fencing keeps it safe; if it did
@@ -146,6 +147,7 @@ pub fn on_settle_error(error: &Error) -> SettleFailure {
     match error {
         Error::StaleLease
         | Error::ReceiptMismatch
+        | Error::EventRemoved(_)
         | Error::StreamNotFound(_)
         | Error::GroupNotFound { .. } => SettleFailure::LeaseLost,
         // A full store refuses the nack as well: the lease expires instead.
@@ -273,6 +275,7 @@ mod tests {
         let lost = [
             Error::StaleLease,
             Error::ReceiptMismatch,
+            Error::EventRemoved("e1".into()),
             Error::StreamNotFound(s.clone()),
             Error::GroupNotFound {
                 stream: s,

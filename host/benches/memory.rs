@@ -44,6 +44,7 @@ async fn fixture(history: usize) -> Fixture {
         .create_stream(CreateStream {
             name: stream.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await
         .unwrap();

@@ -125,6 +125,7 @@ pub async fn bench_stream(
         .create_stream(CreateStream {
             name: stream.clone(),
             partition_count: partitions,
+            retention: None,
         })
         .await?;
     backend

@@ -28,6 +28,7 @@
 //! otlp_endpoint = "http://127.0.0.1:4318"  # export traces (OTLP over HTTP)
 //! metrics_interval_ms = 5000  # how often the group series of /metrics are sampled
 //! store_timeout_ms = 10000  # every store call answers within this
+//! retention_interval_ms = 1000  # how often streams with a retention are trimmed
 //! request_timeout_ms = 30000  # every request answers within this (or 503)
 //! ```
 
@@ -71,6 +72,8 @@ const MAX_METRICS_INTERVAL_MS: u64 = 3_600_000;
 
 /// Store timeouts accepted (`docs/cluster.md#a-node-cut-off-from-the-store`).
 const STORE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 500..=600_000;
+/// Retention intervals accepted (`docs/log.md#retention`).
+const RETENTION_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 /// Request timeouts accepted (`docs/http.md#request-timeout`).
 const REQUEST_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 500..=3_600_000;
 
@@ -131,6 +134,8 @@ pub struct ServeOptions {
     pub store_timeout_ms: Option<u64>,
     /// How long a request may take, in ms.
     pub request_timeout_ms: Option<u64>,
+    /// How often streams with a retention are trimmed, in ms.
+    pub retention_interval_ms: Option<u64>,
 }
 
 impl ServeOptions {
@@ -171,6 +176,9 @@ impl ServeOptions {
             log_format: self.log_format.or(fallback.log_format),
             otlp_endpoint: self.otlp_endpoint.or(fallback.otlp_endpoint),
             metrics_interval_ms: self.metrics_interval_ms.or(fallback.metrics_interval_ms),
+            retention_interval_ms: self
+                .retention_interval_ms
+                .or(fallback.retention_interval_ms),
             store_timeout_ms: self.store_timeout_ms.or(fallback.store_timeout_ms),
             request_timeout_ms: self.request_timeout_ms.or(fallback.request_timeout_ms),
         }
@@ -215,6 +223,8 @@ pub struct ServeConfig {
     /// Every store call answers within this
     /// (`docs/cluster.md#a-node-cut-off-from-the-store`).
     pub store_timeout: std::time::Duration,
+    /// How often streams with a retention are trimmed (`docs/log.md#retention`).
+    pub retention_interval: std::time::Duration,
 }
 
 impl ServeConfig {
@@ -343,6 +353,12 @@ impl ServeConfig {
             crate::backend::DEFAULT_STORE_TIMEOUT,
             STORE_TIMEOUT_MS,
         )?;
+        let retention_interval = millis(
+            "retention_interval_ms",
+            options.retention_interval_ms,
+            crate::retention::DEFAULT_INTERVAL,
+            RETENTION_INTERVAL_MS,
+        )?;
         let request_timeout = millis(
             "request_timeout_ms",
             options.request_timeout_ms,
@@ -362,6 +378,7 @@ impl ServeConfig {
             log_format: options.log_format.unwrap_or_default(),
             otlp_endpoint: options.otlp_endpoint,
             metrics_interval: std::time::Duration::from_millis(metrics_interval_ms),
+            retention_interval,
             store_timeout,
             backend,
             listen,

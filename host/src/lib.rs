@@ -37,6 +37,7 @@ mod fuzz;
 #[cfg(feature = "wasm")]
 pub mod handlers;
 pub mod metrics;
+pub mod retention;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;

@@ -151,6 +151,11 @@ pub async fn run(
     let sampling = tokio::spawn(
         Arc::clone(&metrics.groups).run(state.backend().clone(), config.metrics_interval),
     );
+    let trimming = tokio::spawn(crate::retention::run(
+        state.backend().clone(),
+        Arc::clone(&metrics),
+        config.retention_interval,
+    ));
 
     tracing::info!(
         "rheo {} listening on {scheme}://{addr}",
@@ -190,6 +195,7 @@ pub async fn run(
     }
 
     sampling.abort();
+    trimming.abort();
     #[cfg(feature = "wasm")]
     handlers.stop().await;
     // Only once its deliveries are settled: the others list it until then.

@@ -43,7 +43,11 @@ fn streams_are_created_listed_and_inspected() {
     assert_eq!(orders["partition_count"], 3);
     assert_eq!(
         orders["partitions"],
-        json!({"0": {"high_watermark": 0}, "1": {"high_watermark": 0}, "2": {"high_watermark": 0}})
+        json!({
+            "0": {"high_watermark": 0, "first_sequence": 1},
+            "1": {"high_watermark": 0, "first_sequence": 1},
+            "2": {"high_watermark": 0, "first_sequence": 1},
+        })
     );
     let created_at = orders["created_at"].as_str().unwrap_or_default();
     assert!(is_timestamp_ms_utc(created_at), "{created_at}");

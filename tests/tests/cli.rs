@@ -29,11 +29,11 @@ fn migrate_creates_a_sqlite_schema_once() {
     let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
-    assert!(first.contains("applied 5 migration(s)"), "{first}");
+    assert!(first.contains("applied 6 migration(s)"), "{first}");
     assert!(first.contains("0001 streams and events"), "{first}");
     assert!(first.contains("0003 scan floors"), "{first}");
     assert!(first.contains("0005 ordering"), "{first}");
-    assert!(first.contains("0006 catalog generation"), "{first}");
+    assert!(first.contains("0007 retention"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(second.contains("up to date"), "{second}");
@@ -54,7 +54,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     };
     let fresh = status();
     assert!(
-        fresh.starts_with("sqlite: 0 applied, 5 pending\n"),
+        fresh.starts_with("sqlite: 0 applied, 6 pending\n"),
         "{fresh}"
     );
     assert!(
@@ -65,11 +65,11 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(ok, "{err}");
     let migrated = status();
     assert!(
-        migrated.starts_with("sqlite: 5 applied, 0 pending\n"),
+        migrated.starts_with("sqlite: 6 applied, 0 pending\n"),
         "{migrated}"
     );
     assert!(
-        migrated.contains("  applied  0006 catalog generation\n"),
+        migrated.contains("  applied  0007 retention\n"),
         "{migrated}"
     );
 
@@ -87,7 +87,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(recorded.success());
     let newer = status();
     assert!(
-        newer.starts_with("sqlite: 5 applied, 0 pending, 1 unknown to this rheo"),
+        newer.starts_with("sqlite: 6 applied, 0 pending, 1 unknown to this rheo"),
         "{newer}"
     );
     assert!(newer.contains("  unknown  9999\n"), "{newer}");
@@ -107,10 +107,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
             err.contains("the store's schema is at migration 9999, newer than this rheo"),
             "{err}"
         );
-        assert!(
-            err.contains("its newest is 0006 catalog generation"),
-            "{err}"
-        );
+        assert!(err.contains("its newest is 0007 retention"), "{err}");
     }
 }
 
@@ -123,11 +120,11 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
-        first.starts_with("postgres: applied 6 migration(s)"),
+        first.starts_with("postgres: applied 7 migration(s)"),
         "{first}"
     );
     assert!(first.contains("0004 cluster"), "{first}");
-    assert!(first.contains("0006 catalog generation"), "{first}");
+    assert!(first.contains("0007 retention"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert_eq!(

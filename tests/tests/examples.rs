@@ -90,7 +90,10 @@ fn http_consumer_example_produces_and_consumes_with_curl() {
     let (_, stream) = get(&http, &server, "/v1/streams/orders");
     assert_eq!(
         stream["partitions"],
-        json!({"0": {"high_watermark": 1}, "1": {"high_watermark": 2}}),
+        json!({
+            "0": {"high_watermark": 1, "first_sequence": 1},
+            "1": {"high_watermark": 2, "first_sequence": 1},
+        }),
         "o-1 stored once; both customer-7 orders in one partition"
     );
     let (_, lag) = get(&http, &server, "/v1/streams/orders/groups/billing/lag");

@@ -164,6 +164,91 @@ fn a_group_and_a_stream_are_deleted_only_with_confirm() {
     assert_eq!(answer, json!({"deleted": true, "removed_handlers": []}));
 }
 
+/// Retention from the command line: created with the stream, changed and
+/// cleared, applied by the server's trimmer (a short interval; the test
+/// clock makes events old), and what a group skipped shown by group-info.
+#[test]
+fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        test_clock: true,
+        args: vec!["--retention-interval-ms".into(), "20".into()],
+        ..ServerOptions::default()
+    };
+    let server = Server::start(dir.path(), &options);
+    let out = ok(
+        &server,
+        &[
+            "streams",
+            "create",
+            "logs",
+            "--max-events",
+            "3",
+            "--max-age",
+            "1h",
+        ],
+    );
+    assert_eq!(
+        out.trim(),
+        "created stream logs with 1 partition(s); retention limits: max age 1h 00m, at most 3 events per partition"
+    );
+    ok(&server, &["groups", "create", "logs", "audit"]);
+    for i in 0..5 {
+        ok(
+            &server,
+            &[
+                "append",
+                "logs",
+                "--id",
+                &format!("l{i}"),
+                "--payload",
+                "{}",
+            ],
+        );
+    }
+    let stored = |server: &Server| row(&ok(server, &["streams"]), "logs")[2].clone();
+    let trimmed = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        stored(&server) == "3"
+    });
+    assert!(
+        trimmed,
+        "the trimmer keeps the newest 3: {}",
+        ok(&server, &["streams"])
+    );
+    let info = ok(&server, &["group-info", "logs", "audit"]);
+    assert_eq!(row(&info, "skipped")[3], "2", "{info}");
+
+    // Two hours later by the server's clock: the age limit removes the rest.
+    let http = agent();
+    let moved = answer(
+        http.post(&format!("{}/v1/test/clock", server.base()))
+            .send_json(json!({"advance_ms": 7_200_000})),
+    );
+    assert_eq!(moved.0, 200, "{}", moved.1);
+    let emptied = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        stored(&server) == "0"
+    });
+    assert!(emptied, "{}", ok(&server, &["streams"]));
+
+    let out = ok(
+        &server,
+        &["streams", "retention", "logs", "--retention", "interest"],
+    );
+    assert_eq!(
+        out.trim(),
+        "stream logs: retention interest: events every group settled"
+    );
+    let out = ok(&server, &["streams", "retention", "logs", "--keep-all"]);
+    assert_eq!(out.trim(), "stream logs: keeps every event");
+    let refused = rheo(
+        &server,
+        &["streams", "retention", "logs", "--max-events", "0"],
+    );
+    assert!(refused.stderr.contains("(invalid)"), "{}", refused.stderr);
+}
+
 #[test]
 fn groups_are_created_and_listed_with_their_settings() {
     let (_dir, server) = start();

@@ -89,6 +89,7 @@ fn benches(c: &mut Criterion) {
     rt.block_on(backend.create_stream(CreateStream {
         name: StreamName::parse("out").unwrap(),
         partition_count: 1,
+        retention: None,
     }))
     .unwrap();
 

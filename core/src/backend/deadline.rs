@@ -36,13 +36,13 @@ use async_trait::async_trait;
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, Wakeup,
+    Result, TrimRequest, Trimmed, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::cluster::{ClusterStore, HandlerRecord, NodeRecord};
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 /// How long a store call may take when nothing else is configured
@@ -277,6 +277,23 @@ impl Backend for Bounded {
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         self.write("reset", self.inner.reset(req)).await
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        let call = self.inner.set_retention(stream, retention);
+        self.write("set_retention", call).await
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        self.write("trim", self.inner.trim(req)).await
+    }
+
+    async fn reclaim(&self) -> Result<()> {
+        self.write("reclaim", self.inner.reclaim()).await
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

@@ -27,6 +27,12 @@ pub enum Error {
     /// The lease was superseded (re-claimed, settled, replayed or reset).
     #[error("stale lease: the delivery is no longer held by this lease")]
     StaleLease,
+    /// A settle or renew of a lease whose event the stream's retention
+    /// removed (`docs/log.md#retention`): nothing is left to settle.
+    #[error(
+        "event {0:?} is no longer in the stream: its retention removed it (or it never was there)"
+    )]
+    EventRemoved(String),
     /// The lease id matches but the backend-native receipt does not.
     #[error("receipt mismatch: the receipt does not match the current claim")]
     ReceiptMismatch,
@@ -84,6 +90,7 @@ impl Error {
             Error::AlreadyExists(_) => "already_exists",
             Error::StaleLease => "stale_lease",
             Error::ReceiptMismatch => "receipt_mismatch",
+            Error::EventRemoved(_) => "event_removed",
             Error::CursorNotFound(_) => "cursor_not_found",
             Error::ConfirmRequired => "confirm_required",
             Error::InvalidPartition { .. } => "invalid_partition",

@@ -18,6 +18,7 @@ pub mod memory;
 mod migrations;
 pub mod policy;
 mod redact;
+pub mod retention;
 mod wakeup;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -39,8 +40,9 @@ use crate::clock::SharedClock;
 use crate::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
     GroupOrdering, GroupSpec, Lag, Lease, MAX_FETCH_LIMIT, MAX_PARTITIONS, MAX_QUERY_LIMIT,
-    MAX_SETTLE_BATCH, Page, Query, SettleOp, SettleTarget, Settlement, StartPosition, Stream,
-    StreamName, Timestamp, ValidationError, validate_lease_ms, validate_limit, validate_sequence,
+    MAX_SETTLE_BATCH, Page, Query, Retention, SettleOp, SettleTarget, Settlement, StartPosition,
+    Stream, StreamName, Timestamp, ValidationError, validate_lease_ms, validate_limit,
+    validate_sequence,
 };
 
 /// What a backend can promise beyond the invariants every backend keeps.
@@ -83,20 +85,59 @@ pub struct CreateStream {
     pub name: StreamName,
     /// Partitions, fixed for life (1..=[`MAX_PARTITIONS`]).
     pub partition_count: u32,
+    /// How long it keeps events (`docs/log.md#retention`); `None`: for ever.
+    pub retention: Option<Retention>,
 }
 
 impl CreateStream {
-    /// Checks the partition count.
-    pub fn validate(&self) -> Result<()> {
-        if (1..=MAX_PARTITIONS).contains(&self.partition_count) {
-            Ok(())
-        } else {
-            Err(Error::InvalidPartitionCount {
-                got: self.partition_count,
-                max: MAX_PARTITIONS,
-            })
+    /// A stream keeping its events for ever.
+    pub fn new(name: StreamName, partition_count: u32) -> Self {
+        Self {
+            name,
+            partition_count,
+            retention: None,
         }
     }
+
+    /// Checks the partition count and the retention.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_PARTITIONS).contains(&self.partition_count) {
+            return Err(Error::InvalidPartitionCount {
+                got: self.partition_count,
+                max: MAX_PARTITIONS,
+            });
+        }
+        if let Some(retention) = &self.retention {
+            retention.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// Remove the oldest events of one partition (`docs/log.md#retention`):
+/// what the stream's retention decided ([`retention::trim_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrimRequest {
+    /// The stream.
+    pub stream: StreamName,
+    /// The partition.
+    pub partition: u32,
+    /// Remove events below this sequence (exclusive)…
+    pub before: u64,
+    /// …but at most this many, the lowest first (a bounded batch).
+    pub limit: u32,
+}
+
+/// What a trim removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Events removed.
+    pub removed: u64,
+    /// The partition's lowest stored sequence now.
+    pub first_sequence: u64,
+    /// Per group that had not settled some of them: how many (those
+    /// groups moved to the new log start).
+    pub skipped: Vec<(GroupName, u64)>,
 }
 
 /// Read one partition in sequence order.
@@ -483,6 +524,30 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Deletes the group's delivery state in the selected partitions and
     /// restarts them at `start`.
     async fn reset(&self, req: ResetRequest) -> Result<()>;
+
+    /// Sets or clears the stream's retention (`docs/log.md#retention`);
+    /// the next trim applies it. Returns the stream.
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream>;
+
+    /// Removes the partition's events below `req.before`, at most
+    /// `req.limit` of them, the lowest first, in one step of the store's
+    /// own atomicity: the partition's first sequence moves up to the first
+    /// event kept; every group whose frontier lay below it moves to it,
+    /// counting the events it had not settled (`skipped_by_retention`) and
+    /// dropping their open deliveries (their gates let the next delivery
+    /// out); dead letters stay, without their event. A `before` at or below
+    /// the first sequence removes nothing.
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed>;
+
+    /// Gives space freed by trims and deletes back to the filesystem where
+    /// the store can (SQLite's incremental vacuum); others reuse it.
+    async fn reclaim(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Deletes a stream: its events, its groups and their state, all at
     /// once. Leases of it become unknown (`stream_not_found`), and a stream

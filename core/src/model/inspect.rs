@@ -68,6 +68,9 @@ pub struct GroupInfo {
     pub inflight: u64,
     /// Deliveries dead-lettered.
     pub dead_letters: u64,
+    /// Events the stream's retention removed before this group settled
+    /// them (`docs/log.md#retention`), over all partitions.
+    pub skipped_by_retention: u64,
     /// Per partition: the next sequence the group will look at.
     pub cursors: BTreeMap<u32, u64>,
 }
@@ -87,8 +90,9 @@ pub struct DeadLetter {
     pub reason: String,
     /// When.
     pub dead_lettered_at: Timestamp,
-    /// The event itself.
-    pub event: Event,
+    /// The event itself; `None` once the stream's retention removed it
+    /// (`docs/log.md#retention`).
+    pub event: Option<Event>,
 }
 
 /// A page of dead letters.

@@ -19,6 +19,12 @@ pub struct Stream {
     pub created_at: Timestamp,
     /// Last allocated sequence per partition (index = partition; 0 = empty).
     pub high_watermarks: Vec<u64>,
+    /// The lowest sequence still stored per partition (index = partition):
+    /// 1 until retention removes events, the high watermark + 1 when it
+    /// removed them all (`docs/log.md#retention`).
+    pub first_sequences: Vec<u64>,
+    /// How long it keeps events; `None`: for ever.
+    pub retention: Option<Retention>,
 }
 
 /// The longest `max_age_ms` a retention may have: 100 years.
@@ -31,9 +37,11 @@ pub const MAX_RETENTION_AGE_MS: u64 = 100 * 365 * 86_400_000;
 pub struct Retention {
     /// Events older than this (by their timestamp) are removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3_153_600_000_000_u64)]
     pub max_age_ms: Option<u64>,
     /// Each partition keeps at most its newest this many events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_u64)]
     pub max_events: Option<u64>,
     /// `limits` (default): the limits alone decide; `interest`: an event
     /// goes once every group has settled it, the limits as a hard cap.
@@ -106,5 +114,30 @@ impl Retention {
     pub fn from_text(text: &str) -> Result<Self, super::ValidationError> {
         serde_json::from_str(text)
             .map_err(|e| super::ValidationError::new("retention", format!("stored retention: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_bounds_are_the_checked_ones() {
+        // The OpenAPI schema of `Retention` repeats these as literals.
+        assert_eq!(MAX_RETENTION_AGE_MS, 3_153_600_000_000);
+        assert_eq!(super::super::MAX_SEQUENCE, 9_007_199_254_740_991);
+        let at_most = Retention {
+            max_age_ms: Some(MAX_RETENTION_AGE_MS),
+            max_events: Some(super::super::MAX_SEQUENCE),
+            policy: RetentionPolicy::Limits,
+        };
+        assert!(at_most.validate().is_ok());
+        let interest = Retention {
+            policy: RetentionPolicy::Interest,
+            ..Retention::default()
+        };
+        assert!(interest.validate().is_ok());
+        assert!(Retention::default().validate().is_err());
+        assert_eq!(Retention::from_text(&at_most.to_text()), Ok(at_most));
     }
 }

@@ -153,6 +153,7 @@ fn backend_status(e: &Error) -> StatusCode {
         Error::AlreadyExists(_) | Error::StaleLease | Error::ReceiptMismatch => {
             StatusCode::CONFLICT
         }
+        Error::EventRemoved(_) => StatusCode::GONE,
         Error::CursorNotFound(_)
         | Error::ConfirmRequired
         | Error::InvalidPartition { .. }
@@ -326,6 +327,7 @@ mod tests {
             ),
             (Error::AlreadyExists("stream s".into()), 409),
             (Error::StaleLease, 409),
+            (Error::EventRemoved("e1".into()), 410),
             (Error::ReceiptMismatch, 409),
             (Error::CursorNotFound("x".into()), 400),
             (Error::ConfirmRequired, 400),

@@ -312,6 +312,15 @@ fn add_body_rules(doc: &mut Value) {
         "ResetBody",
         json!({"allOf": [not_both("start_after", "start_at")]}),
     );
+    // model::Retention::validate: `limits` needs at least one limit.
+    extend(
+        "RetentionBody",
+        json!({"anyOf": [
+            has("max_age_ms"),
+            has("max_events"),
+            {"required": ["policy"], "properties": {"policy": {"const": "interest"}}},
+        ]}),
+    );
     // dto::ReplayBody::into_replay: exactly one selector; partitions only
     // with a sequence or a time.
     let selectors = ["from_sequence", "from", "query", "event_ids"];

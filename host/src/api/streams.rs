@@ -9,7 +9,8 @@ use utoipa_axum::routes;
 
 use super::dto::{
     AppendBatchBody, AppendedBatchBody, AppendedBody, CreateStreamBody, EventBody, EventInputBody,
-    EventListBody, QueryBody, QueryPageBody, ReadParams, StreamBody, StreamListBody,
+    EventListBody, PatchStreamBody, QueryBody, QueryPageBody, ReadParams, StreamBody,
+    StreamListBody,
 };
 use super::error::{ApiError, ErrorBody};
 use super::extract::{AppJson, AppQuery, JsonOrEmpty, StreamPath};
@@ -24,7 +25,7 @@ pub(crate) const MAX_APPEND_BATCH: usize = 1000;
 pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(stream_create, stream_list))
-        .routes(routes!(stream_get))
+        .routes(routes!(stream_get, stream_patch))
         .routes(routes!(event_append, event_read))
         .routes(routes!(event_append_batch))
         .routes(routes!(event_query))
@@ -35,7 +36,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
     request_body = CreateStreamBody,
     responses(
         (status = 201, description = "Created", body = StreamBody),
-        (status = 400, description = "Bad name or partition_count", body = ErrorBody),
+        (status = 400, description = "Bad name, partition_count or retention", body = ErrorBody),
         (status = 409, description = "A stream of that name exists", body = ErrorBody),
     ))]
 async fn stream_create(
@@ -47,9 +48,31 @@ async fn stream_create(
         .create_stream(CreateStream {
             name: body.name,
             partition_count: body.partition_count.unwrap_or(1),
+            retention: body.retention.map(Into::into),
         })
         .await?;
     Ok((StatusCode::CREATED, Json(stream.into())))
+}
+
+/// Change a stream's retention (`{"retention": {...}}`, or `null` to keep
+/// every event again); the next trim round applies it
+/// (`docs/log.md#retention`).
+#[utoipa::path(patch, path = "/v1/streams/{stream}", tag = "streams",
+    params(("stream" = String, Path, description = "Stream name")),
+    request_body = PatchStreamBody,
+    responses(
+        (status = 200, body = StreamBody),
+        (status = 400, description = "Bad retention", body = ErrorBody),
+        (status = 404, description = "No such stream", body = ErrorBody),
+    ))]
+async fn stream_patch(
+    State(state): State<AppState>,
+    StreamPath(stream): StreamPath,
+    AppJson(body): AppJson<PatchStreamBody>,
+) -> Result<Json<StreamBody>, ApiError> {
+    let retention = body.retention.map(Into::into);
+    let updated = state.backend.set_retention(&stream, retention).await?;
+    Ok(Json(updated.into()))
 }
 
 /// List streams, sorted by name.
@@ -62,7 +85,8 @@ async fn stream_list(State(state): State<AppState>) -> Result<Json<StreamListBod
     }))
 }
 
-/// One stream with its per-partition high watermarks.
+/// One stream with its retention and, per partition, its high watermark
+/// and first stored sequence.
 #[utoipa::path(get, path = "/v1/streams/{stream}", tag = "streams",
     params(("stream" = String, Path, description = "Stream name")),
     responses(

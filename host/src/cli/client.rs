@@ -155,6 +155,13 @@ impl Client {
         self.answer(&url, request.send_json(body))
     }
 
+    /// `PATCH path` with a JSON body.
+    pub(crate) fn patch(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let url = self.url(path);
+        let request = self.with_token(self.agent.patch(&url));
+        self.answer(&url, request.send_json(body))
+    }
+
     /// `POST path` with no body.
     pub(crate) fn post_empty(&self, path: &str) -> Result<Value, ClientError> {
         let url = self.url(path);

@@ -156,6 +156,7 @@ impl Demo {
                 .create_stream(CreateStream {
                     name: stream.clone(),
                     partition_count: partitions,
+                    retention: None,
                 })
                 .await?;
             println!("   created stream `{stream}` with {partitions} partitions");

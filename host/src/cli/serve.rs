@@ -168,6 +168,12 @@ pub(crate) struct ServeArgs {
     /// as long (500–3600000) [default: 30000]
     #[arg(long, env = "RHEO_REQUEST_TIMEOUT_MS", value_name = "MS")]
     request_timeout_ms: Option<u64>,
+
+    /// How often streams with a retention are trimmed; each round removes
+    /// at most 1000 events per partition per step (docs/log.md#retention)
+    /// (10–3600000) [default: 1000]
+    #[arg(long, env = "RHEO_RETENTION_INTERVAL_MS", value_name = "MS")]
+    retention_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -197,6 +203,7 @@ impl ServeArgs {
             metrics_interval_ms: self.metrics_interval_ms,
             store_timeout_ms: self.store_timeout_ms,
             request_timeout_ms: self.request_timeout_ms,
+            retention_interval_ms: self.retention_interval_ms,
         }
     }
 

@@ -49,6 +49,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
         let create = CreateStream {
             name: b.name,
             partition_count: b.partition_count.unwrap_or(1),
+            retention: None,
         };
         let _ = create.validate();
     }

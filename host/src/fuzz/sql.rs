@@ -122,6 +122,7 @@ async fn differential(
     let create = CreateStream {
         name: stream.clone(),
         partition_count: PARTITIONS,
+        retention: None,
     };
     backend
         .create_stream(create)

@@ -16,12 +16,12 @@ use super::timing::{CALL_BUCKETS, Timing};
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, Wakeup,
+    Result, TrimRequest, Trimmed, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 /// Labels of a backend operation.
@@ -250,6 +250,25 @@ impl Backend for Measured {
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         let call = self.inner.reset(req);
         self.metrics.time(self.kind, "reset", call).await
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        let call = self.inner.set_retention(stream, retention);
+        self.metrics.time(self.kind, "set_retention", call).await
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        let call = self.inner.trim(req);
+        self.metrics.time(self.kind, "trim", call).await
+    }
+
+    async fn reclaim(&self) -> Result<()> {
+        let call = self.inner.reclaim();
+        self.metrics.time(self.kind, "reclaim", call).await
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

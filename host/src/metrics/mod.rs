@@ -76,10 +76,31 @@ pub(crate) struct HttpMetrics {
     pub(crate) in_flight: Gauge<i64, AtomicI64>,
 }
 
+/// Labels of a stream's retention series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct StreamLabels {
+    pub(crate) stream: String,
+}
+
+/// Labels of a group's retention series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct StreamGroupLabels {
+    pub(crate) stream: String,
+    pub(crate) group: String,
+}
+
+/// What retention removed (`docs/log.md#retention`).
+#[derive(Debug, Default)]
+pub(crate) struct RetentionMetrics {
+    pub(crate) removed: Family<StreamLabels, Counter>,
+    pub(crate) skipped: Family<StreamGroupLabels, Counter>,
+}
+
 /// Every series of one server.
 pub struct Metrics {
     registry: Registry,
     pub(crate) http: HttpMetrics,
+    pub(crate) retention: RetentionMetrics,
     pub(crate) backend: Arc<backend::BackendMetrics>,
     pub(crate) groups: Arc<GroupSamples>,
     handlers: Arc<ArcSwapOption<Box<dyn Collector>>>,
@@ -127,6 +148,17 @@ impl Metrics {
             "HTTP requests being served",
             http.in_flight.clone(),
         );
+        let retention = RetentionMetrics::default();
+        registry.register(
+            "rheo_retention_removed_events",
+            "Events the stream's retention removed, by stream",
+            retention.removed.clone(),
+        );
+        registry.register(
+            "rheo_retention_skipped_events",
+            "Events retention removed before the group settled them, by stream and group",
+            retention.skipped.clone(),
+        );
         let backend = Arc::new(backend::BackendMetrics::default());
         backend.register(&mut registry);
         let groups = Arc::new(GroupSamples::default());
@@ -136,6 +168,7 @@ impl Metrics {
         Self {
             registry,
             http,
+            retention,
             backend,
             groups,
             handlers,
@@ -154,6 +187,30 @@ impl Metrics {
     /// (the handler registry's, created after these metrics).
     pub fn show_handlers(&self, collector: Box<dyn Collector>) {
         self.handlers.store(Some(Arc::new(collector)));
+    }
+
+    /// Counts events retention removed from `stream`.
+    pub fn retention_removed(&self, stream: &crate::model::StreamName, n: u64) {
+        if n > 0 {
+            let labels = StreamLabels {
+                stream: stream.to_string(),
+            };
+            self.retention.removed.get_or_create(&labels).inc_by(n);
+        }
+    }
+
+    /// Counts events retention removed before `group` settled them.
+    pub fn retention_skipped(
+        &self,
+        stream: &crate::model::StreamName,
+        group: &crate::model::GroupName,
+        n: u64,
+    ) {
+        let labels = StreamGroupLabels {
+            stream: stream.to_string(),
+            group: group.to_string(),
+        };
+        self.retention.skipped.get_or_create(&labels).inc_by(n);
     }
 
     /// Every series, in the Prometheus text format (0.0.4).

@@ -58,6 +58,7 @@ async fn with_stream(metrics: &Metrics, partitions: u32) -> Arc<dyn crate::backe
         .create_stream(CreateStream {
             name: stream(),
             partition_count: partitions,
+            retention: None,
         })
         .await
         .unwrap();

@@ -72,6 +72,7 @@ async fn env() -> Env {
         .create_stream(CreateStream {
             name: stream.clone(),
             partition_count: 2,
+            retention: None,
         })
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 
 import { api, seg } from '../api.js';
 import { h, fill, num, time, table, setRows, td, emptyRow, errorBanner, heading } from '../dom.js';
-import { eventCount } from './streams.js';
+import { appendedCount, eventCount } from './streams.js';
 import { deleteSection } from '../delete.js';
 
 const ORDERS = {
@@ -172,10 +172,10 @@ export function browser(root, [stream]) {
     async refresh() {
       try {
         const s = await api('GET', base);
-        lastCount = eventCount(s);
+        lastCount = appendedCount(s);
         if (countAtSearch === null) countAtSearch = lastCount;
         const since = lastCount - countAtSearch;
-        fill(fresh, `${num(lastCount)} events in ${num(s.partition_count)} partition${s.partition_count === 1 ? '' : 's'}`,
+        fill(fresh, `${num(eventCount(s))} events in ${num(s.partition_count)} partition${s.partition_count === 1 ? '' : 's'}`,
           since > 0 ? h('span', {}, ` · ${num(since)} new since this search — `,
             h('button', { type: 'button', class: 'link-button', onclick: search, text: 'search again' })) : null);
       } catch (e) {

@@ -144,7 +144,10 @@ export function detail(root, [stream, group]) {
       stat('In flight', num(lag.inflight), 'group-inflight', 'leased now'),
       stat('Waiting retry', num(lag.waiting_retry), 'group-waiting', 'nacked, not yet due'),
       stat('Dead letters', num(info.dead_letters), 'group-dead-letters', `after ${info.max_attempts} attempts or a reject`),
-      stat('Oldest unacked', duration(lag.oldest_unacked_age_ms), 'group-oldest', 'age'));
+      stat('Oldest unacked', duration(lag.oldest_unacked_age_ms), 'group-oldest', 'age'),
+      info.skipped_by_retention
+        ? stat('Skipped by retention', num(info.skipped_by_retention), 'group-skipped', 'removed before settled')
+        : null);
     fill(plotBox, plots(stream, group));
 
     const mine = handlers ? handlers.handlers.filter((x) => x.stream === stream && x.group === group) : [];
@@ -168,8 +171,11 @@ export function detail(root, [stream, group]) {
     } else {
       if (deadBody.querySelector('.empty-row')) fill(deadBody);
       setRows(deadBody, letters, (d) => d.event_id, (d) => h('tr', { 'data-testid': `dead-letter-${d.event_id}` },
-        td(h('details', {}, h('summary', { class: 'mono', text: d.event_id }),
-          h('pre', { class: 'json', text: JSON.stringify(d.event, null, 2) }))),
+        td(d.event
+          ? h('details', {}, h('summary', { class: 'mono', text: d.event_id }),
+            h('pre', { class: 'json', text: JSON.stringify(d.event, null, 2) }))
+          : [h('span', { class: 'mono', text: d.event_id }), ' ',
+            h('span', { class: 'muted small', text: '(event removed by retention)' })]),
         td(num(d.partition), 'num'),
         td(num(d.sequence), 'num'),
         td(num(d.attempt), 'num'),

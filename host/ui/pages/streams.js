@@ -1,23 +1,40 @@
-// Streams: each stream's partitions, their high watermarks and the number
-// of events (docs/log.md); a link to browse a stream's events.
+// Streams: each stream's partitions, their high watermarks, the number of
+// events stored and the retention (docs/log.md); a link to browse a
+// stream's events.
 
 import { api } from '../api.js';
-import { h, fill, num, time, table, setRows, td, emptyRow, errorBanner, heading } from '../dom.js';
+import { h, fill, num, duration, time, table, setRows, td, emptyRow, errorBanner, heading } from '../dom.js';
 
-/** Events in a stream: sequences start at 1 and are never removed. */
+/** Events a stream stores: from each partition's first sequence to its high watermark. */
 export function eventCount(stream) {
+  return Object.values(stream.partitions || {})
+    .reduce((sum, p) => sum + Math.max(0, p.high_watermark + 1 - (p.first_sequence || 1)), 0);
+}
+
+/** Events ever appended to a stream: the sum of its high watermarks. */
+export function appendedCount(stream) {
   return Object.values(stream.partitions || {}).reduce((sum, p) => sum + p.high_watermark, 0);
+}
+
+/** How long a stream keeps events, in words (docs/log.md#retention). */
+export function retentionText(retention) {
+  if (!retention) return 'keeps every event';
+  const parts = [];
+  if (retention.max_age_ms) parts.push(`at most ${duration(retention.max_age_ms)} old`);
+  if (retention.max_events) parts.push(`newest ${num(retention.max_events)} per partition`);
+  if (retention.policy === 'interest') parts.push('until every group settled them');
+  return parts.join(', ');
 }
 
 export function list(root) {
   const errors = h('div');
   const { table: tableEl, body } = table(
-    [['Stream'], ['Partitions', 'num'], ['High watermark per partition'], ['Events', 'num'], ['Created'], ['']],
+    [['Stream'], ['Partitions', 'num'], ['High watermark per partition'], ['Events', 'num'], ['Retention'], ['Created'], ['']],
     { 'data-testid': 'streams-table' },
   );
   const totals = h('p', { class: 'muted', 'data-testid': 'streams-total' });
   fill(root,
-    heading('Streams', 'Partitioned, immutable event logs. Events are numbered from 1 in each partition.'),
+    heading('Streams', 'Partitioned, immutable event logs. Events are numbered from 1 in each partition; a retention removes the oldest.'),
     errors, h('div', { class: 'card' }, tableEl), totals);
 
   return {
@@ -32,14 +49,14 @@ export function list(root) {
       }
       const streams = answer.streams || [];
       if (!streams.length) {
-        fill(body, emptyRow(6, 'No streams yet. Create one with `rheo streams create NAME` or POST /v1/streams.'));
+        fill(body, emptyRow(7, 'No streams yet. Create one with `rheo streams create NAME` or POST /v1/streams.'));
         fill(totals);
         return;
       }
       if (body.querySelector('.empty-row')) fill(body);
       setRows(body, streams, (s) => s.name, (s) => {
         const marks = Object.entries(s.partitions || {}).map(([p, w]) =>
-          h('span', { class: 'chip', title: `partition ${p}: last sequence ${w.high_watermark}` },
+          h('span', { class: 'chip', title: `partition ${p}: last sequence ${w.high_watermark}, first stored ${w.first_sequence}` },
             h('span', { class: 'muted', text: `${p}:` }), ` ${num(w.high_watermark)}`));
         const link = `#/streams/${encodeURIComponent(s.name)}/events`;
         return h('tr', { 'data-testid': `stream-row-${s.name}` },
@@ -47,6 +64,7 @@ export function list(root) {
           td(num(s.partition_count), 'num'),
           td(h('div', { class: 'chips' }, marks)),
           td(h('span', { 'data-testid': 'stream-events', text: num(eventCount(s)) }), 'num'),
+          td(h('span', { class: s.retention ? '' : 'muted', 'data-testid': 'stream-retention', text: retentionText(s.retention) })),
           td(time(s.created_at)),
           td(h('a', { href: link, class: 'button-link', text: 'Browse events' }), 'row-actions'));
       });

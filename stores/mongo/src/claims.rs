@@ -34,13 +34,13 @@ use super::{
 };
 use rheo_core::backend::policy::{
     GroupConfig, Held, POISON_REASON, Write, claim_capacity, fence, plain_acks, round_robin,
-    settle_write,
+    settle_write, unknown_event,
 };
 use rheo_core::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
 };
 use rheo_core::model::{
-    ConsumerId, Event, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, Settlement,
+    ConsumerId, Event, EventId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, Settlement,
     StreamName, Timestamp, clip_reason,
 };
 
@@ -216,12 +216,17 @@ impl MongoBackend {
             .collect();
         let mut events = self.events_at(s, &missing).await?;
         let mut leases = Vec::with_capacity(claimed.len());
+        let mut removed = Vec::new();
         for c in claimed {
             let event = match c.event {
                 Some(event) => event,
-                None => events.remove(&(c.partition, c.sequence)).ok_or_else(|| {
-                    Error::Failed(format!("event {}/{} is missing", c.partition, c.sequence))
-                })?,
+                None => match events.remove(&(c.partition, c.sequence)) {
+                    Some(event) => event,
+                    None => {
+                        removed.push(c);
+                        continue;
+                    }
+                },
             };
             leases.push(Lease::new(
                 g.clone(),
@@ -233,8 +238,35 @@ impl MongoBackend {
                 expires_at,
             ));
         }
+        if !removed.is_empty() {
+            self.drop_removed(s, g, &removed).await?;
+        }
         leases.sort_unstable_by_key(|l| (l.event.partition, l.event.sequence));
         Ok(leases)
+    }
+
+    /// Claims of events retention removed (`retention.rs`): deliveries a
+    /// fetcher created from events it read just before a trim removed
+    /// them. Nothing is left to deliver: their deliveries go (an unordered
+    /// group's; an ordered group's fetch conflicts with the trim instead).
+    async fn drop_removed(&self, s: &StreamName, g: &GroupName, removed: &[Claimed]) -> Result<()> {
+        let (_, firsts) = self.marks(s).await?;
+        for c in removed {
+            let first = firsts.get(c.partition as usize).copied().unwrap_or(1);
+            if c.sequence >= first {
+                return Err(Error::Failed(format!(
+                    "event {}/{} is missing",
+                    c.partition, c.sequence
+                )));
+            }
+            let mut filter = deliveries_of(s, g);
+            filter.insert("st", LEASED);
+            filter.insert("p", c.partition as i32);
+            filter.insert("q", big(c.sequence));
+            (self.coll(DELIVERIES).delete_one(filter).await)
+                .map_err(|e| map_error(e, Phase::Write))?;
+        }
+        Ok(())
     }
 
     /// One round of claims; also says whether a race was lost (or the
@@ -321,7 +353,11 @@ impl MongoBackend {
             list.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
         }
 
-        let hw = self.high_watermarks(s).await?;
+        // The same read as the watermarks alone: a cursor below the log
+        // start (a reset that raced a trim) starts at it.
+        let (hw, firsts) = self.marks(s).await?;
+        let mut state = state;
+        state.at_log_start(&firsts);
         let capacity: Vec<usize> = selected
             .iter()
             .map(|p| {
@@ -429,6 +465,10 @@ impl MongoBackend {
             }
             let last = (cursor + n - 1).min(hw);
             let events = self.read_range(s, p, cursor, last).await?;
+            // A trim moved the log start past the cursor it read.
+            if let Some(first) = events.first() {
+                cursor = cursor.max(first.sequence);
+            }
             let mut docs = Vec::with_capacity(events.len());
             let mut batch = Vec::with_capacity(events.len());
             for event in events {
@@ -567,20 +607,28 @@ impl MongoBackend {
         let d = match self.renew_one(s, g, &req.target, expires_at).await? {
             Ok(d) => d,
             Err(e) => {
-                // No lease: maybe no group any more either.
+                // No lease: maybe no group any more either, or no event.
                 self.group_still_there(s, g).await?;
-                return Err(e);
+                let id = &req.target.event_id;
+                let mut removed = self.removed_of(s, &[id]).await?;
+                return Err(removed.remove(id.as_str()).unwrap_or(e));
             }
         };
         let position = (
             u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?,
             uint(&d, "q")?,
         );
-        let event = self
-            .events_at(s, &[position])
-            .await?
-            .remove(&position)
-            .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+        let found = self.events_at(s, &[position]).await?.remove(&position);
+        let event = match found {
+            Some(event) => event,
+            // A trim removed it since the lease was renewed.
+            None => {
+                let id = &req.target.event_id;
+                let mut removed = self.removed_of(s, &[id]).await?;
+                return Err((removed.remove(id.as_str()))
+                    .unwrap_or_else(|| Error::Failed(format!("event {position:?} is missing"))));
+            }
+        };
         let consumer = ConsumerId::parse(opt_text(&d, "c").unwrap_or_default())
             .map_err(|e| corrupt("consumer id", e))?;
         let leased_at = Timestamp::from_millis(opt_int(&d, "lat")?.unwrap_or_default());
@@ -613,21 +661,59 @@ impl MongoBackend {
             .into_iter()
             .map(|r| Ok(r?.map(|_| expires_at)))
             .collect::<Result<Vec<_>>>()?;
-        self.unless_gone(s, g, results).await
+        let ids: Vec<&EventId> = targets.iter().map(|t| &t.event_id).collect();
+        self.unless_gone(s, g, &ids, results).await
     }
 
     /// Per-item results, unless a stale lease among them is the group
-    /// (or stream) having gone: then the call's error.
+    /// (or stream) having gone: then the call's error. A stale lease of an
+    /// event the stream no longer holds is answered as retention says
+    /// ([`unknown_event`]). `ids` are the items' event ids.
     async fn unless_gone<T>(
         &self,
         s: &StreamName,
         g: &GroupName,
-        results: Vec<Result<T>>,
+        ids: &[&EventId],
+        mut results: Vec<Result<T>>,
     ) -> Result<Vec<Result<T>>> {
-        if results.iter().any(|r| matches!(r, Err(Error::StaleLease))) {
-            self.group_still_there(s, g).await?;
+        let stale: Vec<usize> = (results.iter().enumerate())
+            .filter(|(_, r)| matches!(r, Err(Error::StaleLease)))
+            .map(|(i, _)| i)
+            .collect();
+        if stale.is_empty() {
+            return Ok(results);
+        }
+        self.group_still_there(s, g).await?;
+        let named: Vec<&EventId> = stale.iter().map(|&i| ids[i]).collect();
+        let removed = self.removed_of(s, &named).await?;
+        for i in stale {
+            if let Some(e) = removed.get(ids[i].as_str()) {
+                results[i] = Err(e.clone());
+            }
         }
         Ok(results)
+    }
+
+    /// Of the events `ids` named by settles or renewals that found no
+    /// lease, those the stream does not hold, each with what it answers
+    /// ([`unknown_event`]: `event_removed` once retention removed events
+    /// of the stream). Only on that failure path: two reads at most.
+    pub(crate) async fn removed_of(
+        &self,
+        s: &StreamName,
+        ids: &[&EventId],
+    ) -> Result<HashMap<String, Error>> {
+        let (_, firsts) = self.marks(s).await?;
+        if firsts.iter().all(|&f| f <= 1) {
+            return Ok(HashMap::new());
+        }
+        let owned: Vec<EventId> = ids.iter().map(|&id| id.clone()).collect();
+        let found = self.locate(s, &owned).await?;
+        Ok(owned
+            .iter()
+            .filter(|id| !found.contains_key(id.as_str()))
+            .map(|id| (id.as_str().to_owned(), unknown_event(id, &firsts)))
+            .collect())
     }
 
     pub(crate) async fn settle(
@@ -636,8 +722,10 @@ impl MongoBackend {
         g: &GroupName,
         items: Vec<Settlement>,
     ) -> Result<Vec<Result<()>>> {
+        let ids: Vec<EventId> = items.iter().map(|i| i.target.event_id.clone()).collect();
         let results = self.settle_items(s, g, items).await?;
-        self.unless_gone(s, g, results).await
+        let ids: Vec<&EventId> = ids.iter().collect();
+        self.unless_gone(s, g, &ids, results).await
     }
 
     async fn settle_items(

@@ -106,8 +106,9 @@ type Settled = HashMap<(u32, String), Vec<(u64, Option<&'static str>)>>;
 /// How a replay or a redrive names what it re-opens.
 #[derive(Debug)]
 pub(super) enum Reopen<'a> {
-    /// Dead letters: all, or those of these events.
-    Dead(Option<Vec<&'a str>>),
+    /// Dead letters: all, or those of these events; with the clauses
+    /// keeping those of removed events out (`rewind::stored_only`).
+    Dead(Option<Vec<&'a str>>, Option<Vec<Document>>),
     /// Per partition, the sequences strictly between two bounds.
     Ranges(Vec<(u32, u64, u64)>),
 }
@@ -234,7 +235,11 @@ impl MongoBackend {
             found.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
             per_partition.insert(p, found);
         }
-        let hw = self.high_watermarks(s).await?;
+        // A cursor below the log start (a reset that raced a trim) starts
+        // at it.
+        let (hw, firsts) = self.marks(s).await?;
+        let mut state = state;
+        state.at_log_start(&firsts);
         // Each partition's share by the shared rule (docs/groups.md#fairness):
         // its claimable heads first, then a walk over its unseen events; a
         // walk that comes back short has no more, and its share goes to the
@@ -694,11 +699,14 @@ impl MongoBackend {
         let mut count = 0;
         let mut touched: BTreeSet<(u32, String)> = BTreeSet::new();
         match how {
-            Reopen::Dead(events) => {
+            Reopen::Dead(events, stored) => {
                 let mut filter = deliveries_of(s, g);
                 filter.insert("st", DEAD);
                 if let Some(events) = events {
                     filter.insert("e", doc! {"$in": events});
+                }
+                if let Some(stored) = stored {
+                    filter.insert("$or", stored.clone());
                 }
                 let dead = self.find_in(session, DELIVERIES, filter, None, 0).await?;
                 for d in &dead {
@@ -869,7 +877,7 @@ impl MongoBackend {
     /// or retried and parked) nothing of the gate is out or handed out, so
     /// its lowest open delivery is all there is to read. Whether a delivery
     /// was let through.
-    async fn regate_in(
+    pub(super) async fn regate_in(
         &self,
         session: &mut ClientSession,
         sg: (&StreamName, &GroupName),

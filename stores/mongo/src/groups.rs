@@ -5,17 +5,19 @@
 //! time) and an `epoch` that a reset moves on, so that a fetch that read
 //! the group before a reset cannot move the cursor after it. The epoch
 //! starts at a random value, so neither can a fetch that read a group of
-//! the same name before a delete (`lifecycle.rs`).
+//! the same name before a delete (`lifecycle.rs`). `skipped` counts the
+//! events retention removed before the group settled them
+//! (`retention.rs`; missing while 0).
 
 use mongodb::bson::{Bson, Document, doc};
 
 use super::lifecycle::{group_tombstone, of_group};
-use super::log::decode_meta;
+use super::log::{decode_firsts, decode_meta};
 use super::{
     DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, big, corrupt, int,
     is_duplicate_key, map_error, text, transaction,
 };
-use rheo_core::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
+use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
 
@@ -28,6 +30,18 @@ pub(crate) struct GroupState {
     pub(crate) epoch: i64,
     /// As stored: a reset of every partition may change it.
     pub(crate) ordering: GroupOrdering,
+    /// Events retention removed before the group settled them.
+    pub(crate) skipped: u64,
+}
+
+impl GroupState {
+    /// Raises each cursor below its partition's first stored sequence to
+    /// it: nothing below is left to deliver (`retention.rs`).
+    pub(crate) fn at_log_start(&mut self, firsts: &[u64]) {
+        for (cursor, first) in self.cursors.iter_mut().zip(firsts) {
+            *cursor = (*cursor).max(*first);
+        }
+    }
 }
 
 /// The filter of one group's document.
@@ -80,10 +94,6 @@ impl MongoBackend {
         for _ in 0..3 {
             let meta = self.meta(s).await?;
             let starts = self.start_points_of(s, meta.0, &spec.start).await?;
-            let mut cursors = Document::new();
-            for (p, start) in starts.iter().enumerate() {
-                cursors.insert(p.to_string(), big(start + 1));
-            }
             let backoff: Vec<i64> = spec.retry_backoff_ms.iter().map(|d| big(*d)).collect();
             let d = doc! {
                 "s": s.as_str(),
@@ -91,7 +101,6 @@ impl MongoBackend {
                 "max_attempts": i64::from(spec.max_attempts),
                 "backoff": backoff,
                 "created_at": now.as_millis(),
-                "cursor": cursors,
                 "epoch": rand::random_range(0..1_i64 << 52),
                 "ordering": spec.ordering.as_str(),
             };
@@ -107,13 +116,22 @@ impl MongoBackend {
                                 doc! {"_id": s.as_str()},
                                 doc! {"$inc": {"rev": 1_i64}},
                             )
-                            .projection(doc! {"partitions": 1, "created_at": 1})
+                            .projection(doc! {"partitions": 1, "created_at": 1, "first": 1})
                             .session(&mut session)
                             .await?
                             .ok_or_else(|| Error::StreamNotFound(s.clone()))?;
                         if decode_meta(&stream)? != meta {
                             return Ok(Some(false));
                         }
+                        // Below the log start as this transaction reads it
+                        // (a trim writes the stream's document too).
+                        let firsts = decode_firsts(&stream, meta.0);
+                        let mut cursors = Document::new();
+                        for (p, start) in clamp_starts(starts.clone(), &firsts).iter().enumerate() {
+                            cursors.insert(p.to_string(), big(start + 1));
+                        }
+                        let mut d = d.clone();
+                        d.insert("cursor", cursors);
                         // What a node that had not seen a delete of the
                         // name may have written after it.
                         let of = doc! {"s": s.as_str(), "g": g.as_str()};
@@ -123,7 +141,7 @@ impl MongoBackend {
                                 .session(&mut session)
                                 .await?;
                         }
-                        match self.coll(GROUPS).insert_one(d.clone()).session(&mut session).await {
+                        match self.coll(GROUPS).insert_one(d).session(&mut session).await {
                             Ok(_) => Ok(Some(true)),
                             Err(e) if is_duplicate_key(&e) => {
                                 let (g, s) = (g.as_str(), s.as_str());
@@ -212,7 +230,7 @@ impl MongoBackend {
         let found = self
             .coll(GROUPS)
             .find_one(group_key(s, g))
-            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1})
+            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1, "skipped": 1})
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let d = found.ok_or_else(|| Error::GroupNotFound {
@@ -242,6 +260,7 @@ pub(crate) fn decode_state(s: &StreamName, d: &Document, partitions: u32) -> Res
         cursors,
         epoch: int(d, "epoch")?,
         ordering: stored_ordering(d)?,
+        skipped: super::opt_int(d, "skipped")?.map_or(0, |n| n.max(0) as u64),
     })
 }
 

@@ -9,12 +9,12 @@ use super::MongoBackend;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result,
+    Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 #[async_trait]
@@ -150,6 +150,19 @@ impl Backend for MongoBackend {
 
     async fn reset(&self, req: ResetRequest) -> Result<()> {
         self.gone(MongoBackend::reset(self, req).await).await
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        self.gone(MongoBackend::set_retention(self, stream, retention).await)
+            .await
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        self.gone(MongoBackend::trim(self, req).await).await
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

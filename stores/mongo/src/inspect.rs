@@ -9,11 +9,12 @@ use futures::TryStreamExt as _;
 use mongodb::bson::{Document, doc};
 
 use super::claims::{AVAILABLE, DEAD, LEASED, PARKED, claimable, deliveries_of};
-use super::{DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, uint};
+use super::groups::GroupState;
+use super::{DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, text, uint};
 use rheo_core::backend::policy::{LagBuilder, OpenCounts};
 use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
 use rheo_core::model::{
-    DeadLetter, DeadLetterPage, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+    DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, StreamName, Timestamp,
 };
 
 impl MongoBackend {
@@ -73,7 +74,7 @@ impl MongoBackend {
         g: &GroupName,
         selected: &[u32],
         partition_count: u32,
-    ) -> Result<(Lag, Vec<u64>)> {
+    ) -> Result<(Lag, GroupState)> {
         let now = self.now();
         let state = self.group_state(s, g, partition_count).await?;
         let hw = self.high_watermarks(s).await?;
@@ -90,7 +91,7 @@ impl MongoBackend {
         for event in self.events_at(s, &unsettled).await?.values() {
             lag.unsettled_since(event.timestamp, now);
         }
-        Ok((lag.lag, state.cursors))
+        Ok((lag.lag, state))
     }
 
     pub(crate) async fn lag(
@@ -109,7 +110,7 @@ impl MongoBackend {
         let (partition_count, _) = self.meta(s).await?;
         let config = self.group_config(s, g).await?;
         let all: Vec<u32> = (0..partition_count).collect();
-        let (lag, cursors) = self.compute_lag(s, g, &all, partition_count).await?;
+        let (lag, state) = self.compute_lag(s, g, &all, partition_count).await?;
         let mut dead = deliveries_of(s, g);
         dead.insert("st", DEAD);
         let dead_letters = self
@@ -125,7 +126,11 @@ impl MongoBackend {
             ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters,
-            cursors: all.iter().map(|p| (*p, cursors[*p as usize])).collect(),
+            skipped_by_retention: state.skipped,
+            cursors: all
+                .iter()
+                .map(|p| (*p, state.cursors[*p as usize]))
+                .collect(),
             lag,
         })
     }
@@ -144,10 +149,15 @@ impl MongoBackend {
         let mut after = None;
         if let Some(id) = &req.after {
             let found = self.locate(s, std::slice::from_ref(id)).await?;
-            let (p, seq) = found
-                .get(id.as_str())
-                .copied()
-                .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+            let (p, seq) = match found.get(id.as_str()) {
+                Some(&at) => at,
+                // Retention may have removed the event: its dead letter
+                // still names it.
+                None => self
+                    .dead_letter_of(s, g, id)
+                    .await?
+                    .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?,
+            };
             filter.insert("q", doc! {"$gte": big(seq)});
             after = Some((seq, p));
         }
@@ -177,25 +187,50 @@ impl MongoBackend {
         }
         let mut events = self.events_at(s, &positions).await?;
         let mut dead_letters = Vec::with_capacity(docs.len());
-        for (d, position) in docs.iter().zip(positions) {
-            let event = events
-                .remove(&position)
-                .ok_or_else(|| Error::Failed(format!("event {position:?} is missing")))?;
+        for (d, (partition, sequence)) in docs.iter().zip(positions) {
+            // None once retention removed the event; the delivery keeps its id.
+            let event = events.remove(&(partition, sequence));
+            let event_id = EventId::parse(text(d, "e")?).map_err(|e| corrupt("event id", e))?;
             dead_letters.push(DeadLetter {
-                event_id: event.id.clone(),
-                partition: event.partition,
-                sequence: event.sequence,
+                event_id,
+                partition,
+                sequence,
                 attempt: u32::try_from(int(d, "a")?).map_err(|e| corrupt("attempt", e))?,
                 reason: d.get_str("r").unwrap_or_default().to_owned(),
                 dead_lettered_at: opt_int(d, "dat")?
                     .map_or(Timestamp::EPOCH, Timestamp::from_millis),
-                event: (*event).clone(),
+                event: event.map(|e| (*e).clone()),
             });
         }
         let next = (dead_letters.len() == req.limit as usize)
             .then(|| dead_letters.last().map(|d| d.event_id.clone()))
             .flatten();
         Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    /// Where the dead letter of event `id` is, by its delivery (which
+    /// outlives an event retention removed).
+    async fn dead_letter_of(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        id: &EventId,
+    ) -> Result<Option<(u32, u64)>> {
+        let mut filter = deliveries_of(s, g);
+        filter.insert("e", id.as_str());
+        filter.insert("st", DEAD);
+        let found = self
+            .coll(DELIVERIES)
+            .find_one(filter)
+            .projection(doc! {"p": 1, "q": 1})
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        found
+            .map(|d| {
+                let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
+                Ok((p, uint(&d, "q")?))
+            })
+            .transpose()
     }
 
     pub(crate) async fn next_due(

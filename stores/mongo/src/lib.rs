@@ -20,6 +20,9 @@
 //! write on its revision; each write then raises a count in `rheo_cluster`
 //! that every node polls every second to wake its watchers.
 //!
+//! A stream's retention removes its oldest events in trims, each one
+//! transaction (`retention.rs`, `docs/log.md#retention`).
+//!
 //! Streams and groups can be deleted (`lifecycle.rs`,
 //! `docs/operations.md#deleting-streams-and-groups`), so what a node keeps
 //! of them (partition counts, group settings) is a [`Catalog`] checked
@@ -37,6 +40,7 @@ mod lifecycle;
 mod log;
 mod migrate;
 mod query;
+mod retention;
 mod rewind;
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,11 @@
 //! appends, reads, history queries and the lookups groups need (events at
 //! positions, events by id, the first event at an instant).
 //!
-//! A stream's document holds its partition count and the high watermark of
-//! each partition (`hw.<partition>`). An append runs in a transaction: it
+//! A stream's document holds its partition count, the high watermark of
+//! each partition (`hw.<partition>`), the first sequence each still stores
+//! (`first.<partition>`, missing while it is 1: `retention.rs`) and the
+//! retention (`retention`, its JSON text, missing for none). An append runs
+//! in a transaction: it
 //! reads the batch's known ids, moves the watermarks of the partitions it
 //! writes with `$inc` (which also reserves its sequences: a concurrent
 //! append conflicts on this document and runs again) and inserts the
@@ -28,7 +31,7 @@ use rheo_core::backend::entry;
 use rheo_core::backend::policy::{appended, plan_append, route_batch};
 use rheo_core::backend::{CreateStream, Error, ReadRequest, Result};
 use rheo_core::model::{
-    Appended, Event, EventId, EventInput, Page, Query, Stream, StreamName, Timestamp,
+    Appended, Event, EventId, EventInput, Page, Query, Retention, Stream, StreamName, Timestamp,
 };
 
 /// The document of one event (`docs/backends.md#mongodb`): its position
@@ -79,19 +82,61 @@ pub(crate) fn decode_meta(d: &Document) -> Result<(u32, Timestamp)> {
     Ok((partitions, Timestamp::from_millis(int(d, "created_at")?)))
 }
 
-/// The high watermarks in a stream's document.
-fn decode_watermarks(d: &Document, partitions: u32) -> Vec<u64> {
-    let hw = d.get_document("hw").ok();
+/// Per partition, the value of `field.<partition>` in a stream's document
+/// (`missing` when absent).
+fn per_partition(d: &Document, field: &str, partitions: u32, missing: u64) -> Vec<u64> {
+    let values = d.get_document(field).ok();
     (0..partitions)
         .map(|p| {
-            hw.and_then(|hw| match hw.get(p.to_string()) {
-                Some(Bson::Int64(v)) => u64::try_from(*v).ok(),
-                Some(Bson::Int32(v)) => u64::try_from(*v).ok(),
-                _ => None,
-            })
-            .unwrap_or(0)
+            values
+                .and_then(|values| match values.get(p.to_string()) {
+                    Some(Bson::Int64(v)) => u64::try_from(*v).ok(),
+                    Some(Bson::Int32(v)) => u64::try_from(*v).ok(),
+                    _ => None,
+                })
+                .unwrap_or(missing)
         })
         .collect()
+}
+
+/// The high watermarks in a stream's document.
+pub(crate) fn decode_watermarks(d: &Document, partitions: u32) -> Vec<u64> {
+    per_partition(d, "hw", partitions, 0)
+}
+
+/// The first stored sequence of each partition in a stream's document
+/// (1 until retention removed events of it).
+pub(crate) fn decode_firsts(d: &Document, partitions: u32) -> Vec<u64> {
+    per_partition(d, "first", partitions, 1)
+}
+
+/// The retention in a stream's document (none when missing).
+fn decode_retention(d: &Document) -> Result<Option<Retention>> {
+    match d.get("retention") {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::String(text)) => Retention::from_text(text)
+            .map(Some)
+            .map_err(|e| corrupt("retention", e)),
+        Some(other) => Err(corrupt("retention", other)),
+    }
+}
+
+/// A stream from its document.
+pub(crate) fn decode_stream(name: StreamName, d: &Document) -> Result<Stream> {
+    let (partition_count, created_at) = decode_meta(d)?;
+    Ok(Stream {
+        high_watermarks: decode_watermarks(d, partition_count),
+        first_sequences: decode_firsts(d, partition_count),
+        retention: decode_retention(d)?,
+        name,
+        partition_count,
+        created_at,
+    })
+}
+
+/// What a stream's document holds for [`decode_stream`].
+pub(crate) fn stream_fields() -> Document {
+    doc! {"partitions": 1, "created_at": 1, "hw": 1, "first": 1, "retention": 1}
 }
 
 impl MongoBackend {
@@ -154,18 +199,48 @@ impl MongoBackend {
         }
     }
 
+    /// The stream's document as [`stream_fields`] projects it, read now:
+    /// `stream_not_found` when it is gone or is another one than this node
+    /// kept.
+    pub(crate) async fn stream_doc(&self, stream: &StreamName) -> Result<Document> {
+        let meta = self.meta(stream).await?;
+        let found = self
+            .coll(STREAMS)
+            .find_one(doc! {"_id": stream.as_str()})
+            .projection(stream_fields())
+            .await
+            .map_err(|e| map_error(e, Phase::Read))?;
+        match found {
+            Some(d) if decode_meta(&d)? == meta => Ok(d),
+            _ => Err(self.stream_gone(stream)),
+        }
+    }
+
+    /// Per partition, the high watermark and the first stored sequence.
+    pub(crate) async fn marks(&self, stream: &StreamName) -> Result<(Vec<u64>, Vec<u64>)> {
+        let d = self.stream_doc(stream).await?;
+        let (partitions, _) = decode_meta(&d)?;
+        Ok((
+            decode_watermarks(&d, partitions),
+            decode_firsts(&d, partitions),
+        ))
+    }
+
     /// Creates a stream once what a delete of the name left is gone
     /// (`lifecycle.rs`).
     pub(crate) async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         req.validate()?;
         let created_at = self.now();
-        let d = doc! {
+        let mut d = doc! {
             "_id": req.name.as_str(),
             "partitions": req.partition_count as i32,
             "created_at": created_at.as_millis(),
             "hw": {},
             "wake": 0_i64,
         };
+        if let Some(retention) = &req.retention {
+            d.insert("retention", retention.to_text());
+        }
         let id = stream_tombstone(&req.name);
         let scopes = of_stream(&req.name);
         self.create_after(&id, &scopes, || async {
@@ -190,17 +265,13 @@ impl MongoBackend {
             partition_count: req.partition_count,
             created_at,
             high_watermarks: vec![0; req.partition_count as usize],
+            first_sequences: vec![1; req.partition_count as usize],
+            retention: req.retention,
         })
     }
 
     pub(crate) async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        let (partition_count, created_at) = self.meta(stream).await?;
-        Ok(Stream {
-            name: stream.clone(),
-            partition_count,
-            created_at,
-            high_watermarks: self.high_watermarks(stream).await?,
-        })
+        decode_stream(stream.clone(), &self.stream_doc(stream).await?)
     }
 
     pub(crate) async fn list_streams(&self) -> Result<Vec<Stream>> {
@@ -210,13 +281,7 @@ impl MongoBackend {
         docs.iter()
             .map(|d| {
                 let name = StreamName::parse(text(d, "_id")?).map_err(|e| corrupt("stream", e))?;
-                let (partition_count, created_at) = decode_meta(d)?;
-                Ok(Stream {
-                    high_watermarks: decode_watermarks(d, partition_count),
-                    name,
-                    partition_count,
-                    created_at,
-                })
+                decode_stream(name, d)
             })
             .collect()
     }

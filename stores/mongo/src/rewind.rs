@@ -18,6 +18,7 @@ use super::{
     DELIVERIES, Fail, GROUPS, MongoBackend, Phase, big, is_duplicate_key, map_error, transaction,
     uint,
 };
+use rheo_core::backend::policy::clamp_starts;
 use rheo_core::backend::{Error, Redrive, Replay, ResetRequest, Result};
 use rheo_core::model::{GroupName, GroupOrdering, Query, StreamName};
 
@@ -32,6 +33,12 @@ impl MongoBackend {
         // Read afresh: the ordering gates what this re-opens.
         self.forget_group(s, g);
         let config = self.group_config(s, g).await?;
+        // Dead letters whose event retention removed have nothing to
+        // deliver: they stay. Named events are stored ones.
+        let stored = match &which {
+            Redrive::All => stored_only(&self.marks(s).await?.1),
+            Redrive::Events(_) => None,
+        };
         if config.ordering != GroupOrdering::None {
             let events = match &which {
                 Redrive::All => None,
@@ -40,7 +47,7 @@ impl MongoBackend {
                     Some(ids.iter().map(|id| id.as_str()).collect())
                 }
             };
-            let count = self.reopen_ordered(s, g, &Reopen::Dead(events)).await?;
+            let count = (self.reopen_ordered(s, g, &Reopen::Dead(events, stored))).await?;
             if count > 0 {
                 self.wake(s).await;
             }
@@ -48,6 +55,9 @@ impl MongoBackend {
         }
         let mut filter = deliveries_of(s, g);
         filter.insert("st", DEAD);
+        if let Some(stored) = stored {
+            filter.insert("$or", stored);
+        }
         if let Redrive::Events(ids) = &which {
             self.locate_all(s, ids).await?;
             let names: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
@@ -163,11 +173,21 @@ impl MongoBackend {
         let cursor = |p: u32| state.cursors[p as usize];
         // Every (partition, after, before) range to re-open.
         let ranges: Vec<(u32, u64, u64)> = match how {
-            Replay::FromSequence { after, partitions } => partitions
-                .resolve(partition_count)?
-                .into_iter()
-                .map(|p| (p, after, cursor(p)))
-                .collect(),
+            Replay::FromSequence { after, partitions } => {
+                let selected = partitions.resolve(partition_count)?;
+                // Below the log start nothing is left to re-open.
+                let (_, firsts) = self.marks(s).await?;
+                selected
+                    .into_iter()
+                    .map(|p| {
+                        (
+                            p,
+                            after.max(firsts[p as usize].saturating_sub(1)),
+                            cursor(p),
+                        )
+                    })
+                    .collect()
+            }
             Replay::FromTime { from, partitions } => {
                 let selected = partitions.resolve(partition_count)?;
                 let firsts = self.first_at_or_after(s, &selected, from).await?;
@@ -216,6 +236,7 @@ impl MongoBackend {
         self.group_config(s, g).await?;
         let selected = req.partitions.resolve(partition_count)?;
         let starts = self.start_points_of(s, partition_count, &req.start).await?;
+        let starts = clamp_starts(starts, &self.marks(s).await?.1);
         let mut filter = deliveries_of(s, g);
         let chosen: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
         filter.insert("p", doc! {"$in": &chosen});
@@ -285,6 +306,27 @@ impl MongoBackend {
         self.wake(s).await;
         Ok(())
     }
+}
+
+/// The clauses (of an `$or`) selecting a group's deliveries of events the
+/// stream still stores, given each partition's first stored sequence;
+/// `None` when retention never removed any (every delivery qualifies).
+pub(crate) fn stored_only(firsts: &[u64]) -> Option<Vec<Document>> {
+    if firsts.iter().all(|&f| f <= 1) {
+        return None;
+    }
+    let untouched: Vec<i32> = (firsts.iter().enumerate())
+        .filter(|&(_, &f)| f <= 1)
+        .map(|(p, _)| p as i32)
+        .collect();
+    let mut clauses: Vec<Document> = (firsts.iter().enumerate())
+        .filter(|&(_, &f)| f > 1)
+        .map(|(p, &f)| doc! {"p": p as i32, "q": {"$gte": big(f)}})
+        .collect();
+    if !untouched.is_empty() {
+        clauses.push(doc! {"p": {"$in": untouched}});
+    }
+    Some(clauses)
 }
 
 /// How many inserts of an unordered `insert_many` failed on a duplicate key.

@@ -36,6 +36,8 @@
 -- PUBLISH, the one write that is not to a key, tells other nodes of a
 -- batch that made something claimable (their wake-ups). UNLINK and INCR
 -- are a delete's (`lifecycle.rs`): its keys, and the catalog generation.
+-- XTRIM (`XTRIM key MINID id`) is a trim's (`retention.rs`): the events
+-- below the partition's new first sequence.
 --
 -- Every write is checked before the first one runs, so a bad batch writes
 -- nothing. A write that Redis refuses after others ran (only XADD could, if
@@ -45,7 +47,7 @@
 local allowed = {
   HSET = true, HDEL = true, HINCRBY = true,
   ZADD = true, ZREM = true, ['ZADD*'] = true, ['ZADD='] = true,
-  XADD = true,
+  XADD = true, XTRIM = true,
   DEL = true, UNLINK = true,
   INCR = true,
   PUBLISH = true,

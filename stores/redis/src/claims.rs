@@ -17,7 +17,7 @@ use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
 use rheo_core::backend::policy::{
-    Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin,
+    Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin, unknown_event,
 };
 use rheo_core::backend::{Error, FetchRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -355,6 +355,32 @@ impl RedisBackend {
         }
     }
 
+    /// Removes a delivery's record and takes it out of every index but
+    /// its gate's (`docs/log.md#retention`: its event is gone).
+    pub(super) fn unplace(&self, cas: &mut Cas, k: &PartitionKeys, seq: u64, old: &Delivery) {
+        let member = seq.to_string();
+        cas.write(&["HDEL", &k.records, &member]);
+        let slot = Slot::of(old);
+        let index = match slot.status {
+            Some(Status::Available) if slot.delayed => Some(&k.delayed),
+            Some(Status::Available) => Some(&k.ready),
+            Some(Status::Leased) => Some(&k.leased),
+            _ => None,
+        };
+        if let Some(index) = index {
+            cas.write(&["ZREM", index, &member]);
+        }
+        if slot.fresh {
+            cas.write(&["ZREM", &k.fresh, &member]);
+        }
+        if slot.open() {
+            cas.write(&["ZREM", &k.open, &member]);
+        }
+        if slot.status == Some(Status::Dead) {
+            cas.write(&["ZREM", &k.dead, &dead_member(k.partition, seq)]);
+        }
+    }
+
     /// Claims up to `limit` deliveries, fairly across partitions.
     pub(crate) async fn fetch(&self, req: FetchRequest) -> Result<Vec<Lease>> {
         req.validate()?;
@@ -448,9 +474,12 @@ impl RedisBackend {
                 // or above a cursor (`docs/backends.md#redis`).
                 let cursors = self.keys.cursors(s, g);
                 cas.hget_is(&cursors, &p.to_string(), part.cursor_raw.as_deref());
-                let events = self
+                let Some(events) = self
                     .fresh_events(s, p, part.cursor, fresh, part.ahead)
-                    .await?;
+                    .await?
+                else {
+                    return Ok(None);
+                };
                 for event in events {
                     let seq = event.sequence;
                     fresh_events.insert((p, seq), Arc::new(event));
@@ -528,9 +557,11 @@ impl RedisBackend {
         let mut leases = Vec::with_capacity(claimed.len());
         let mut positions = self.positions.lock();
         for (p, seq, attempt, lease_id) in claimed {
-            let event = events
-                .remove(&(p, seq))
-                .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
+            // A re-claimed delivery whose event retention removed right
+            // after the claim (which closed the delivery): nothing to lease.
+            let Some(event) = events.remove(&(p, seq)) else {
+                continue;
+            };
             let key =
                 (ordering != GroupOrdering::None).then(|| event.key.as_deref().map(Arc::from));
             let at = super::Located {
@@ -538,7 +569,7 @@ impl RedisBackend {
                 sequence: seq,
                 attempt,
                 key,
-                stream: Arc::clone(&settings.stream.raw),
+                stream: Arc::clone(&settings.stream.identity),
             };
             positions.insert((req.stream.clone(), event.id.clone()), at);
             let mut lease = Lease::new(
@@ -702,7 +733,9 @@ impl RedisBackend {
 
     /// The `count` events from sequence `from` on, taken from what was read
     /// ahead where it holds them (a log has no gaps, so entries that start
-    /// at `from` are the ones wanted).
+    /// at `from` are the ones wanted). `None` when retention removed some
+    /// of them since the cursor was read: that trim moved the cursor, and
+    /// the fetch reads again.
     async fn fresh_events(
         &self,
         s: &StreamName,
@@ -710,7 +743,7 @@ impl RedisBackend {
         from: u64,
         count: u64,
         ahead: Vec<Entry>,
-    ) -> Result<Vec<Event>> {
+    ) -> Result<Option<Vec<Event>>> {
         let last = from + count - 1;
         let mut events = Vec::with_capacity(count as usize);
         for (entry, fields) in ahead {
@@ -727,12 +760,15 @@ impl RedisBackend {
             events.extend(self.read_range(s, p, have, last).await?);
         }
         if events.len() as u64 != count {
+            if self.first_sequence(s, p).await? > from {
+                return Ok(None);
+            }
             return Err(corrupt(
                 "log",
                 format!("partition {p} lacks sequences {from}..{}", from + count),
             ));
         }
-        Ok(events)
+        Ok(Some(events))
     }
 
     /// Extends several leases; per-item results.
@@ -799,7 +835,7 @@ impl RedisBackend {
                 .iter()
                 .map(|t| {
                     let key = (s.clone(), t.event_id.clone());
-                    let at = positions.get(&key, &settings.stream.raw)?;
+                    let at = positions.get(&key, &settings.stream.identity)?;
                     Some((at.partition, at.sequence))
                 })
                 .collect()
@@ -868,14 +904,33 @@ impl RedisBackend {
                 }
             }
         }
+        // What answers a target whose event or record is not there: read
+        // only then (`docs/log.md#retention`).
+        let unknown = located
+            .iter()
+            .any(|at| at.is_none_or(|at| !records.contains_key(&at)));
+        let firsts = if unknown {
+            self.bounds(s, settings.stream.partitions)
+                .await?
+                .first_sequences
+        } else {
+            Vec::new()
+        };
         let mut out = Vec::with_capacity(targets.len());
         for (target, at) in targets.iter().zip(located) {
             let Some((p, seq)) = at else {
-                out.push(Err(Error::StaleLease));
+                out.push(Err(unknown_event(&target.event_id, &firsts)));
                 continue;
             };
             let Some(raw) = records.get(&(p, seq)) else {
-                out.push(Err(Error::StaleLease));
+                // Located by what this process fetched: retention may have
+                // removed the event since.
+                let removed = firsts.get(p as usize).is_some_and(|f| seq < *f);
+                out.push(Err(if removed {
+                    Error::EventRemoved(target.event_id.as_str().to_owned())
+                } else {
+                    Error::StaleLease
+                }));
                 continue;
             };
             let delivery = Delivery::decode(raw)?;

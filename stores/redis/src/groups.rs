@@ -8,25 +8,28 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Applied, Cas, Phase, RedisBackend, Settings, StreamFacts, corrupt, map_error};
-use rheo_core::backend::policy::{GroupConfig, Marks, start_lookup, start_points};
+use super::{
+    Applied, Bounds, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, corrupt,
+    map_error,
+};
+use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{
     Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName, Timestamp,
 };
 
 impl RedisBackend {
-    /// Creates a group, guarded on its stream as kept here. Its settings
-    /// get an incarnation of their own, and whatever keys of its name
-    /// exist are cleared in the same script (none do: a delete removes
-    /// them all at once; this only makes sure a new group never starts on
-    /// a deleted one's leftovers).
+    /// Creates a group, guarded on its stream as kept here and on the log
+    /// starts its start points were clamped to (a trim in between sends it
+    /// round again). Its settings get an incarnation of their own, and
+    /// whatever keys of its name exist are cleared in the same script
+    /// (none do: a delete removes them all at once; this only makes sure a
+    /// new group never starts on a deleted one's leftovers).
     pub(crate) async fn create_group(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
         spec.validate()?;
         let facts = self.meta(s).await?;
         let partition_count = facts.partitions;
         let now = self.clock.now();
-        let starts = self.start_points(s, partition_count, &spec.start).await?;
         let settings = json!({
             "max_attempts": spec.max_attempts,
             "retry_backoff_ms": spec.retry_backoff_ms,
@@ -35,32 +38,45 @@ impl RedisBackend {
             "incarnation": super::incarnation(),
         });
         let (groups, name) = (self.keys.groups(s), spec.name.as_str());
-        let mut cas = Cas::default();
-        self.guard_stream(&mut cas, s, &facts);
-        cas.hget_is(&groups, name, None);
-        cas.unlink(&self.keys.of_group(s, &spec.name, partition_count));
-        cas.write(&["HSET", &groups, name, &settings.to_string()]);
-        let cursors = self.keys.cursors(s, &spec.name);
-        let floors = self.keys.floors(s, &spec.name);
-        for (p, start) in starts.iter().enumerate() {
-            let (field, cursor) = (p.to_string(), (start + 1).to_string());
-            cas.write(&["HSET", &cursors, &field, &cursor]);
-            cas.write(&["HSET", &floors, &field, &cursor]);
+        for attempt in 0..MAX_ATTEMPTS {
+            let (starts, bounds) = self.start_points(s, partition_count, &spec.start).await?;
+            let mut cas = Cas::default();
+            self.guard_stream(&mut cas, s, &facts);
+            cas.hget_is(&groups, name, None);
+            guard_firsts(&mut cas, &self.keys.high_watermarks(s), &bounds);
+            cas.unlink(&self.keys.of_group(s, &spec.name, partition_count));
+            cas.write(&["HSET", &groups, name, &settings.to_string()]);
+            let cursors = self.keys.cursors(s, &spec.name);
+            let floors = self.keys.floors(s, &spec.name);
+            for (p, start) in starts.iter().enumerate() {
+                let (field, cursor) = (p.to_string(), (start + 1).to_string());
+                cas.write(&["HSET", &cursors, &field, &cursor]);
+                cas.write(&["HSET", &floors, &field, &cursor]);
+            }
+            if self.apply(&cas).await? == Applied::Yes {
+                return Ok(Group {
+                    stream: s.clone(),
+                    name: spec.name,
+                    max_attempts: spec.max_attempts,
+                    retry_backoff_ms: spec.retry_backoff_ms,
+                    ordering: spec.ordering,
+                    created_at: now,
+                });
+            }
+            let cmd = redis::cmd("HEXISTS").arg(&groups).arg(name).clone();
+            if self.run::<bool>(&cmd, Phase::Read).await? {
+                return Err(Error::AlreadyExists(format!(
+                    "group {name:?} on stream {:?}",
+                    s.as_str()
+                )));
+            }
+            // A trim moved a log start meanwhile.
+            super::back_off(attempt).await;
         }
-        if self.apply(&cas).await? == Applied::Conflict {
-            return Err(Error::AlreadyExists(format!(
-                "group {name:?} on stream {:?}",
-                s.as_str()
-            )));
-        }
-        Ok(Group {
-            stream: s.clone(),
-            name: spec.name,
-            max_attempts: spec.max_attempts,
-            retry_backoff_ms: spec.retry_backoff_ms,
-            ordering: spec.ordering,
-            created_at: now,
-        })
+        Err(Error::Failed(format!(
+            "creating group {name:?} of stream {:?} lost {MAX_ATTEMPTS} races in a row; retry it",
+            s.as_str()
+        )))
     }
 
     /// The groups of the stream as stored now, read with it.
@@ -82,24 +98,29 @@ impl RedisBackend {
             .collect()
     }
 
-    /// The exclusive start sequence of every partition for `start`.
+    /// The exclusive start sequence of every partition for `start`, none
+    /// below the log start (`clamp_starts`), with the bounds they were
+    /// clamped to: the caller's write is guarded on their first sequences
+    /// ([`guard_firsts`]).
     pub(super) async fn start_points(
         &self,
         s: &StreamName,
         partition_count: u32,
         start: &StartPosition,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<(Vec<u64>, Bounds)> {
+        let lookup = start_lookup(start, partition_count)?;
+        let bounds = self.bounds(s, partition_count).await?;
         let mut marks = Vec::new();
-        if let Some(t) = start_lookup(start, partition_count)? {
-            let hws = self.high_watermarks(s, partition_count).await?;
-            for (p, high_watermark) in (0..partition_count).zip(hws) {
+        if let Some(t) = lookup {
+            for (p, &high_watermark) in (0..partition_count).zip(&bounds.high_watermarks) {
                 marks.push(Marks {
                     first_at_or_after: self.first_at_or_after(s, p, t).await?,
                     high_watermark,
                 });
             }
         }
-        Ok(start_points(start, partition_count, &marks))
+        let starts = start_points(start, partition_count, &marks);
+        Ok((clamp_starts(starts, &bounds.first_sequences), bounds))
     }
 
     /// The lowest sequence of a partition whose timestamp is at or after
@@ -118,6 +139,15 @@ impl RedisBackend {
             .clone();
         let sequences: Vec<u64> = self.run(&cmd, Phase::Read).await?;
         Ok(sequences.into_iter().min())
+    }
+}
+
+/// Guards `cas` on each partition's first sequence as `bounds` hold it
+/// (in the stream's `hw` hash, `hw` its key): a trim in between fails it.
+pub(super) fn guard_firsts(cas: &mut Cas, hw: &str, bounds: &Bounds) {
+    for (p, first) in (0u32..).zip(&bounds.first_sequences) {
+        let stored = (*first > 1).then(|| first.to_string());
+        cas.hget_is(hw, &super::first_field(p), stored.as_deref());
     }
 }
 

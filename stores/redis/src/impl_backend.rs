@@ -12,13 +12,13 @@ use super::RedisBackend;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result,
+    Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, LeaseId, Page, Query, SettleTarget, Settlement, Stream, StreamName,
-    Timestamp,
+    GroupSpec, Lag, Lease, LeaseId, Page, Query, Retention, SettleTarget, Settlement, Stream,
+    StreamName, Timestamp,
 };
 
 #[async_trait]
@@ -162,6 +162,21 @@ impl Backend for RedisBackend {
         let (s, g) = (req.stream.clone(), req.group.clone());
         let answer = RedisBackend::reset(self, req).await;
         self.or_gone(&s, Some(&g), answer).await
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        let answer = RedisBackend::set_retention(self, stream, retention).await;
+        self.or_gone(stream, None, answer).await
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        let stream = req.stream.clone();
+        let answer = RedisBackend::trim(self, req).await;
+        self.or_gone(&stream, None, answer).await
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

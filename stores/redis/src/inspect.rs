@@ -67,9 +67,10 @@ impl RedisBackend {
         g: &GroupName,
         partitions: &Partitions,
     ) -> Result<Lag> {
-        let (settings, hws) = self.group_now(s, g, true).await?;
+        let (settings, bounds) = self.group_now(s, g, true).await?;
         let selected = partitions.resolve(settings.stream.partitions)?;
-        self.build_lag(s, g, &selected, &hws).await
+        self.build_lag(s, g, &selected, &bounds.high_watermarks)
+            .await
     }
 
     /// The lag of `selected` partitions, whose high watermarks are `hws`.
@@ -87,8 +88,11 @@ impl RedisBackend {
             let cursor = self.cursor(s, g, p).await?;
             let open = self.open_counts(s, g, p, now).await?;
             let frontier = lag.add(p, cursor, hw, open);
-            if frontier < hw {
-                let event = self.event_at(s, p, frontier + 1).await?;
+            // Retention may have removed it since the reads above (then
+            // the trim moved the group past it: its age is not known here).
+            if frontier < hw
+                && let Some(event) = self.stored_event(s, p, frontier + 1).await?
+            {
                 lag.unsettled_since(event.timestamp, now);
             }
         }
@@ -96,16 +100,17 @@ impl RedisBackend {
     }
 
     pub(crate) async fn group_info(&self, s: &StreamName, g: &GroupName) -> Result<GroupInfo> {
-        let (settings, hws) = self.group_now(s, g, true).await?;
+        let (settings, bounds) = self.group_now(s, g, true).await?;
         let config = settings.config;
         let all: Vec<u32> = (0..settings.stream.partitions).collect();
-        let lag = self.build_lag(s, g, &all, &hws).await?;
-        let dead: u64 = self
-            .run(
-                &redis::cmd("ZCARD").arg(self.keys.dead(s, g)).clone(),
-                Phase::Read,
-            )
-            .await?;
+        let lag = self.build_lag(s, g, &all, &bounds.high_watermarks).await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZCARD").arg(self.keys.dead(s, g));
+        pipe.cmd("HVALS").arg(self.keys.skipped(s, g));
+        let (dead, skipped): (u64, Vec<u64>) = pipe
+            .query_async(&mut self.read_conn())
+            .await
+            .map_err(|e| super::map_error(e, Phase::Read))?;
         let mut cursors = BTreeMap::new();
         for &p in &all {
             cursors.insert(p, self.cursor(s, g, p).await?);
@@ -118,6 +123,7 @@ impl RedisBackend {
             ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters: dead,
+            skipped_by_retention: skipped.iter().sum(),
             cursors,
             lag,
         })
@@ -133,7 +139,8 @@ impl RedisBackend {
         g: &GroupName,
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
-        let (settings, hws) = self.group_now(s, g, true).await?;
+        let (settings, bounds) = self.group_now(s, g, true).await?;
+        let hws = bounds.high_watermarks;
         let now = self.clock.now();
         let mut next: Option<i64> = None;
         for p in partitions.resolve(settings.stream.partitions)? {

@@ -23,8 +23,9 @@
 //! the keys, and the other nodes read it at most every
 //! [`CHECK_EVERY`](rheo_core::backend::catalog::CHECK_EVERY). Until then a
 //! node may still keep a deleted stream or group: every write is guarded
-//! on the stream's stored value and the group's settings as kept
-//! (`Cas::catalog_is`), and the calls that only read check them in a
+//! on the stream's identity (its stored value but its retention, which
+//! `set_retention` may change: `retention.rs`) and the group's settings as
+//! kept (`Cas::catalog_is`), and the calls that only read check them in a
 //! round trip they make anyway, so a call on what another node deleted
 //! answers `stream_not_found` or `group_not_found` and forgets it.
 
@@ -37,6 +38,7 @@ mod inspect;
 mod lifecycle;
 mod migrate;
 mod planned;
+mod retention;
 mod rewind;
 mod settle;
 #[cfg(test)]
@@ -54,7 +56,7 @@ use rheo_core::backend::policy::{GroupConfig, plan_append, route_batch};
 use rheo_core::backend::{CreateStream, Error, Notifier, ReadRequest, Result};
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
-    Appended, Event, EventId, EventInput, GroupName, Stream, StreamName, Timestamp,
+    Appended, Event, EventId, EventInput, GroupName, Retention, Stream, StreamName, Timestamp,
 };
 
 /// Key prefix when the URL names none.
@@ -86,7 +88,10 @@ impl Keys {
 
     /// Hash: stream name → `{"partitions": n, "created_at": ms,
     /// "incarnation": hex}` (streams created before deletes existed have
-    /// no incarnation): the stream's [`StreamFacts`].
+    /// no incarnation), with `,"retention": {…}` ([`Retention::to_text`])
+    /// before the closing brace when the stream has a retention: the
+    /// stream's [`StreamFacts`]. Everything before the retention is the
+    /// stream's identity ([`stream_identity`]), which guards compare.
     pub(crate) fn streams(&self) -> String {
         format!("{}:streams", self.prefix)
     }
@@ -109,7 +114,10 @@ impl Keys {
         format!("{}:{{{stream}}}:ids", self.prefix)
     }
 
-    /// Hash: partition → its high watermark (absent: 0, empty).
+    /// Hash: partition → its high watermark (absent: 0, empty), and
+    /// [`first_field`] of a partition → its first sequence, the lowest one
+    /// retention left (absent: 1): every read of the watermarks reads the
+    /// log starts with them ([`Bounds`]).
     pub(crate) fn high_watermarks(&self, stream: &StreamName) -> String {
         format!("{}:{{{stream}}}:hw", self.prefix)
     }
@@ -179,6 +187,19 @@ impl Keys {
         self.group_key(s, g, "dead")
     }
 
+    /// Hash: the ids of the events of dead letters that retention removed
+    /// (`docs/log.md#retention`): `<partition>:<sequence>` → event id, and
+    /// `id:<event id>` → `<partition>:<sequence>` (a page cursor).
+    pub(crate) fn gone(&self, s: &StreamName, g: &GroupName) -> String {
+        self.group_key(s, g, "gone")
+    }
+
+    /// Hash: partition → how many events retention removed before the
+    /// group settled them (`skipped_by_retention`; absent: 0).
+    pub(crate) fn skipped(&self, s: &StreamName, g: &GroupName) -> String {
+        self.group_key(s, g, "skipped")
+    }
+
     /// Sorted set, every score 0: an ordered group's open deliveries, as
     /// members `gate` then sequence, so that a gate's are one range of
     /// members in sequence order (`gates::member`, `docs/backends.md#redis`).
@@ -227,7 +248,13 @@ impl Keys {
     /// removes, and what creating one of its name clears. A new key of a
     /// group belongs here.
     pub(crate) fn of_group(&self, s: &StreamName, g: &GroupName, partitions: u32) -> Vec<String> {
-        let mut keys = vec![self.cursors(s, g), self.floors(s, g), self.dead(s, g)];
+        let mut keys = vec![
+            self.cursors(s, g),
+            self.floors(s, g),
+            self.dead(s, g),
+            self.gone(s, g),
+            self.skipped(s, g),
+        ];
         for p in 0..partitions {
             let k = self.partition(s, g, p);
             keys.extend([
@@ -469,20 +496,25 @@ impl Cas {
     }
 
     /// Holds only if field `field` of hash `key` is still `raw`, what this
-    /// process keeps of a stream (its stored value) or a group (its
-    /// settings, whose ordering decides what a claim, a settle or a
-    /// re-open writes): a stream or group deleted since, perhaps created
-    /// again, fails it. Comes first, before any guard but another of its
-    /// kind, so that its failure is the one `cas.lua` reports.
+    /// process keeps of a stream (its identity: its stored value must
+    /// start with it, whatever its retention, [`stream_identity`]) or a
+    /// group (its settings, whose ordering decides what a claim, a settle
+    /// or a re-open writes): a stream or group deleted since, perhaps
+    /// created again, fails it. Comes first, before any guard but another
+    /// of its kind, so that its failure is the one `cas.lua` reports.
     fn catalog_is(&mut self, key: &str, field: &str, raw: &str, kept: Kept) {
         debug_assert_eq!(
             self.guards.len(),
             self.catalog.len(),
             "catalog guards come first"
         );
+        let kind = match kept {
+            Kept::Stream(_) => "2",
+            Kept::Group(..) => "1",
+        };
         // A group of its own, which no other guard joins: its failure alone
         // says what is kept is stale.
-        let guard = [field, "1", raw].map(str::to_owned);
+        let guard = [field, kind, raw].map(str::to_owned);
         self.guards.push(Guard::Hash(key.to_owned(), vec![guard]));
         self.catalog.push((self.guards.len(), kept));
     }
@@ -657,7 +689,7 @@ struct Located {
     /// The event's key, when the lease was of an ordered group (`None`:
     /// not kept).
     key: Option<Option<Arc<str>>>,
-    /// The stream's stored value when the event was fetched: a stream
+    /// The stream's identity when the event was fetched: a stream
     /// created again under the name may have an event of the id elsewhere.
     stream: Arc<str>,
 }
@@ -667,21 +699,89 @@ struct Located {
 pub(crate) struct StreamFacts {
     pub(crate) partitions: u32,
     pub(crate) created_at: Timestamp,
-    /// The stored value, which guards compare. Its incarnation (a random
+    /// Its stored value without its retention ([`stream_identity`]), which
+    /// guards compare (a prefix of the value): its incarnation (a random
     /// token given at creation) tells a stream created again under a
-    /// deleted one's name from the deleted one.
-    pub(crate) raw: Arc<str>,
+    /// deleted one's name from the deleted one, and a change of retention
+    /// leaves it as it is.
+    pub(crate) identity: Arc<str>,
+    /// Its retention as read (what is kept may be stale: a call that
+    /// answers with it reads the stream afresh).
+    pub(crate) retention: Option<Retention>,
 }
 
 impl StreamFacts {
     fn decode(raw: String) -> Result<Self> {
         let (partitions, created_at) = decode_meta(&raw)?;
+        let retention = decode_retention(&raw)?;
         Ok(Self {
             partitions,
             created_at,
-            raw: raw.into(),
+            identity: stream_identity(&raw).into(),
+            retention,
         })
     }
+}
+
+/// What precedes a stream's retention in its stored value.
+const RETENTION_FIELD: &str = ",\"retention\":";
+
+/// The identity of a stream's stored value: all of it but its retention,
+/// written last (`,"retention":{…}}`), and its closing brace. A stream's
+/// stored value starts with its identity whatever its retention.
+pub(crate) fn stream_identity(raw: &str) -> &str {
+    match raw.find(RETENTION_FIELD) {
+        Some(at) => &raw[..at],
+        None => raw.strip_suffix('}').unwrap_or(raw),
+    }
+}
+
+/// A stream's stored value: its `identity` and its retention.
+pub(crate) fn stream_value(identity: &str, retention: Option<&Retention>) -> String {
+    match retention {
+        Some(r) => format!("{identity}{RETENTION_FIELD}{}}}", r.to_text()),
+        None => format!("{identity}}}"),
+    }
+}
+
+/// The retention a stream's stored value carries.
+fn decode_retention(raw: &str) -> Result<Option<Retention>> {
+    let Some(at) = raw.find(RETENTION_FIELD) else {
+        return Ok(None);
+    };
+    let text = raw[at + RETENTION_FIELD.len()..]
+        .strip_suffix('}')
+        .ok_or_else(|| corrupt("stream", raw))?;
+    Retention::from_text(text)
+        .map(Some)
+        .map_err(|e| corrupt("stream", e))
+}
+
+/// A stream's partitions' high watermarks and first sequences, from one
+/// `HGETALL` of [`Keys::high_watermarks`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bounds {
+    /// Last sequence per partition (0: empty).
+    pub(crate) high_watermarks: Vec<u64>,
+    /// The lowest sequence still stored per partition (1 until retention
+    /// removed events; the high watermark + 1 once it removed them all).
+    pub(crate) first_sequences: Vec<u64>,
+}
+
+impl Bounds {
+    fn of(raw: &HashMap<String, u64>, partitions: u32) -> Self {
+        Self {
+            high_watermarks: watermarks(raw, partitions),
+            first_sequences: (0..partitions)
+                .map(|p| raw.get(&first_field(p)).copied().unwrap_or(1))
+                .collect(),
+        }
+    }
+}
+
+/// The field of a partition's first sequence in [`Keys::high_watermarks`].
+pub(crate) fn first_field(partition: u32) -> String {
+    format!("first:{partition}")
 }
 
 /// A group's settings as stored, and the policy's view of them.
@@ -712,7 +812,7 @@ impl Positions {
     /// Entries per half.
     const HALF: usize = 1 << 16;
 
-    /// Where the event is in the stream whose stored value is `stream`.
+    /// Where the event is in the stream whose identity is `stream`.
     fn get(&self, key: &(StreamName, EventId), stream: &str) -> Option<Located> {
         self.current
             .get(key)
@@ -1031,7 +1131,7 @@ impl RedisBackend {
     /// on the stream it was decided for, never on a deleted one.
     fn guard_stream(&self, cas: &mut Cas, s: &StreamName, facts: &StreamFacts) {
         let kept = Kept::Stream(s.clone());
-        cas.catalog_is(&self.keys.streams(), s.as_str(), &facts.raw, kept);
+        cas.catalog_is(&self.keys.streams(), s.as_str(), &facts.identity, kept);
     }
 
     /// Guards `cas` on group `g`'s stream and settings as `settings` hold
@@ -1064,9 +1164,9 @@ impl RedisBackend {
         Ok(facts)
     }
 
-    /// A stream as stored now (not as kept), with its high watermarks, in
-    /// one round trip; kept for the calls after.
-    async fn stream_now(&self, stream: &StreamName) -> Result<(StreamFacts, Vec<u64>)> {
+    /// A stream as stored now (not as kept), with its high watermarks and
+    /// first sequences, in one round trip; kept for the calls after.
+    async fn stream_now(&self, stream: &StreamName) -> Result<(StreamFacts, Bounds)> {
         let at = self.catalog.generation();
         let mut pipe = redis::pipe();
         pipe.cmd("HGET")
@@ -1078,8 +1178,8 @@ impl RedisBackend {
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let facts = self.found_stream(stream, raw, at)?;
-        let hws = watermarks(&hws, facts.partitions);
-        Ok((facts, hws))
+        let bounds = Bounds::of(&hws, facts.partitions);
+        Ok((facts, bounds))
     }
 
     /// The stream whose stored value was just read as `raw` (read under
@@ -1096,20 +1196,31 @@ impl RedisBackend {
             return Err(Error::StreamNotFound(stream.clone()));
         };
         let facts = StreamFacts::decode(raw)?;
-        if (self.catalog.stream(stream)).is_some_and(|kept| kept.raw != facts.raw) {
+        if (self.catalog.stream(stream)).is_some_and(|kept| kept.identity != facts.identity) {
             self.forget_stream(stream);
         }
         self.catalog.keep_stream(stream, facts.clone(), at);
         Ok(facts)
     }
 
-    /// Last sequence per partition.
-    async fn high_watermarks(&self, stream: &StreamName, partitions: u32) -> Result<Vec<u64>> {
+    /// A partition's first sequence, the lowest retention left (1 before
+    /// it removed any).
+    async fn first_sequence(&self, stream: &StreamName, partition: u32) -> Result<u64> {
+        let cmd = redis::cmd("HGET")
+            .arg(self.keys.high_watermarks(stream))
+            .arg(first_field(partition))
+            .clone();
+        let first: Option<u64> = self.run(&cmd, Phase::Read).await?;
+        Ok(first.unwrap_or(1))
+    }
+
+    /// Last and first sequence per partition.
+    async fn bounds(&self, stream: &StreamName, partitions: u32) -> Result<Bounds> {
         let key = self.keys.high_watermarks(stream);
         let raw: HashMap<String, u64> = self
             .run(redis::cmd("HGETALL").arg(key), Phase::Read)
             .await?;
-        Ok(watermarks(&raw, partitions))
+        Ok(Bounds::of(&raw, partitions))
     }
 
     /// Creates a stream. Its stored value gets an incarnation of its own,
@@ -1119,36 +1230,37 @@ impl RedisBackend {
     pub(crate) async fn create_stream(&self, req: CreateStream) -> Result<Stream> {
         req.validate()?;
         let created_at = self.clock.now();
-        let meta = json!({
+        let identity = json!({
             "partitions": req.partition_count,
             "created_at": created_at.as_millis(),
             "incarnation": incarnation(),
-        });
+        })
+        .to_string();
+        let identity = identity.strip_suffix('}').unwrap_or(&identity);
+        let value = stream_value(identity, req.retention.as_ref());
         let mut cas = Cas::default();
         let (streams, name) = (self.keys.streams(), req.name.as_str());
         cas.hget_is(&streams, name, None);
         cas.unlink(&self.keys.of_stream(&req.name, req.partition_count));
-        cas.write(&["HSET", &streams, name, &meta.to_string()]);
+        cas.write(&["HSET", &streams, name, &value]);
         if self.apply(&cas).await? == Applied::Conflict {
             return Err(Error::AlreadyExists(format!("stream {name:?}")));
         }
+        let partitions = req.partition_count as usize;
         Ok(Stream {
             name: req.name,
             partition_count: req.partition_count,
             created_at,
-            high_watermarks: vec![0; req.partition_count as usize],
+            high_watermarks: vec![0; partitions],
+            first_sequences: vec![1; partitions],
+            retention: req.retention,
         })
     }
 
     /// The stream as stored now, whatever is kept.
     pub(crate) async fn get_stream(&self, stream: &StreamName) -> Result<Stream> {
-        let (facts, high_watermarks) = self.stream_now(stream).await?;
-        Ok(Stream {
-            name: stream.clone(),
-            partition_count: facts.partitions,
-            created_at: facts.created_at,
-            high_watermarks,
-        })
+        let (facts, bounds) = self.stream_now(stream).await?;
+        Ok(describe(stream.clone(), &facts, bounds))
     }
 
     pub(crate) async fn list_streams(&self) -> Result<Vec<Stream>> {
@@ -1158,13 +1270,9 @@ impl RedisBackend {
         let mut out = Vec::with_capacity(all.len());
         for (name, raw) in all {
             let name = StreamName::parse(name).map_err(|e| corrupt("stream name", e))?;
-            let (partition_count, created_at) = decode_meta(&raw)?;
-            out.push(Stream {
-                high_watermarks: self.high_watermarks(&name, partition_count).await?,
-                name,
-                partition_count,
-                created_at,
-            });
+            let facts = StreamFacts::decode(raw)?;
+            let bounds = self.bounds(&name, facts.partitions).await?;
+            out.push(describe(name, &facts, bounds));
         }
         Ok(out)
     }
@@ -1302,6 +1410,18 @@ impl RedisBackend {
 
     /// The event at one position.
     async fn event_at(&self, stream: &StreamName, partition: u32, seq: u64) -> Result<Arc<Event>> {
+        (self.stored_event(stream, partition, seq).await?)
+            .ok_or_else(|| corrupt("id index", format!("{partition}:{seq} has no entry")))
+    }
+
+    /// The event at one position, if the log still holds it (retention
+    /// removes events from the front, `docs/log.md#retention`).
+    async fn stored_event(
+        &self,
+        stream: &StreamName,
+        partition: u32,
+        seq: u64,
+    ) -> Result<Option<Arc<Event>>> {
         let entry = format!("{seq}-0");
         let cmd = redis::cmd("XRANGE")
             .arg(self.keys.log(stream, partition))
@@ -1309,14 +1429,17 @@ impl RedisBackend {
             .arg(&entry)
             .clone();
         let entries: Vec<(String, Vec<String>)> = self.run(&cmd, Phase::Read).await?;
-        let (id, fields) = entries
-            .into_iter()
-            .next()
-            .ok_or_else(|| corrupt("id index", format!("{partition}:{seq} has no entry")))?;
-        Ok(Arc::new(decode_event(stream, partition, &id, fields)?))
+        let Some((id, fields)) = entries.into_iter().next() else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(decode_event(
+            stream, partition, &id, fields,
+        )?)))
     }
 
-    /// The events at several positions, in one round trip.
+    /// The events at several positions, in one round trip: those the log
+    /// still holds (retention may have removed some since their position
+    /// was read).
     async fn events_at(
         &self,
         stream: &StreamName,
@@ -1339,11 +1462,9 @@ impl RedisBackend {
             .map_err(|e| map_error(e, Phase::Read))?;
         let mut out = HashMap::with_capacity(positions.len());
         for (&(p, seq), entries) in positions.iter().zip(replies) {
-            let (id, fields) = entries
-                .into_iter()
-                .next()
-                .ok_or_else(|| corrupt("log", format!("{p}:{seq} has no entry")))?;
-            out.insert((p, seq), Arc::new(decode_event(stream, p, &id, fields)?));
+            if let Some((id, fields)) = entries.into_iter().next() {
+                out.insert((p, seq), Arc::new(decode_event(stream, p, &id, fields)?));
+            }
         }
         Ok(out)
     }
@@ -1413,6 +1534,18 @@ async fn back_off(attempt: usize) {
     let most_us = 1000u64 << attempt.min(8).saturating_sub(4);
     let pause = Duration::from_micros(rand::random_range(0..=most_us));
     tokio::time::sleep(pause).await;
+}
+
+/// A stream as the API shows it.
+fn describe(name: StreamName, facts: &StreamFacts, bounds: Bounds) -> Stream {
+    Stream {
+        name,
+        partition_count: facts.partitions,
+        created_at: facts.created_at,
+        high_watermarks: bounds.high_watermarks,
+        first_sequences: bounds.first_sequences,
+        retention: facts.retention,
+    }
 }
 
 /// The high watermark of each of `partitions` partitions from a `HGETALL`

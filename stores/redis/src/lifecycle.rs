@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use super::claims::value;
 use super::groups::{decode_settings, same_group};
-use super::{Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, map_error};
+use super::{
+    Applied, Bounds, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, map_error,
+};
 use rheo_core::backend::catalog::{Catalog, Generation};
 use rheo_core::backend::{DeleteGroup, DeleteStream, Error, Result};
 use rheo_core::model::{GroupName, StreamName};
@@ -101,7 +103,8 @@ impl RedisBackend {
 
     /// Checks a group and its stream, as `settings` hold them, against
     /// their stored values as read (under generation `at`): a stream gone
-    /// or changed (deleted, perhaps created again) is not found, and so is
+    /// or of another identity (deleted, perhaps created again; a change of
+    /// its retention keeps its identity) is not found, and so is
     /// a group gone or another of its name; either is forgotten then. The
     /// same group with other settings (a reset changed its ordering) is
     /// kept as it is now, and returned.
@@ -112,7 +115,7 @@ impl RedisBackend {
         (stream, group): (Option<String>, Option<String>),
         at: Generation,
     ) -> Result<Settings> {
-        if stream.as_deref() != Some(&*settings.stream.raw) {
+        if stream.as_deref().map(super::stream_identity) != Some(&*settings.stream.identity) {
             self.forget_stream(s);
             return Err(Error::StreamNotFound(s.clone()));
         }
@@ -147,15 +150,15 @@ impl RedisBackend {
     }
 
     /// A group's settings, checked against the store in one round trip
-    /// with, when `with_watermarks`, its stream's high watermarks: what a
-    /// call that only reads the group starts with, so that it never
-    /// answers for a group another node deleted.
+    /// with, when `with_watermarks`, its stream's high watermarks and first
+    /// sequences (else none): what a call that only reads the group starts
+    /// with, so that it never answers for a group another node deleted.
     pub(super) async fn group_now(
         &self,
         s: &StreamName,
         g: &GroupName,
         with_watermarks: bool,
-    ) -> Result<(Settings, Vec<u64>)> {
+    ) -> Result<(Settings, Bounds)> {
         let settings = self.settings(s, g).await?;
         let at = self.catalog.generation();
         let mut pipe = redis::pipe();
@@ -172,13 +175,13 @@ impl RedisBackend {
         let mut next = || (replies.next()).ok_or_else(|| super::corrupt("reply", "too short"));
         let read = (value(next()?)?, value(next()?)?);
         let settings = self.judge((s, g), &settings, read, at)?;
-        let high_watermarks = if with_watermarks {
+        let bounds = if with_watermarks {
             let raw = value(next()?)?;
-            super::watermarks(&raw, settings.stream.partitions)
+            Bounds::of(&raw, settings.stream.partitions)
         } else {
-            Vec::new()
+            Bounds::default()
         };
-        Ok((settings, high_watermarks))
+        Ok((settings, bounds))
     }
 
     /// What a call on stream `s` (and group `g`) answered, unless it failed
@@ -222,7 +225,9 @@ impl RedisBackend {
                     .clone();
                 match self.run::<Option<String>>(&cmd, Phase::Read).await {
                     Ok(None) => Some(Error::StreamNotFound(s.clone())),
-                    Ok(Some(raw)) if kept.is_some_and(|k| *k.raw != *raw) => {
+                    Ok(Some(raw))
+                        if kept.is_some_and(|k| *k.identity != *super::stream_identity(&raw)) =>
+                    {
                         Some(Error::StreamNotFound(s.clone()))
                     }
                     _ => None,
@@ -245,7 +250,7 @@ impl RedisBackend {
         started: &Settings,
     ) -> Result<Settings> {
         let now = self.settings(s, g).await?;
-        if now.stream.raw != started.stream.raw {
+        if now.stream.identity != started.stream.identity {
             return Err(Error::StreamNotFound(s.clone()));
         }
         if !same_group(&now.raw, &started.raw) {
@@ -275,10 +280,10 @@ impl RedisBackend {
                 self.forget_stream(s);
                 return Err(Error::StreamNotFound(s.clone()));
             };
-            let facts = StreamFacts::decode(raw)?;
+            let facts = StreamFacts::decode(raw.clone())?;
             let (streams, groups_key) = (self.keys.streams(), self.keys.groups(s));
             let mut cas = Cas::default();
-            cas.hget_is(&streams, s.as_str(), Some(&facts.raw));
+            cas.hget_is(&streams, s.as_str(), Some(&raw));
             // Exactly these groups: one created meanwhile sends it round.
             cas.hash_len_is(&groups_key, groups.len());
             for g in &groups {
@@ -327,10 +332,10 @@ impl RedisBackend {
                     group: g.clone(),
                 });
             };
-            let facts = StreamFacts::decode(stream)?;
+            let facts = StreamFacts::decode(stream.clone())?;
             let (streams, groups) = (self.keys.streams(), self.keys.groups(s));
             let mut cas = Cas::default();
-            cas.hget_is(&streams, s.as_str(), Some(&facts.raw));
+            cas.hget_is(&streams, s.as_str(), Some(&stream));
             cas.hget_is(&groups, g.as_str(), Some(&group));
             cas.write(&["HDEL", &groups, g.as_str()]);
             cas.unlink(&self.keys.of_group(s, g, facts.partitions));

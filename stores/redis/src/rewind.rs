@@ -11,9 +11,11 @@ use std::collections::BTreeMap;
 
 use super::claims::{Delivery, Slot, Status, dead_member, dead_position};
 use super::gates::Reopened;
+use super::groups::guard_firsts;
+use super::retention::{gone_id, gone_position};
 use super::{
-    Applied, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, corrupt,
-    decode_position,
+    Applied, Bounds, Cas, MAX_ATTEMPTS, Phase, RedisBackend, Settings, StreamFacts, corrupt,
+    decode_position, first_field, map_error,
 };
 use rheo_core::backend::policy::all_located;
 use rheo_core::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
@@ -55,13 +57,19 @@ impl RedisBackend {
         let after = match &req.after {
             None => None,
             Some(id) => {
-                let raw: Option<String> = self
-                    .run(
-                        redis::cmd("HGET").arg(self.keys.ids(s)).arg(id.as_str()),
-                        Phase::Read,
-                    )
-                    .await?;
-                let raw = raw.ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+                // The event's position, or where its dead letter was when
+                // retention removed the event.
+                let mut pipe = redis::pipe();
+                pipe.cmd("HGET").arg(self.keys.ids(s)).arg(id.as_str());
+                pipe.cmd("HGET")
+                    .arg(self.keys.gone(s, g))
+                    .arg(gone_id(id.as_str()));
+                let (live, gone): (Option<String>, Option<String>) = pipe
+                    .query_async(&mut self.read_conn())
+                    .await
+                    .map_err(|e| map_error(e, Phase::Read))?;
+                let raw =
+                    (live.or(gone)).ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
                 Some(decode_position(&raw)?)
             }
         };
@@ -101,15 +109,20 @@ impl RedisBackend {
                 )
                 .await?;
             let record = Delivery::decode(&raw.ok_or_else(|| corrupt("dead letter", &member))?)?;
-            let event = self.event_at(s, p, seq).await?;
+            let event = self.stored_event(s, p, seq).await?;
+            let event_id = match &event {
+                Some(event) => event.id.clone(),
+                // Retention removed the event: its id was kept.
+                None => self.gone_event_id(s, g, p, seq).await?,
+            };
             dead_letters.push(DeadLetter {
-                event_id: event.id.clone(),
+                event_id,
                 partition: p,
                 sequence: seq,
                 attempt: record.attempt,
                 reason: record.reason.unwrap_or_default(),
                 dead_lettered_at: Timestamp::from_millis(record.dead_at.unwrap_or_default()),
-                event: (*event).clone(),
+                event: event.map(|e| (*e).clone()),
             });
         }
         let next = (dead_letters.len() == limit)
@@ -138,8 +151,9 @@ impl RedisBackend {
 
     pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
         how.validate()?;
-        let (started, hws) = self.group_now(s, g, true).await?;
+        let (started, bounds) = self.group_now(s, g, true).await?;
         let partition_count = started.stream.partitions;
+        let hws = &bounds.high_watermarks;
         let mut positions = Vec::new();
         // Up to the cursor, but never past the partition's last event: a
         // start point past the end names sequences that hold no event yet
@@ -148,14 +162,16 @@ impl RedisBackend {
         match how {
             Replay::FromSequence { after, partitions } => {
                 for p in partitions.resolve(partition_count)? {
-                    let end = end(&hws, p, self.cursor(s, g, p).await?);
+                    // Below the log start nothing is left to re-open.
+                    let after = after.max(bounds.first_sequences[p as usize] - 1);
+                    let end = end(hws, p, self.cursor(s, g, p).await?);
                     positions.extend((after.saturating_add(1)..end).map(|q| (p, q)));
                 }
             }
             Replay::FromTime { from, partitions } => {
                 for p in partitions.resolve(partition_count)? {
                     if let Some(first) = self.first_at_or_after(s, p, from).await? {
-                        let end = end(&hws, p, self.cursor(s, g, p).await?);
+                        let end = end(hws, p, self.cursor(s, g, p).await?);
                         positions.extend((first..end).map(|q| (p, q)));
                     }
                 }
@@ -165,7 +181,7 @@ impl RedisBackend {
                     cursor: None,
                     ..query
                 };
-                let stream = (started.stream.clone(), hws);
+                let stream = (started.stream.clone(), bounds.clone());
                 let matching = self.scan_in(s, stream, &unbounded, usize::MAX).await?;
                 positions.extend(matching.iter().map(|e| (e.partition, e.sequence)));
             }
@@ -240,8 +256,18 @@ impl RedisBackend {
                     )
                     .await?;
                 let floor = floor.unwrap_or(1);
+                // Retention removed what lies below the log start: nothing
+                // to re-open there, a dead letter included. A trim in
+                // between sends this round again.
+                let first = self.first_sequence(s, p).await?;
+                let stored = (first > 1).then(|| first.to_string());
+                let hw = self.keys.high_watermarks(s);
+                cas.hget_is(&hw, &first_field(p), stored.as_deref());
                 let mut reopened = Vec::new();
                 for (seq, raw) in seqs.iter().zip(raws) {
+                    if *seq < first {
+                        continue;
+                    }
                     let before = match &raw {
                         Some(raw) => Some(Delivery::decode(raw)?),
                         None => None,
@@ -336,8 +362,10 @@ impl RedisBackend {
         let (settings, _) = self.group_now(s, g, false).await?;
         let partition_count = settings.stream.partitions;
         let selected = req.partitions.resolve(partition_count)?;
-        let starts = self.start_points(s, partition_count, &req.start).await?;
+        let (starts, bounds) = self.start_points(s, partition_count, &req.start).await?;
         let dead = self.dead_positions(s, g).await?;
+        let cmd = redis::cmd("HGETALL").arg(self.keys.gone(s, g)).clone();
+        let gone: BTreeMap<String, String> = self.run(&cmd, Phase::Read).await?;
         let mut cas = Cas::default();
         let k = &self.keys;
         // Guarded on the stream and the settings as read: a group deleted
@@ -347,6 +375,12 @@ impl RedisBackend {
         // write that depends on the ordering is guarded on these settings,
         // so no server goes on under the old one.
         self.guard_settings(&mut cas, s, g, &settings);
+        // Start points clamped to the log starts as read, and the removed
+        // events' ids of its dead letters as read: a trim in between sends
+        // it round again.
+        guard_firsts(&mut cas, &k.high_watermarks(s), &bounds);
+        let gone_key = k.gone(s, g);
+        cas.hash_len_is(&gone_key, gone.len());
         if let Some(ordering) = req.ordering {
             let raw = super::groups::with_ordering(&settings.raw, ordering)?;
             cas.write(&["HSET", &k.groups(s), g.as_str(), &raw]);
@@ -369,6 +403,10 @@ impl RedisBackend {
             }
             for &(_, seq) in dead.iter().filter(|(dp, _)| *dp == p) {
                 cas.write(&["ZREM", &dead_key, &dead_member(p, seq)]);
+                let at = gone_position(p, seq);
+                if let Some(id) = gone.get(&at) {
+                    cas.write(&["HDEL", &gone_key, &at, &gone_id(id)]);
+                }
             }
             let start = (starts[p as usize] + 1).to_string();
             cas.write(&["HSET", &cursors, &p.to_string(), &start]);
@@ -399,23 +437,28 @@ impl RedisBackend {
     }
 
     /// The events `query` matches in stream `s` with its high watermarks
-    /// as read, in its order, at most `limit`. Ordered by sequence, each
-    /// partition is read from its bound until it has given `limit`
-    /// matches; ordered by time, its whole sequence range is read
-    /// (`docs/backends.md#redis`).
+    /// and log starts as read, in its order, at most `limit`. Ordered by
+    /// sequence, each partition is read from its bound (none below its log
+    /// start) until it has given `limit` matches; ordered by time, its
+    /// whole sequence range is read (`docs/backends.md#redis`).
     async fn scan_in(
         &self,
         s: &StreamName,
-        (facts, hws): (StreamFacts, Vec<u64>),
+        (facts, bounds): (StreamFacts, Bounds),
         query: &Query,
         limit: usize,
     ) -> Result<Vec<Event>> {
         let partition_count = facts.partitions;
         let mut hits = Vec::new();
         for p in 0..partition_count {
-            let Some((lo, hi)) = query.sequence_range(p, hws[p as usize]) else {
+            let index = p as usize;
+            let Some((lo, hi)) = query.sequence_range(p, bounds.high_watermarks[index]) else {
                 continue;
             };
+            let lo = lo.max(bounds.first_sequences[index]);
+            if lo > hi {
+                continue;
+            }
             let (by_sequence, descending) = (
                 query.order.field == OrderField::Sequence,
                 query.order.dir == Direction::Desc,

@@ -150,7 +150,7 @@ impl RedisBackend {
         for (i, (item, held)) in items.iter().zip(held).enumerate() {
             if let Ok((p, seq, ..)) = held {
                 let key = (s.clone(), item.target.event_id.clone());
-                let at = self.positions.lock().get(&key, &settings.stream.raw);
+                let at = self.positions.lock().get(&key, &settings.stream.identity);
                 found.push((i, (*p, *seq), at.and_then(|at| at.key)));
             }
         }
@@ -206,7 +206,7 @@ impl RedisBackend {
         for item in items {
             let t = &item.target;
             let key = (s.clone(), t.event_id.clone());
-            let Some(at) = self.positions.lock().get(&key, &settings.stream.raw) else {
+            let Some(at) = self.positions.lock().get(&key, &settings.stream.identity) else {
                 return Ok(false);
             };
             let (p, seq) = (at.partition, at.sequence);

@@ -143,10 +143,17 @@ async fn stream(b: &RedisBackend, name: &str, partitions: u32) -> StreamName {
     b.create_stream(CreateStream {
         name: name.clone(),
         partition_count: partitions,
+        retention: None,
     })
     .await
     .expect("create stream");
     name
+}
+
+/// Creates group `name` on `s`.
+async fn group(b: &RedisBackend, s: &StreamName, name: &str) -> GroupName {
+    let spec = GroupSpec::new(GroupName::parse(name).unwrap());
+    b.create_group(s, spec).await.unwrap().name
 }
 
 #[test]
@@ -216,6 +223,7 @@ async fn streams_are_created_once_listed_sorted_and_found() {
         .create_stream(CreateStream {
             name: zed.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await;
     assert_eq!(code(again), "already_exists");
@@ -223,6 +231,7 @@ async fn streams_are_created_once_listed_sorted_and_found() {
         .create_stream(CreateStream {
             name: sn("none"),
             partition_count: 0,
+            retention: None,
         })
         .await;
     assert_eq!(code(bad), "invalid_partition_count");
@@ -484,16 +493,7 @@ async fn consuming(
 }
 
 async fn fetch(b: &RedisBackend, s: &StreamName, g: &GroupName, limit: u32) -> Vec<Lease> {
-    b.fetch(FetchRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        limit,
-        consumer_id: ConsumerId::parse("c1").unwrap(),
-        lease_ms: 1000,
-        partitions: Partitions::All,
-    })
-    .await
-    .expect("fetch")
+    b.fetch(fetch_req(s, g, limit)).await.expect("fetch")
 }
 
 fn positions(leases: &[Lease]) -> Vec<(u32, u64, u32)> {
@@ -936,15 +936,7 @@ async fn replay_reopens_and_reset_starts_over() {
     );
     assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(1, 1), (3, 2), (5, 3)]);
 
-    let reset = ResetRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        confirm: true,
-        start: StartPosition::Beginning,
-        partitions: Partitions::All,
-        ordering: None,
-    };
-    b.reset(reset).await.unwrap();
+    b.reset(reset_to_the_beginning(&s, &g)).await.unwrap();
     let info = b.group_info(&s, &g).await.unwrap();
     assert_eq!((info.cursors[&0], info.inflight, info.lag.lag), (1, 0, 5));
     assert_eq!(
@@ -1103,6 +1095,14 @@ impl RedisBackend {
         other.janitor = b.janitor.clone();
         other
     }
+
+    /// A second node that reads the catalog generation on its first call
+    /// only (and again an hour later): it keeps what it has seen.
+    async fn stale_like(b: &RedisBackend) -> RedisBackend {
+        RedisBackend::connect_like(b)
+            .await
+            .check_catalog_every(std::time::Duration::from_secs(3600))
+    }
 }
 
 async fn factory(
@@ -1126,18 +1126,11 @@ async fn nodes(
     Arc<dyn rheo_core::backend::Backend>,
 )> {
     let every = std::time::Duration::ZERO;
-    let a = connect_fresh(clock.clone())
-        .await?
-        .check_catalog_every(every);
-    let url = std::env::var("TEST_REDIS_URL").expect("set when a backend exists");
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{sep}prefix={}", a.keys.prefix);
-    let mut b = RedisBackend::connect(&url, clock, TIMEOUT)
-        .await
-        .expect("node b")
-        .check_catalog_every(every);
+    let a = connect_fresh(clock).await?.check_catalog_every(every);
     // One prefix: b shares a's janitor, so the keys go with the last node.
-    b.janitor = a.janitor.clone();
+    let b = RedisBackend::connect_like(&a)
+        .await
+        .check_catalog_every(every);
     Some((Arc::new(a), Arc::new(b)))
 }
 
@@ -1373,6 +1366,24 @@ async fn busy_group(b: &RedisBackend, s: &StreamName, name: &str, ordered: bool)
     g
 }
 
+/// Twelve events on `s` (`e0` to `e11`, alternating between partitions 0
+/// and 1, keys `a` then `b`), and two busy groups of them: `plain`, and
+/// `ordered` by key.
+async fn busy_groups(b: &RedisBackend, s: &StreamName) -> (GroupName, GroupName) {
+    let inputs = (0..12)
+        .map(|i| EventInput {
+            id: Some(EventId::parse(format!("e{i}")).unwrap()),
+            partition: Some(i % 2),
+            key: Some(if i < 6 { "a" } else { "b" }.to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(s, inputs).await.unwrap();
+    let plain = busy_group(b, s, "plain", false).await;
+    let ordered = busy_group(b, s, "ordered", true).await;
+    (plain, ordered)
+}
+
 /// A delete removes every key of the group, or of the stream and all its
 /// groups, under the prefix, and nothing of what it leaves alone.
 #[tokio::test]
@@ -1382,22 +1393,8 @@ async fn a_delete_leaves_no_key_of_what_it_deleted() {
     let s = stream(&b, "s", 2).await;
     let keep = stream(&b, "keep", 1).await;
     b.append(&keep, vec![EventInput::default()]).await.unwrap();
-    let kept_group = b
-        .create_group(&keep, GroupSpec::new(GroupName::parse("g").unwrap()))
-        .await
-        .unwrap()
-        .name;
-    let inputs = (0..12)
-        .map(|i| EventInput {
-            id: Some(EventId::parse(format!("e{i}")).unwrap()),
-            partition: Some(i % 2),
-            key: Some(if i < 6 { "a" } else { "b" }.to_owned()),
-            ..EventInput::default()
-        })
-        .collect();
-    b.append(&s, inputs).await.unwrap();
-    let plain = busy_group(&b, &s, "plain", false).await;
-    let ordered = busy_group(&b, &s, "ordered", true).await;
+    let kept_group = group(&b, &keep, "g").await;
+    let (plain, ordered) = busy_groups(&b, &s).await;
     let of_group = |g: &GroupName| format!("{{{s}}}:g:{g}:*");
     for g in [&plain, &ordered] {
         assert!(scan(&b, &of_group(g)).await.len() >= 8, "{g:?} has state");
@@ -1452,10 +1449,7 @@ async fn a_delete_leaves_no_key_of_what_it_deleted() {
 async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing() {
     use rheo_core::backend::{Backend, DeleteGroup, DeleteStream};
     let Some(a) = backend().await else { return };
-    // b reads the generation on its first call only.
-    let b = RedisBackend::connect_like(&a)
-        .await
-        .check_catalog_every(std::time::Duration::from_secs(3600));
+    let b = RedisBackend::stale_like(&a).await;
     let g = GroupName::parse("g").unwrap();
     let group_calls = [
         "fetch",
@@ -1559,17 +1553,7 @@ async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing
                     };
                     Backend::replay(&b, &s, &g, how).await.map(drop)
                 }
-                "reset" => {
-                    let req = ResetRequest {
-                        stream: s.clone(),
-                        group: g.clone(),
-                        confirm: true,
-                        start: StartPosition::Beginning,
-                        partitions: Partitions::All,
-                        ordering: None,
-                    };
-                    Backend::reset(&b, req).await
-                }
+                "reset" => Backend::reset(&b, reset_to_the_beginning(&s, &g)).await,
                 "append" => Backend::append(&b, &s, vec![with_id("w", 1)])
                     .await
                     .map(drop),
@@ -1617,9 +1601,7 @@ async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing
 async fn what_is_created_again_is_served_afresh_by_a_node_that_kept_the_old() {
     use rheo_core::backend::{Backend, DeleteGroup, DeleteStream};
     let Some(a) = backend().await else { return };
-    let b = RedisBackend::connect_like(&a)
-        .await
-        .check_catalog_every(std::time::Duration::from_secs(3600));
+    let b = RedisBackend::stale_like(&a).await;
     let s = stream(&a, "s", 1).await;
     let g = GroupName::parse("g").unwrap();
     a.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
@@ -1688,4 +1670,189 @@ fn fetch_req(s: &StreamName, g: &GroupName, limit: u32) -> FetchRequest {
         lease_ms: 1000,
         partitions: Partitions::All,
     }
+}
+
+/// A confirmed reset of every partition of `g` to the beginning.
+fn reset_to_the_beginning(s: &StreamName, g: &GroupName) -> ResetRequest {
+    ResetRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+        start: StartPosition::Beginning,
+        partitions: Partitions::All,
+        ordering: None,
+    }
+}
+
+/// Every field of hash `key`.
+async fn hash(b: &RedisBackend, key: String) -> BTreeMap<String, String> {
+    let cmd = redis::cmd("HGETALL").arg(key).clone();
+    b.run(&cmd, super::Phase::Read).await.unwrap()
+}
+
+/// Every member of sorted set `key`, in order.
+async fn members(b: &RedisBackend, key: String) -> Vec<String> {
+    let cmd = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).clone();
+    b.run(&cmd, super::Phase::Read).await.unwrap()
+}
+
+/// The log entries of partition `p` of `s`.
+async fn log(b: &RedisBackend, s: &StreamName, p: u32) -> Vec<super::claims::Entry> {
+    let cmd = redis::cmd("XRANGE")
+        .arg(b.keys.log(s, p))
+        .arg("-")
+        .arg("+")
+        .clone();
+    b.run(&cmd, super::Phase::Read).await.unwrap()
+}
+
+/// What a group keeps of one partition: its records and every index.
+async fn group_part(
+    b: &RedisBackend,
+    s: &StreamName,
+    g: &GroupName,
+    p: u32,
+) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
+    let k = b.keys.partition(s, g, p);
+    let mut indexes = Vec::new();
+    for key in [k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates] {
+        indexes.push(members(b, key).await);
+    }
+    (hash(b, k.records).await, indexes)
+}
+
+/// A trim removes the events' log entries, id and time index entries, and
+/// every group's records and index entries of them but its dead letters'
+/// (which keep the event's id); it leaves the other partition alone.
+#[tokio::test]
+async fn a_trim_leaves_no_key_or_field_of_the_events_it_removed() {
+    use rheo_core::backend::{Backend, TrimRequest};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 2).await;
+    // Dead, delayed, leased, acked and (ordered) parked deliveries.
+    let (plain, ordered) = busy_groups(&b, &s).await;
+    // Acked on a second attempt: a record of it stays.
+    let retried = group(&b, &s, "retried").await;
+    let again = SettleOp::Nack {
+        reason: None,
+        delay_ms: None,
+    };
+    for lease in fetch(&b, &s, &retried, 12).await {
+        assert_eq!(settle(&b, &lease, again.clone()).await, "ok");
+    }
+    for lease in fetch(&b, &s, &retried, 12).await {
+        assert_eq!(lease.attempt, 2);
+        assert_eq!(settle(&b, &lease, SettleOp::Ack).await, "ok");
+    }
+    // Never fetched.
+    let idle = group(&b, &s, "idle").await;
+    let groups = [&plain, &ordered, &retried, &idle];
+    let mut other_partition = Vec::new();
+    for g in groups {
+        other_partition.push(group_part(&b, &s, g, 1).await);
+    }
+    let other_log = log(&b, &s, 1).await;
+
+    // Partition 0 holds e0, e2, …, e10 at sequences 1 to 6.
+    let req = TrimRequest {
+        stream: s.clone(),
+        partition: 0,
+        before: 5,
+        limit: 1000,
+    };
+    let trimmed = Backend::trim(&b, req).await.expect("trim");
+    assert_eq!((trimmed.removed, trimmed.first_sequence), (4, 5));
+    let skipped: BTreeMap<String, u64> = (trimmed.skipped.iter())
+        .map(|(g, n)| (g.as_str().to_owned(), *n))
+        .collect();
+    // plain: 2 (delayed) and 4 (leased); ordered: 2 (its head once 1 was
+    // dead), 3 (parked) and 4 (delayed); idle: all four.
+    let expected = [("idle", 4), ("ordered", 3), ("plain", 2)];
+    assert_eq!(skipped, expected.map(|(g, n)| (g.to_owned(), n)).into());
+
+    let entries = log(&b, &s, 0).await;
+    let entries: Vec<&str> = entries.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(entries, ["5-0", "6-0"]);
+    let ids = hash(&b, b.keys.ids(&s)).await;
+    let mut kept: Vec<&str> = ids.keys().map(String::as_str).collect();
+    kept.sort_by_key(|id| id[1..].parse::<u32>().unwrap());
+    assert_eq!(kept, ["e1", "e3", "e5", "e7", "e8", "e9", "e10", "e11"]);
+    assert_eq!(members(&b, b.keys.times(&s, 0)).await, ["5", "6"]);
+    let hw = hash(&b, b.keys.high_watermarks(&s)).await;
+    assert_eq!(hw.get("first:0").map(String::as_str), Some("5"));
+    assert_eq!(hw.get("first:1"), None, "partition 1 starts at 1");
+
+    let seq_of = |field: &str| -> u64 { field.parse().unwrap() };
+    let seq_of_member = |m: &str| -> u64 { m.rsplit(':').next().unwrap().parse().unwrap() };
+    for g in groups {
+        let (records, indexes) = group_part(&b, &s, g, 0).await;
+        for (field, record) in &records {
+            if seq_of(field) < 5 {
+                assert!(record.starts_with('D'), "{g:?}: {field} {record:?}");
+            }
+        }
+        for index in &indexes {
+            for m in index {
+                assert!(seq_of_member(m) >= 5, "{g:?}: {m} in {indexes:?}");
+            }
+        }
+        let cursors = hash(&b, b.keys.cursors(&s, g)).await;
+        assert!(seq_of(&cursors["0"]) >= 5, "{g:?}: {cursors:?}");
+    }
+    for (g, before) in groups.iter().zip(other_partition) {
+        assert_eq!(group_part(&b, &s, g, 1).await, before, "{g:?}");
+    }
+    let log_1 = log(&b, &s, 1).await;
+    assert_eq!(log_1, other_log);
+
+    // The dead letters of e0 stay, with the event's id.
+    for g in [&plain, &ordered] {
+        assert_eq!(dead(&b, &s, g).await[0], "0000000000000001:00000");
+        let gone = hash(&b, b.keys.gone(&s, g)).await;
+        let expected = [("0:1", "e0"), ("id:e0", "0:1")];
+        assert_eq!(
+            gone,
+            expected.map(|(f, v)| (f.to_owned(), v.to_owned())).into()
+        );
+    }
+    // The ordered group's gates: `a` lost all its open deliveries, `b`
+    // its head (4), and let the next one (5) out.
+    let k = b.keys.partition(&s, &ordered, 0);
+    let gates = members(&b, k.gates.clone()).await;
+    assert_eq!(gates.len(), 2, "{gates:?}");
+    let counts = hash(&b, k.counts.clone()).await;
+    assert_eq!(counts, [("b".to_owned(), "2".to_owned())].into());
+    assert_eq!(members(&b, k.ready).await, ["5"]);
+    let info = Backend::group_info(&b, &s, &ordered).await.unwrap();
+    assert_eq!(info.skipped_by_retention, 3);
+}
+
+/// A retention set by one node changes nothing of the stream for another
+/// node that keeps it: its writes, guarded on the stream's identity, go on.
+#[tokio::test]
+async fn a_retention_set_on_one_node_leaves_the_stream_to_another() {
+    use rheo_core::backend::Backend;
+    use rheo_core::model::Retention;
+    let Some(a) = backend().await else { return };
+    let b = RedisBackend::stale_like(&a).await;
+    let s = stream(&a, "s", 1).await;
+    let g = group(&a, &s, "g").await;
+    b.append(&s, vec![EventInput::default()]).await.unwrap();
+    let leases = fetch(&b, &s, &g, 10).await;
+    let keep = Retention {
+        max_events: Some(5),
+        ..Retention::default()
+    };
+    let set = Backend::set_retention(&a, &s, Some(keep)).await.unwrap();
+    assert_eq!(set.retention, Some(keep));
+    b.append(&s, vec![EventInput::default()]).await.unwrap();
+    assert_eq!(settle(&b, &leases[0], SettleOp::Ack).await, "ok");
+    assert_eq!(positions(&fetch(&b, &s, &g, 10).await), [(0, 2, 1)]);
+    assert_eq!(
+        Backend::get_stream(&b, &s).await.unwrap().retention,
+        Some(keep)
+    );
+    Backend::set_retention(&b, &s, None).await.unwrap();
+    a.append(&s, vec![EventInput::default()]).await.unwrap();
+    assert_eq!(Backend::get_stream(&a, &s).await.unwrap().retention, None);
 }

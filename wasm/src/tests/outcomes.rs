@@ -118,6 +118,7 @@ async fn transform_appends_exactly_once_when_the_same_delivery_runs_twice() {
         .create_stream(CreateStream {
             name: out.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await
         .unwrap();

@@ -1067,7 +1067,7 @@ pub async fn dead_letters_list_with_reason_and_event(h: &Harness) {
         attempt: 1,
         reason: reason.into(),
         dead_lettered_at: at,
-        event: e.clone(),
+        event: Some(e.clone()),
     };
     let expected = vec![
         want(&events[0], "bad", START),

@@ -139,6 +139,7 @@ pub async fn a_stream_created_again_starts_empty(h: &Harness) {
         .create_stream(CreateStream {
             name: s.clone(),
             partition_count: 3,
+            retention: None,
         })
         .await
         .expect("create again");

@@ -237,6 +237,7 @@ pub async fn create_stream_returns_the_stream(h: &Harness) {
         .create_stream(CreateStream {
             name: sn("orders"),
             partition_count: 3,
+            retention: None,
         })
         .await
         .expect("create stream");
@@ -257,6 +258,7 @@ pub async fn create_stream_twice_is_already_exists(h: &Harness) {
         .create_stream(CreateStream {
             name: s.clone(),
             partition_count: 5,
+            retention: None,
         })
         .await;
     assert_eq!(code(again), "already_exists");
@@ -266,6 +268,7 @@ pub async fn create_stream_twice_is_already_exists(h: &Harness) {
         .create_stream(CreateStream {
             name: s.clone(),
             partition_count: 2,
+            retention: None,
         })
         .await;
     assert_eq!(code(again), "already_exists");
@@ -282,6 +285,7 @@ pub async fn create_stream_with_bad_partition_count_is_refused(h: &Harness) {
             .create_stream(CreateStream {
                 name: sn("s"),
                 partition_count: count,
+                retention: None,
             })
             .await;
         assert_eq!(code(r), "invalid_partition_count", "{count}");

@@ -26,6 +26,7 @@ pub mod model;
 pub mod nodes;
 pub mod ordering;
 pub mod outage;
+pub mod retention;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -182,6 +183,7 @@ impl Harness {
             .create_stream(CreateStream {
                 name: name.clone(),
                 partition_count: partitions,
+                retention: None,
             })
             .await
             .expect("create stream");
@@ -520,6 +522,16 @@ macro_rules! __conformance_list {
             lifecycle::a_stream_created_again_starts_empty,
             lifecycle::deleting_a_group_leaves_the_stream_and_other_groups,
             lifecycle::a_group_created_again_starts_afresh,
+            // retention
+            retention::retention_by_count_keeps_the_newest_events,
+            retention::retention_by_age_removes_old_events,
+            retention::a_group_behind_the_log_start_moves_to_it_counting_what_it_skipped,
+            retention::a_settle_of_a_removed_event_is_event_removed,
+            retention::dead_letters_keep_what_retention_removed,
+            retention::interest_removes_what_every_group_settled,
+            retention::below_the_log_start_everything_clamps_to_it,
+            retention::a_removed_head_lets_its_keys_next_event_out,
+            retention::retention_is_set_changed_and_cleared,
             // a randomized run against a reference model of the semantics
             model::random_operations_match_the_reference_model,
         ] }

@@ -169,6 +169,7 @@ pub async fn a_group_created_on_one_node_is_served_by_the_other(n: &Nodes) {
         .create_stream(CreateStream {
             name: sn("s"),
             partition_count: 1,
+            retention: None,
         })
         .await
         .expect("create stream");
@@ -198,6 +199,7 @@ pub async fn an_ordering_changed_on_one_node_holds_on_the_other(n: &Nodes) {
         .create_stream(CreateStream {
             name: s.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await
         .expect("create stream");

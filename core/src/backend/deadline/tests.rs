@@ -100,6 +100,7 @@ async fn a_bounded_store_answers_as_the_store_it_wraps() {
         .create_stream(CreateStream {
             name: name.clone(),
             partition_count: 2,
+            retention: None,
         })
         .await
         .expect("create");
@@ -110,6 +111,7 @@ async fn a_bounded_store_answers_as_the_store_it_wraps() {
         .create_stream(CreateStream {
             name,
             partition_count: 2,
+            retention: None,
         })
         .await;
     assert_eq!(again.map(|_| ()).unwrap_err().code(), "already_exists");

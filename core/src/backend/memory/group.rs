@@ -33,7 +33,8 @@ use crate::backend::policy::{
 };
 use crate::backend::{Error, Result};
 use crate::model::{
-    ConsumerId, Group, GroupOrdering, LeaseId, SettleOp, SettleTarget, Timestamp, clip_reason,
+    ConsumerId, EventId, Group, GroupOrdering, LeaseId, SettleOp, SettleTarget, Timestamp,
+    clip_reason,
 };
 
 /// The key of the event at a sequence of the partition being claimed.
@@ -449,6 +450,8 @@ impl PartState {
 /// A dead-lettered delivery's diagnostics.
 #[derive(Debug, Clone)]
 pub(super) struct DeadRecord {
+    /// The event's id, kept once retention removed the event.
+    pub(super) event_id: Option<EventId>,
     pub(super) attempt: u32,
     pub(super) reason: String,
     pub(super) at: Timestamp,
@@ -465,6 +468,8 @@ pub(super) struct GroupState {
     next_first: usize,
     /// Dead letters by (sequence, partition): the listing order.
     dead: BTreeMap<(u64, u32), DeadRecord>,
+    /// Events retention removed before the group settled them.
+    skipped: u64,
 }
 
 /// What an individual settle did, for wake-ups.
@@ -484,6 +489,7 @@ impl GroupState {
             parts: starts.iter().map(|s| PartState::new(*s)).collect(),
             next_first: 0,
             dead: BTreeMap::new(),
+            skipped: 0,
         }
     }
 
@@ -500,6 +506,7 @@ impl GroupState {
         self.dead.insert(
             (seq, partition),
             DeadRecord {
+                event_id: None,
                 attempt,
                 reason: clip_reason(&reason),
                 at: now,
@@ -744,6 +751,7 @@ impl GroupState {
     pub(super) fn redrive(
         &mut self,
         which: Option<Vec<(u32, u64)>>,
+        first_of: &impl Fn(u32) -> u64,
         key_of: &impl Fn(u32, u64) -> Option<String>,
     ) -> u64 {
         let targets: Vec<(u32, u64)> = match which {
@@ -753,6 +761,7 @@ impl GroupState {
                 .filter(|(p, seq)| self.dead.contains_key(&(*seq, *p)))
                 .collect(),
         };
+        let targets = targets.into_iter().filter(|&(p, seq)| seq >= first_of(p));
         let mut count = 0;
         for (p, seq) in targets {
             if self.reopen(p, seq, true, key_of) {
@@ -760,6 +769,68 @@ impl GroupState {
             }
         }
         count
+    }
+
+    /// Retention removed `partition`'s events from `first` up to `upto`
+    /// (exclusive): the group moves
+    /// to the new log start. Its open deliveries there close (their gates
+    /// let the next one out), dead letters stay; returns how many of the
+    /// removed events it had not settled (`docs/log.md#retention`).
+    pub(super) fn trim(
+        &mut self,
+        partition: u32,
+        (first, upto): (u64, u64),
+        id_of: &dyn Fn(u64) -> Option<EventId>,
+    ) -> u64 {
+        // Dead letters stay; they keep their event's id.
+        for ((seq, p), record) in self.dead.range_mut((first, 0)..(upto, 0)) {
+            if *p == partition && record.event_id.is_none() {
+                record.event_id = id_of(*seq);
+            }
+        }
+        let part = &mut self.parts[partition as usize];
+        let cursor = part.cursor();
+        let mut skipped = 0;
+        let mut gates = Vec::new();
+        if part.frontier + 1 < upto {
+            for seq in (part.frontier + 1)..upto.min(cursor) {
+                if part.slot(seq).is_none_or(Slot::is_settled) {
+                    continue;
+                }
+                skipped += 1;
+                gates.extend(part.ungate(seq, true));
+                part.unindex(seq);
+                part.slot_mut(seq).expect("slot exists").status = Status::Outside;
+            }
+            // Events the group never reached.
+            skipped += upto.saturating_sub(cursor.max(part.frontier + 1));
+            part.frontier = upto - 1;
+        }
+        while part.lo < upto && !part.slots.is_empty() {
+            part.slots.pop_front();
+            part.lo += 1;
+        }
+        if part.slots.is_empty() && part.lo < upto {
+            part.lo = upto;
+        }
+        part.walk();
+        for gate in gates {
+            part.release(&gate);
+        }
+        self.skipped += skipped;
+        skipped
+    }
+
+    /// Events retention removed before the group settled them.
+    pub(super) fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Where the dead letter of a removed event with `id` was.
+    pub(super) fn dead_position(&self, id: &EventId) -> Option<(u32, u64)> {
+        (self.dead.iter())
+            .find(|(_, r)| r.event_id.as_ref() == Some(id))
+            .map(|(&(seq, p), _)| (p, seq))
     }
 
     /// Forgets `partition`'s deliveries and restarts it after `start`.

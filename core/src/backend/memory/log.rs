@@ -1,16 +1,20 @@
 //! The event log of one in-memory stream: partitions as vectors indexed by
 //! sequence, plus an id index for idempotent appends and settles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::plan_append;
 use crate::model::{Appended, Event, EventId, EventInput, Query, StreamName, Timestamp};
 
-/// Events of one stream. `partitions[p][seq - 1]` is the event at `seq`.
+/// Events of one stream. `partitions[p][seq - firsts[p]]` is the event at
+/// `seq`; retention removes events from the front.
 #[derive(Debug)]
 pub(super) struct Log {
-    partitions: Vec<Vec<Arc<Event>>>,
+    partitions: Vec<VecDeque<Arc<Event>>>,
+    /// Per partition, the sequence of its first stored event (the high
+    /// watermark + 1 when none is).
+    firsts: Vec<u64>,
     /// foldhash: fast on short strings and seeded per process, so
     /// producer-chosen ids cannot be crafted to collide.
     ids: HashMap<EventId, (u32, u64), foldhash::fast::RandomState>,
@@ -19,23 +23,53 @@ pub(super) struct Log {
 impl Log {
     pub(super) fn new(partition_count: u32) -> Self {
         Self {
-            partitions: vec![Vec::new(); partition_count as usize],
+            partitions: vec![VecDeque::new(); partition_count as usize],
+            firsts: vec![1; partition_count as usize],
             ids: HashMap::default(),
         }
     }
 
     /// Last sequence of `partition` (0 when empty).
     pub(super) fn high_watermark(&self, partition: u32) -> u64 {
-        self.partitions[partition as usize].len() as u64
+        let p = partition as usize;
+        self.firsts[p] - 1 + self.partitions[p].len() as u64
     }
 
     pub(super) fn high_watermarks(&self) -> Vec<u64> {
-        self.partitions.iter().map(|p| p.len() as u64).collect()
+        (0..self.partitions.len() as u32)
+            .map(|p| self.high_watermark(p))
+            .collect()
+    }
+
+    /// The lowest sequence still stored in `partition`.
+    pub(super) fn first_sequence(&self, partition: u32) -> u64 {
+        self.firsts[partition as usize]
+    }
+
+    pub(super) fn first_sequences(&self) -> Vec<u64> {
+        self.firsts.clone()
     }
 
     pub(super) fn get(&self, partition: u32, sequence: u64) -> Option<&Arc<Event>> {
-        let index = usize::try_from(sequence.checked_sub(1)?).ok()?;
-        self.partitions.get(partition as usize)?.get(index)
+        let p = partition as usize;
+        let index = usize::try_from(sequence.checked_sub(*self.firsts.get(p)?)?).ok()?;
+        self.partitions.get(p)?.get(index)
+    }
+
+    /// Removes the events of `partition` below `upto` (exclusive), at most
+    /// `limit`; returns how many went and the new first sequence.
+    pub(super) fn trim(&mut self, partition: u32, upto: u64, limit: u32) -> (u64, u64) {
+        let p = partition as usize;
+        let mut removed = 0;
+        while self.firsts[p] < upto && removed < u64::from(limit) {
+            let Some(event) = self.partitions[p].pop_front() else {
+                break;
+            };
+            self.ids.remove(&event.id);
+            self.firsts[p] += 1;
+            removed += 1;
+        }
+        (removed, self.firsts[p])
     }
 
     /// Where the event with `id` lives.
@@ -75,8 +109,8 @@ impl Log {
                 continue;
             }
             let id = input.id.take().unwrap_or_else(EventId::generate);
+            let sequence = self.high_watermark(partition) + 1;
             let log = &mut self.partitions[partition as usize];
-            let sequence = log.len() as u64 + 1;
             let event =
                 Arc::new(input.into_event(id.clone(), stream.clone(), partition, sequence, now));
             self.ids.insert(id, (partition, sequence));
@@ -84,7 +118,7 @@ impl Log {
                 event: Arc::clone(&event),
                 duplicate: false,
             });
-            log.push(event);
+            log.push_back(event);
         }
         out
     }
@@ -92,11 +126,12 @@ impl Log {
     /// Up to `limit` events of `partition` after `after`.
     pub(super) fn read(&self, partition: u32, after: u64, limit: u32) -> Vec<Event> {
         let events = &self.partitions[partition as usize];
-        let start = usize::try_from(after)
+        let skip = after.saturating_sub(self.first_sequence(partition) - 1);
+        let start = usize::try_from(skip)
             .unwrap_or(usize::MAX)
             .min(events.len());
-        events[start..]
-            .iter()
+        events
+            .range(start..)
             .take(limit as usize)
             .map(|e| (**e).clone())
             .collect()
@@ -121,6 +156,7 @@ impl Log {
             else {
                 continue;
             };
+            let lo = lo.max(self.first_sequence(partition));
             let matching = (lo..=hi)
                 .filter_map(|seq| self.get(partition, seq))
                 .filter(|e| query.matches(e));
@@ -151,6 +187,7 @@ impl Log {
             if let Some((lo, hi)) =
                 unbounded.sequence_range(partition, self.high_watermark(partition))
             {
+                let lo = lo.max(self.first_sequence(partition));
                 out.extend(
                     (lo..=hi)
                         .filter_map(|seq| self.get(partition, seq))

@@ -17,16 +17,18 @@ use parking_lot::{Mutex, RwLock};
 
 use self::group::{GroupState, Settled};
 use self::log::Log;
-use super::policy::{LagBuilder, Marks, route_batch, start_lookup, start_points};
+use super::policy::{
+    LagBuilder, Marks, clamp_starts, route_batch, start_lookup, start_points, unknown_event,
+};
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, validate_renewals, validate_settlements,
+    Result, TrimRequest, Trimmed, validate_renewals, validate_settlements,
 };
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetter, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, Page, Query, SettleTarget, Settlement, StartPosition, Stream,
+    GroupSpec, Lag, Lease, Page, Query, Retention, SettleTarget, Settlement, StartPosition, Stream,
     StreamName, Timestamp,
 };
 
@@ -43,6 +45,7 @@ struct StreamState {
     name: StreamName,
     partition_count: u32,
     created_at: Timestamp,
+    retention: RwLock<Option<Retention>>,
     log: RwLock<Log>,
     groups: RwLock<BTreeMap<GroupName, Arc<Mutex<GroupState>>>>,
 }
@@ -60,11 +63,14 @@ impl StreamState {
     }
 
     fn describe(&self) -> Stream {
+        let log = self.log.read();
         Stream {
             name: self.name.clone(),
             partition_count: self.partition_count,
             created_at: self.created_at,
-            high_watermarks: self.log.read().high_watermarks(),
+            high_watermarks: log.high_watermarks(),
+            first_sequences: log.first_sequences(),
+            retention: *self.retention.read(),
         }
     }
 
@@ -79,7 +85,8 @@ impl StreamState {
                 .collect(),
             None => Vec::new(),
         };
-        Ok(start_points(start, self.partition_count, &marks))
+        let starts = start_points(start, self.partition_count, &marks);
+        Ok(clamp_starts(starts, &log.first_sequences()))
     }
 }
 
@@ -167,6 +174,7 @@ impl Backend for MemoryBackend {
             name: req.name.clone(),
             partition_count: req.partition_count,
             created_at: self.clock.now(),
+            retention: RwLock::new(req.retention),
             log: RwLock::new(Log::new(req.partition_count)),
             groups: RwLock::new(BTreeMap::new()),
         });
@@ -293,7 +301,8 @@ impl Backend for MemoryBackend {
         let now = self.clock.now();
         let mut g = group.lock();
         let log = state.log.read();
-        let (p, seq) = log.locate(&req.target.event_id).ok_or(Error::StaleLease)?;
+        let (p, seq) = (log.locate(&req.target.event_id))
+            .ok_or_else(|| unknown_event(&req.target.event_id, &log.first_sequences()))?;
         let renewed = g.renew(p, seq, &req.target, req.lease_ms, now)?;
         let event = log.get(p, seq).expect("located events exist");
         let (lease_id, r) = (req.target.lease_id, renewed);
@@ -323,7 +332,8 @@ impl Backend for MemoryBackend {
         let mut g = group.lock();
         let log = state.log.read();
         let renew = |target: &SettleTarget| {
-            let (p, seq) = log.locate(&target.event_id).ok_or(Error::StaleLease)?;
+            let (p, seq) = (log.locate(&target.event_id))
+                .ok_or_else(|| unknown_event(&target.event_id, &log.first_sequences()))?;
             Ok(g.renew(p, seq, target, lease_ms, now)?.expires_at)
         };
         Ok(targets.iter().map(renew).collect())
@@ -346,7 +356,9 @@ impl Backend for MemoryBackend {
                 .into_iter()
                 .map(|item| {
                     item.validate()?;
-                    let (p, seq) = log.locate(&item.target.event_id).ok_or(Error::StaleLease)?;
+                    let (p, seq) = (log.locate(&item.target.event_id)).ok_or_else(|| {
+                        unknown_event(&item.target.event_id, &log.first_sequences())
+                    })?;
                     let outcome = g.settle(p, seq, &item.target, item.op, now)?;
                     requeued |= outcome == Settled::Requeued;
                     Ok(())
@@ -388,6 +400,7 @@ impl Backend for MemoryBackend {
             ordering: g.group.ordering,
             inflight: g.inflight(),
             dead_letters: g.dead_count(),
+            skipped_by_retention: g.skipped(),
             cursors: partitions.iter().map(|&p| (p, g.cursor(p))).collect(),
             lag,
         })
@@ -401,8 +414,7 @@ impl Backend for MemoryBackend {
         let after = match &req.after {
             None => None,
             Some(id) => {
-                let (p, seq) = log
-                    .locate(id)
+                let (p, seq) = (log.locate(id).or_else(|| g.dead_position(id)))
                     .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
                 Some((seq, p))
             }
@@ -411,15 +423,24 @@ impl Backend for MemoryBackend {
         let dead_letters: Vec<DeadLetter> = rows
             .into_iter()
             .map(|((seq, p), record)| {
-                let event = log.get(p, seq).expect("dead-lettered events exist");
+                // Retention may have removed the event: its id was kept.
+                let event = log.get(p, seq).map(|e| (**e).clone());
                 DeadLetter {
-                    event_id: event.id.clone(),
+                    event_id: event.as_ref().map_or_else(
+                        || {
+                            record
+                                .event_id
+                                .clone()
+                                .expect("a removed event's id is kept")
+                        },
+                        |e| e.id.clone(),
+                    ),
                     partition: p,
                     sequence: seq,
                     attempt: record.attempt,
                     reason: record.reason,
                     dead_lettered_at: record.at,
-                    event: (**event).clone(),
+                    event,
                 }
             })
             .collect();
@@ -438,7 +459,11 @@ impl Backend for MemoryBackend {
                 Redrive::All => None,
                 Redrive::Events(ids) => Some(locate_all(&log, &ids)?),
             };
-            g.redrive(targets, &|p, seq| key_at(&log, p, seq))
+            // A dead letter whose event retention removed has nothing to
+            // deliver: it stays.
+            g.redrive(targets, &|p| log.first_sequence(p), &|p, seq| {
+                key_at(&log, p, seq)
+            })
         };
         if count > 0 {
             self.notifier.notify(stream);
@@ -458,7 +483,11 @@ impl Backend for MemoryBackend {
                     let parts = partitions.resolve(state.partition_count)?;
                     parts
                         .iter()
-                        .map(|&p| g.reopen_after(p, after, log.high_watermark(p), &key_of))
+                        .map(|&p| {
+                            // Below the log start nothing is left to re-open.
+                            let after = after.max(log.first_sequence(p) - 1);
+                            g.reopen_after(p, after, log.high_watermark(p), &key_of)
+                        })
                         .sum()
                 }
                 Replay::FromTime { from, partitions } => {
@@ -508,6 +537,67 @@ impl Backend for MemoryBackend {
         }
         self.notifier.notify(&req.stream);
         Ok(())
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        if let Some(r) = &retention {
+            r.validate()?;
+        }
+        let state = self.stream(stream)?;
+        *state.retention.write() = retention;
+        Ok(state.describe())
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        let state = self.stream(&req.stream)?;
+        if req.partition >= state.partition_count {
+            return Err(Error::InvalidPartition {
+                partition: req.partition,
+                partition_count: state.partition_count,
+            });
+        }
+        let p = req.partition;
+        // Lock order: groups, then the log.
+        let groups: Vec<_> = state.groups.read().values().cloned().collect();
+        let mut held: Vec<_> = groups.iter().map(|g| g.lock()).collect();
+        let mut log = state.log.write();
+        let first = log.first_sequence(p);
+        let upto = req
+            .before
+            .min(first.saturating_add(u64::from(req.limit)))
+            .min(log.high_watermark(p) + 1);
+        if upto <= first {
+            return Ok(Trimmed {
+                removed: 0,
+                first_sequence: first,
+                skipped: Vec::new(),
+            });
+        }
+        let mut skipped = Vec::new();
+        for g in held.iter_mut() {
+            let n = g.trim(p, (first, upto), &|seq| {
+                log.get(p, seq).map(|e| e.id.clone())
+            });
+            if n > 0 {
+                skipped.push((g.group.name.clone(), n));
+            }
+        }
+        let (removed, first_sequence) = log.trim(p, upto, req.limit);
+        drop(log);
+        drop(held);
+        if !skipped.is_empty() {
+            // Gates may have let deliveries out.
+            self.notifier.notify(&req.stream);
+        }
+        Ok(Trimmed {
+            removed,
+            first_sequence,
+            skipped,
+        })
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

@@ -170,6 +170,30 @@ pub fn start_points(start: &StartPosition, partition_count: u32, marks: &[Marks]
         .collect()
 }
 
+/// Start points below the log start raised to it (`docs/log.md#retention`):
+/// a group (or a reset) starting before the first stored event of a
+/// partition starts just before it. `firsts[p]` is the partition's first
+/// stored sequence.
+pub fn clamp_starts(starts: Vec<u64>, firsts: &[u64]) -> Vec<u64> {
+    starts
+        .into_iter()
+        .enumerate()
+        .map(|(p, start)| start.max(firsts.get(p).map_or(0, |f| f - 1)))
+        .collect()
+}
+
+/// What a settle or renew of an event the stream does not hold answers:
+/// `event_removed` once retention has removed events of the stream (any
+/// first sequence past 1: the event is most likely one of them),
+/// `stale_lease` otherwise (`docs/log.md#retention`).
+pub fn unknown_event(id: &EventId, firsts: &[u64]) -> Error {
+    if firsts.iter().any(|f| *f > 1) {
+        Error::EventRemoved(id.as_str().to_owned())
+    } else {
+        Error::StaleLease
+    }
+}
+
 /// A group's retry policy, as settles and the poison guard need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupConfig {

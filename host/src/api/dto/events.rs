@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::error::ApiError;
 use crate::model::{
     Appended, DEFAULT_QUERY_LIMIT, Event, EventId, EventInput, JsonObject, OrderBy, Page, Query,
-    QueryCursor, Stream, StreamName, Timestamp, parse_where,
+    QueryCursor, Retention, RetentionPolicy, Stream, StreamName, Timestamp, parse_where,
 };
 
 /// Create a stream.
@@ -23,13 +23,58 @@ pub(crate) struct CreateStreamBody {
     #[schema(minimum = 1, maximum = 1024)]
     #[serde(default, deserialize_with = "super::whole::opt")]
     pub(crate) partition_count: Option<u32>,
+    /// How long it keeps events (`docs/log.md#retention`); leave it out
+    /// to keep every event.
+    #[serde(default)]
+    pub(crate) retention: Option<RetentionBody>,
 }
 
-/// One partition's high watermark.
+/// A change of a stream: its retention (`null` keeps every event again).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PatchStreamBody {
+    /// The new retention, or `null`.
+    pub(crate) retention: Option<RetentionBody>,
+}
+
+/// How long a stream keeps events (`docs/log.md#retention`): what
+/// [`Retention`] holds, with whole numbers read as JSON counts them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetentionBody {
+    /// Events older than this (by their timestamp) are removed.
+    #[serde(default, deserialize_with = "super::whole::opt")]
+    #[schema(minimum = 1, maximum = 3_153_600_000_000_u64)]
+    max_age_ms: Option<u64>,
+    /// Each partition keeps at most its newest this many events.
+    #[serde(default, deserialize_with = "super::whole::opt")]
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_u64)]
+    max_events: Option<u64>,
+    /// `limits` (default): the limits alone decide and one is needed;
+    /// `interest`: also every event all groups have settled.
+    #[serde(default)]
+    policy: RetentionPolicy,
+}
+
+impl From<RetentionBody> for Retention {
+    fn from(body: RetentionBody) -> Self {
+        Retention {
+            max_age_ms: body.max_age_ms,
+            max_events: body.max_events,
+            policy: body.policy,
+        }
+    }
+}
+
+/// One partition's high watermark and log start.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct PartitionWatermark {
     /// Last sequence appended (0 when empty).
     high_watermark: u64,
+    /// The lowest sequence still stored: 1 until retention removes events,
+    /// `high_watermark + 1` when it removed them all. Reads from `after=0`
+    /// start here.
+    first_sequence: u64,
 }
 
 /// A stream.
@@ -46,6 +91,8 @@ pub(crate) struct StreamBody {
     /// Per partition (keys are partition numbers as strings).
     #[schema(value_type = std::collections::HashMap<String, PartitionWatermark>)]
     partitions: BTreeMap<u32, PartitionWatermark>,
+    /// How long it keeps events; `null`: for ever.
+    retention: Option<Retention>,
 }
 
 impl From<Stream> for StreamBody {
@@ -53,7 +100,14 @@ impl From<Stream> for StreamBody {
         let partitions = (0..s.partition_count)
             .map(|p| {
                 let high_watermark = s.high_watermarks.get(p as usize).copied().unwrap_or(0);
-                (p, PartitionWatermark { high_watermark })
+                let first_sequence = s.first_sequences.get(p as usize).copied().unwrap_or(1);
+                (
+                    p,
+                    PartitionWatermark {
+                        high_watermark,
+                        first_sequence,
+                    },
+                )
             })
             .collect();
         Self {
@@ -61,6 +115,7 @@ impl From<Stream> for StreamBody {
             partition_count: s.partition_count,
             created_at: s.created_at,
             partitions,
+            retention: s.retention,
         }
     }
 }

@@ -213,6 +213,9 @@ pub(crate) struct GroupInfoBody {
     inflight: u64,
     /// Deliveries dead-lettered.
     dead_letters: u64,
+    /// Events the stream's retention removed before this group settled
+    /// them (`docs/log.md#retention`).
+    skipped_by_retention: u64,
     /// Per partition, the next sequence the group will hand out.
     #[schema(value_type = std::collections::HashMap<String, u64>)]
     cursors: BTreeMap<u32, u64>,
@@ -229,6 +232,7 @@ impl From<GroupInfo> for GroupInfoBody {
             lag: i.lag.into(),
             inflight: i.inflight,
             dead_letters: i.dead_letters,
+            skipped_by_retention: i.skipped_by_retention,
             cursors: i.cursors,
         }
     }
@@ -358,14 +362,15 @@ pub(crate) struct DeadLetterBody {
     /// When.
     #[schema(value_type = String, format = DateTime)]
     dead_lettered_at: Timestamp,
-    /// The event.
-    event: EventBody,
+    /// The event; `null` once the stream's retention removed it
+    /// (`docs/log.md#retention`).
+    event: Option<EventBody>,
 }
 
 impl From<DeadLetter> for DeadLetterBody {
     fn from(d: DeadLetter) -> Self {
         Self {
-            event: EventBody::from(&d.event),
+            event: d.event.as_ref().map(EventBody::from),
             event_id: d.event_id,
             partition: d.partition,
             sequence: d.sequence,

@@ -24,7 +24,8 @@ use utoipa::ToSchema;
 
 pub(crate) use events::{
     AppendBatchBody, AppendedBatchBody, AppendedBody, CreateStreamBody, EventBody, EventInputBody,
-    EventListBody, QueryBody, QueryPageBody, ReadParams, StreamBody, StreamListBody,
+    EventListBody, PatchStreamBody, QueryBody, QueryPageBody, ReadParams, StreamBody,
+    StreamListBody,
 };
 pub(crate) use groups::{
     CreateGroupBody, DeadLetterPageBody, DeadLetterParams, GroupBody, GroupInfoBody, GroupListBody,

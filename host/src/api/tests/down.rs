@@ -16,12 +16,12 @@ use crate::api::ApiSettings;
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result,
+    Result, TrimRequest, Trimmed,
 };
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
 };
 
 #[derive(Debug)]
@@ -127,6 +127,12 @@ impl Backend for DownBackend {
         self.fail().await
     }
     async fn reset(&self, _: ResetRequest) -> Result<()> {
+        self.fail().await
+    }
+    async fn set_retention(&self, _: &StreamName, _: Option<Retention>) -> Result<Stream> {
+        self.fail().await
+    }
+    async fn trim(&self, _: TrimRequest) -> Result<Trimmed> {
         self.fail().await
     }
     async fn delete_stream(&self, _: DeleteStream) -> Result<()> {

@@ -62,7 +62,7 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let expected = [
         ("/v1/streams", &["get", "post"][..]),
-        ("/v1/streams/{stream}", &["delete", "get"]),
+        ("/v1/streams/{stream}", &["delete", "get", "patch"]),
         ("/v1/streams/{stream}/events", &["get", "post"]),
         ("/v1/streams/{stream}/events/batch", &["post"]),
         ("/v1/streams/{stream}/query", &["post"]),

@@ -18,6 +18,7 @@ mod long_poll;
 mod nodes;
 mod ranges;
 mod recovery;
+mod retention;
 mod streams;
 
 use std::sync::Arc;

@@ -22,7 +22,11 @@ async fn create_answers_201_with_the_stream_and_its_partition_map() {
             "name": "orders",
             "partition_count": 2,
             "created_at": "2026-01-01T00:00:00.000Z",
-            "partitions": {"0": {"high_watermark": 0}, "1": {"high_watermark": 0}},
+            "partitions": {
+                "0": {"high_watermark": 0, "first_sequence": 1},
+                "1": {"high_watermark": 0, "first_sequence": 1},
+            },
+            "retention": null,
         })
     );
     let single = app.post("/v1/streams", json!({"name": "one"})).await;

@@ -238,6 +238,7 @@ fn render_info(info: &Value) -> String {
         ("inflight", cell(&info["inflight"])),
         ("waiting retry", cell(&lag["waiting_retry"])),
         ("dead letters", cell(&info["dead_letters"])),
+        ("skipped by retention", cell(&info["skipped_by_retention"])),
         ("oldest unacked", oldest(&lag["oldest_unacked_age_ms"])),
     ]);
     out.push('\n');

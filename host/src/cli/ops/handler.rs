@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::{ServerArgs, cell};
+use super::{ServerArgs, cell, duration_ms};
 use crate::cli::client::{Client, segment};
 use crate::cli::multipart::{self, Part};
 use crate::cli::table::{Align, Table, key_values};
@@ -724,28 +724,6 @@ fn percent(text: &str) -> Result<f64, String> {
     }
 }
 
-/// `500ms`, `90s`, `10m` or `1h` in milliseconds.
-fn duration_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => 0,
-    };
-    match number.parse::<u64>() {
-        Ok(n) if n > 0 && scale > 0 => n
-            .checked_mul(scale)
-            .ok_or_else(|| format!("{text} is too long")),
-        _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m or 1h".to_owned()),
-    }
-}
-
 /// One log line as printed: compact JSON with `--json`, else
 /// `2026-12-01T20:31:02.123Z INFO  v3 evt-1 #2 message` (event id and
 /// attempt only inside a delivery; `[stdout]` or `[stderr]` before the
@@ -883,7 +861,8 @@ mod tests {
         assert_eq!(duration_ms("90s"), Ok(90_000));
         assert_eq!(duration_ms("10m"), Ok(600_000));
         assert_eq!(duration_ms("1h"), Ok(3_600_000));
-        for bad in ["10", "0s", "1d", "m", "-5s"] {
+        assert_eq!(duration_ms("7d"), Ok(604_800_000));
+        for bad in ["10", "0s", "1w", "m", "-5s"] {
             assert!(duration_ms(bad).is_err(), "{bad:?}");
         }
     }

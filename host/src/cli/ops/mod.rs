@@ -155,6 +155,29 @@ impl GroupRef {
 }
 
 /// `0,1,2`.
+/// `500ms`, `90s`, `10m`, `1h` or `7d` in milliseconds.
+fn duration_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 && scale > 0 => n
+            .checked_mul(scale)
+            .ok_or_else(|| format!("{text} is too long")),
+        _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m, 1h or 7d".to_owned()),
+    }
+}
+
 /// A delete route with its confirmation, and `force` when asked for.
 fn delete_path(path: &str, force: bool) -> String {
     if force {

@@ -42,6 +42,7 @@ impl Cluster {
             .create_stream(CreateStream {
                 name: sn("in"),
                 partition_count: 2,
+                retention: None,
             })
             .await
             .unwrap();

@@ -74,6 +74,7 @@ async fn transform_into_out(f: &Fixture, payloads: Vec<serde_json::Value>) {
         .create_stream(crate::backend::CreateStream {
             name: sn("out"),
             partition_count: 1,
+            retention: None,
         })
         .await
         .unwrap();

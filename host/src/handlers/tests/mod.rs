@@ -41,6 +41,7 @@ impl Fixture {
             .create_stream(CreateStream {
                 name: sn("in"),
                 partition_count: 2,
+                retention: None,
             })
             .await
             .unwrap();

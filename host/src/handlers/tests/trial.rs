@@ -140,6 +140,7 @@ async fn a_dry_run_keeps_appends_instead_of_writing_them() {
             .create_stream(CreateStream {
                 name: sn(name),
                 partition_count: 1,
+                retention: None,
             })
             .await
             .unwrap();

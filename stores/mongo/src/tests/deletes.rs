@@ -153,6 +153,7 @@ async fn a_create_finishes_a_delete_that_died_half_way() {
         .create_stream(CreateStream {
             name: s.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await
         .expect("create again");

@@ -423,6 +423,7 @@ impl Dialect for PostgresDialect {
         for arg in args {
             q = match arg {
                 Arg::Text(s) => q.bind(s.into_owned()),
+                Arg::OptText(s) => q.bind(s.map(std::borrow::Cow::into_owned)),
                 Arg::I32(n) => q.bind(n),
                 Arg::I64(n) => q.bind(n),
                 Arg::F64(f) => q.bind(f),

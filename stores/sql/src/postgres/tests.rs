@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::{PostgresBackend, PostgresOptions};
 use rheo_core::backend::Backend;
 use rheo_core::backend::conformance::{Janitor, outage, service_url};
-use rheo_core::clock::SharedClock;
+use rheo_core::clock::{FrozenClock, SharedClock};
 
 fn url() -> Option<String> {
     service_url("TEST_POSTGRES_URL", "postgres")
@@ -84,29 +84,33 @@ fn options(schema: &str) -> PostgresOptions {
     }
 }
 
-async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+/// A backend on a fresh schema (migrated), which goes with it.
+async fn one_node(clock: SharedClock) -> Option<PostgresBackend> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
     let mut backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
         .await
         .expect("connect to TEST_POSTGRES_URL and migrate");
     backend.janitor = Some(janitor(&url, &schema));
-    Some(Arc::new(backend))
+    Some(backend)
+}
+
+async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
+    Some(Arc::new(one_node(clock).await?))
 }
 
 rheo_core::backend_conformance!(factory);
 
-/// Two backends (two servers) on one schema, which goes with the last.
-/// Each reads the catalog generation before every call, so that what one
-/// deletes is gone on the other at once (a server reads it at most every
-/// `catalog::CHECK_EVERY`).
-async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+/// Two backends (two servers) on a fresh schema, which goes with the
+/// last; a migrates it. Both are opened with what `tune` makes of the
+/// tests' options.
+async fn two_nodes(
+    clock: SharedClock,
+    tune: impl FnOnce(PostgresOptions) -> PostgresOptions,
+) -> Option<(Arc<PostgresBackend>, Arc<PostgresBackend>)> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
-    let options = PostgresOptions {
-        catalog_check_every: Duration::ZERO,
-        ..options(&schema)
-    };
+    let options = tune(options(&schema));
     let open =
         |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
     let mut a = open(true).await.expect("connect node a and migrate");
@@ -116,6 +120,23 @@ async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>
     Some((Arc::new(a), Arc::new(b)))
 }
 
+/// The tests' frozen clock.
+fn frozen() -> Arc<FrozenClock> {
+    FrozenClock::new(rheo_core::model::Timestamp::from_millis(1_767_225_600_000))
+}
+
+/// Two nodes that each read the catalog generation before every call, so
+/// that what one deletes is gone on the other at once (a server reads it
+/// at most every `catalog::CHECK_EVERY`).
+async fn nodes(clock: SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let every_call = |o: PostgresOptions| PostgresOptions {
+        catalog_check_every: Duration::ZERO,
+        ..o
+    };
+    let (a, b) = two_nodes(clock, every_call).await?;
+    Some((a, b))
+}
+
 rheo_core::shared_store_conformance!(nodes);
 
 /// Node b reads the catalog generation once, at its first call, and not
@@ -123,51 +144,55 @@ rheo_core::shared_store_conformance!(nodes);
 /// deleted gone all the same (`sql/stale_nodes.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
-    let Some(url) = url() else { return };
-    let schema = fresh_schema(&url).await;
-    let _janitor = janitor(&url, &schema);
-    let clock = rheo_core::clock::FrozenClock::new(rheo_core::model::Timestamp::from_millis(
-        1_767_225_600_000,
-    ));
-    let options = PostgresOptions {
+    let clock = frozen();
+    let once_an_hour = |o: PostgresOptions| PostgresOptions {
         catalog_check_every: Duration::from_secs(3600),
-        ..options(&schema)
+        ..o
     };
-    let open =
-        |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
-    let a = open(true).await.expect("connect node a and migrate");
-    let b = open(false).await.expect("connect node b");
-    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(
-        clock.clone(),
-        Arc::new(a),
-        Arc::new(b),
-    )
-    .await;
+    let Some((a, b)) = two_nodes(clock.clone(), once_an_hour).await else {
+        return;
+    };
+    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(clock, a, b)
+        .await;
+}
+
+/// Room for the four writers of `sql/racing.rs` and the check's own calls.
+fn eight_connections(o: PostgresOptions) -> PostgresOptions {
+    PostgresOptions {
+        max_connections: 8,
+        ..o
+    }
 }
 
 /// Writers on two nodes race deletes (`sql/stale_nodes.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_racing_a_delete_leave_nothing_behind() {
-    let Some(url) = url() else { return };
-    let schema = fresh_schema(&url).await;
-    let _janitor = janitor(&url, &schema);
-    let clock = rheo_core::clock::FrozenClock::new(rheo_core::model::Timestamp::from_millis(
-        1_767_225_600_000,
-    ));
-    let options = PostgresOptions {
-        max_connections: 8,
-        ..options(&schema)
+    let clock = frozen();
+    let Some((a, b)) = two_nodes(clock.clone(), eight_connections).await else {
+        return;
     };
-    let open =
-        |migrate| PostgresBackend::connect_with(&url, options.clone(), clock.clone(), migrate);
-    let a = open(true).await.expect("connect node a and migrate");
-    let b = open(false).await.expect("connect node b");
-    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(
-        clock.clone(),
-        Arc::new(a),
-        Arc::new(b),
-    )
-    .await;
+    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(clock, a, b).await;
+}
+
+/// What a trim leaves in the tables (`sql/retention_rows.rs`).
+#[tokio::test]
+async fn a_trim_leaves_no_row_of_what_it_removed() {
+    let clock = frozen();
+    let Some(b) = one_node(clock.clone()).await else {
+        return;
+    };
+    crate::sql::retention_rows::a_trim_leaves_no_row_of_what_it_removed(clock, Arc::new(b)).await;
+}
+
+/// Trims on one node race writers on two (`sql/retention_rows.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trims_racing_writers_leave_every_group_consistent() {
+    let clock = frozen();
+    let Some((a, b)) = two_nodes(clock.clone(), eight_connections).await else {
+        return;
+    };
+    crate::sql::retention_rows::trims_racing_writers_leave_every_group_consistent(clock, a, b)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -279,6 +304,7 @@ async fn a_database_closed_to_connections_is_unavailable_and_recovers() {
         .create_stream(CreateStream {
             name: stream.clone(),
             partition_count: 1,
+            retention: None,
         })
         .await
         .expect("create the stream");

@@ -28,7 +28,8 @@ use rheo_core::backend::policy::{
 };
 use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use rheo_core::model::{
-    ConsumerId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
+    ConsumerId, EventId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName,
+    Timestamp,
 };
 
 /// Positions and fresh lease ids as the columns `fetch_claim.sql` and
@@ -399,9 +400,11 @@ impl<D: Dialect> SqlBackend<D> {
                 Ok(renewed) => renewed,
                 Err(e) => {
                     // A lease of a group deleted since this node read it
-                    // answers that it is gone.
+                    // answers that it is gone, one of an event retention
+                    // removed that it was (docs/log.md#retention).
                     self.confirm_group(&mut tx, s, g).await?;
-                    return Err(e);
+                    let id = &req.target.event_id;
+                    return Err(Self::removed_event(&mut tx, s, id, e).await?);
                 }
             };
         let position = (held.partition, held.sequence);
@@ -441,6 +444,8 @@ impl<D: Dialect> SqlBackend<D> {
         }
         if results.iter().any(|r| r.is_err()) {
             self.confirm_group(&mut tx, s, g).await?;
+            let ids: Vec<&EventId> = targets.iter().map(|t| &t.event_id).collect();
+            Self::removed_events(&mut tx, s, &ids, &mut results).await?;
         }
         Self::commit(tx).await?;
         Ok(results)

@@ -17,12 +17,13 @@ use rheo_core::backend::policy::GroupConfig;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
     FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result,
+    Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName, GroupSpec,
-    JsonObject, Lag, Lease, Page, Query, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    JsonObject, Lag, Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
 };
 
 /// Streams and groups in a SQL database of dialect `D`. Public as the
@@ -643,6 +644,27 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         again_on_conflict(|| self.reset_tx(req.clone())).await?;
         self.notifier.notify(&stream);
         Ok(())
+    }
+
+    async fn set_retention(
+        &self,
+        stream: &StreamName,
+        retention: Option<Retention>,
+    ) -> Result<Stream> {
+        again_on_conflict(|| self.set_retention_tx(stream, retention)).await
+    }
+
+    async fn trim(&self, req: TrimRequest) -> Result<Trimmed> {
+        let trimmed = again_on_conflict(|| self.trim_tx(&req)).await?;
+        if !trimmed.skipped.is_empty() {
+            // Gates may have let deliveries out.
+            self.notifier.notify(&req.stream);
+        }
+        Ok(trimmed)
+    }
+
+    async fn reclaim(&self) -> Result<()> {
+        self.dialect.reclaim().await
     }
 
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {

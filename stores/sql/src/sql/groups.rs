@@ -1,13 +1,37 @@
 //! Creating and listing groups (`docs/groups.md#groups-and-start-positions`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use super::engine::{insert_new, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, int};
 use super::{args, small};
-use rheo_core::backend::policy::{Marks, start_lookup, start_points};
+use rheo_core::backend::policy::{Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
-use rheo_core::model::{Group, GroupName, GroupSpec, StartPosition, StreamName};
+use rheo_core::model::{Group, GroupName, GroupSpec, Retention, StartPosition, StreamName};
+
+/// A partition's extent: its high watermark and first stored sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PartitionState {
+    pub(super) high_watermark: u64,
+    /// The lowest sequence still stored (`docs/log.md#retention`).
+    pub(super) first: u64,
+}
+
+impl Default for PartitionState {
+    /// A partition never appended to.
+    fn default() -> Self {
+        Self {
+            high_watermark: 0,
+            first: 1,
+        }
+    }
+}
+
+/// A stream's retention as stored (`Retention::to_text`; NULL: none).
+pub(super) fn stored_retention(text: Option<String>) -> Result<Option<Retention>> {
+    text.map(|t| Retention::from_text(&t).map_err(|e| super::corrupt("retention", e)))
+        .transpose()
+}
 
 impl<D: Dialect> SqlBackend<D> {
     pub(super) async fn create_group_tx(&self, s: &StreamName, spec: GroupSpec) -> Result<Group> {
@@ -78,7 +102,8 @@ impl<D: Dialect> SqlBackend<D> {
             .collect()
     }
 
-    /// The exclusive start sequence of every partition for `start`.
+    /// The exclusive start sequence of every partition for `start`, none
+    /// below its log start ([`clamp_starts`]).
     pub(super) async fn start_points_in(
         conn: &mut Conn<D>,
         s: &StreamName,
@@ -86,30 +111,42 @@ impl<D: Dialect> SqlBackend<D> {
         start: &StartPosition,
     ) -> Result<Vec<u64>> {
         let mut marks = Vec::new();
-        if let Some(t) = start_lookup(start, partition_count)? {
-            let all: Vec<u32> = (0..partition_count).collect();
+        let lookup = start_lookup(start, partition_count)?;
+        let all: Vec<u32> = (0..partition_count).collect();
+        let (partitions, _) = Self::partitions_of(conn, s).await?;
+        let state = |p: &u32| partitions.get(p).copied().unwrap_or_default();
+        if let Some(t) = lookup {
             let firsts = Self::first_at_or_after(conn, s, &all, t).await?;
-            let hws = Self::high_watermarks(conn, s).await?;
             marks = all
                 .iter()
                 .map(|p| Marks {
                     first_at_or_after: firsts.get(p).copied(),
-                    high_watermark: hws.get(p).copied().unwrap_or(0),
+                    high_watermark: state(p).high_watermark,
                 })
                 .collect();
         }
-        Ok(start_points(start, partition_count, &marks))
+        let starts = start_points(start, partition_count, &marks);
+        let firsts: Vec<u64> = all.iter().map(|p| state(p).first).collect();
+        Ok(clamp_starts(starts, &firsts))
     }
 
-    /// Every partition's high watermark.
-    pub(super) async fn high_watermarks(
+    /// Every partition's high watermark and first stored sequence, and the
+    /// stream's retention (`None` too for a stream without partitions,
+    /// which is one deleted since it was read).
+    pub(super) async fn partitions_of(
         conn: &mut Conn<D>,
         s: &StreamName,
-    ) -> Result<HashMap<u32, u64>> {
-        rows::<D>(conn, Statement::high_watermarks, args![s])
-            .await?
-            .iter()
-            .map(|r| Ok((r.u32(0)?, r.u64(1)?)))
-            .collect()
+    ) -> Result<(BTreeMap<u32, PartitionState>, Option<Retention>)> {
+        let mut partitions = BTreeMap::new();
+        let mut retention = None;
+        for row in rows::<D>(conn, Statement::high_watermarks, args![s]).await? {
+            let state = PartitionState {
+                high_watermark: row.u64(1)?,
+                first: row.u64(2)?,
+            };
+            partitions.insert(row.u32(0)?, state);
+            retention = stored_retention(row.opt_text(3)?)?;
+        }
+        Ok((partitions, retention))
     }
 }

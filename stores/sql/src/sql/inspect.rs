@@ -4,16 +4,16 @@
 use std::collections::HashMap;
 
 use super::engine::{StreamMeta, one, rows};
-use super::log::count;
+use super::log::{Position, count};
 use super::{Access, Arg, Conn, Dialect, SqlBackend, Statement, args, big, partitions, small};
 use rheo_core::backend::policy::{LagBuilder, OpenCounts};
 use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
 use rheo_core::model::{
-    DeadLetter, DeadLetterPage, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+    DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, StreamName, Timestamp,
 };
 
 impl<D: Dialect> SqlBackend<D> {
-    /// Per partition: (cursor, high watermark), one for each of `meta`'s
+    /// Per partition: the group's position, one for each of `meta`'s
     /// partitions, or [`Self::stale`] (the group or its stream was deleted
     /// since this node read them).
     async fn positions_of(
@@ -21,7 +21,7 @@ impl<D: Dialect> SqlBackend<D> {
         conn: &mut Conn<D>,
         (s, g): (&StreamName, &GroupName),
         meta: StreamMeta,
-    ) -> Result<HashMap<u32, (u64, u64)>> {
+    ) -> Result<HashMap<u32, Position>> {
         let positions = Self::positions(conn, s, g).await?;
         if positions.len() != meta.partition_count as usize {
             return Err(self.stale(s));
@@ -29,8 +29,8 @@ impl<D: Dialect> SqlBackend<D> {
         Ok(positions)
     }
 
-    /// Lag over `selected`; also returns every partition's (cursor, high
-    /// watermark), of which there must be `meta`'s count.
+    /// Lag over `selected`; also returns the group's position in every
+    /// partition, of which there must be `meta`'s count.
     async fn compute_lag(
         &self,
         conn: &mut Conn<D>,
@@ -38,7 +38,7 @@ impl<D: Dialect> SqlBackend<D> {
         meta: StreamMeta,
         selected: &[u32],
         now: Timestamp,
-    ) -> Result<(Lag, HashMap<u32, (u64, u64)>)> {
+    ) -> Result<(Lag, HashMap<u32, Position>)> {
         let positions = self.positions_of(conn, (s, g), meta).await?;
         let args = args![s, g, now];
         let mut open: HashMap<u32, OpenCounts> = HashMap::new();
@@ -54,7 +54,11 @@ impl<D: Dialect> SqlBackend<D> {
         let mut lag = LagBuilder::new(s, g);
         let mut unsettled = Vec::new();
         for &p in selected {
-            let (cursor, hw) = positions.get(&p).copied().unwrap_or((1, 0));
+            let Position {
+                cursor,
+                high_watermark: hw,
+                ..
+            } = positions.get(&p).copied().unwrap_or_default();
             let frontier = lag.add(p, cursor, hw, open.get(&p).copied().unwrap_or_default());
             if frontier < hw {
                 unsettled.push((p, frontier + 1));
@@ -99,9 +103,10 @@ impl<D: Dialect> SqlBackend<D> {
             ordering: config.ordering,
             inflight: lag.inflight,
             dead_letters,
+            skipped_by_retention: positions.values().map(|at| at.skipped).sum(),
             cursors: all
                 .iter()
-                .map(|p| (*p, positions.get(p).map_or(1, |(c, _)| *c)))
+                .map(|p| (*p, positions.get(p).map_or(1, |at| at.cursor)))
                 .collect(),
             lag,
         })
@@ -118,22 +123,31 @@ impl<D: Dialect> SqlBackend<D> {
             None => (big(0), Arg::I32(-1)),
             Some(id) => {
                 let found = Self::locate(&mut tx, s, std::slice::from_ref(id)).await?;
-                let (p, seq) = found
-                    .get(id.as_str())
-                    .copied()
-                    .ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
+                let at = match found.get(id.as_str()) {
+                    Some(&at) => Some(at),
+                    // The event of a dead letter retention removed: the
+                    // dead letter keeps its id.
+                    None => Self::delivery_of(&mut tx, s, g, id).await?,
+                };
+                let (p, seq) = at.ok_or_else(|| Error::CursorNotFound(id.as_str().to_owned()))?;
                 (big(seq), small(p))
             }
         };
         let args = args![s, g, after_seq, after_p, small(req.limit)];
         let mut dead_letters = Vec::new();
-        // Columns: the event's eight, then attempt, reason, dead_lettered_at.
+        // Columns: the event's eight (NULL but the position once retention
+        // removed it), then attempt, reason, dead_lettered_at, event id.
         for row in rows::<D>(&mut tx, Statement::dead_letters, args).await? {
-            let event = row.event(s, 0)?;
+            let event = match row.opt_text(2)? {
+                Some(_) => Some(row.event(s, 0)?),
+                None => None,
+            };
+            let event_id =
+                EventId::parse(row.text(11)?).map_err(|e| super::corrupt("event id", e))?;
             dead_letters.push(DeadLetter {
-                event_id: event.id.clone(),
-                partition: event.partition,
-                sequence: event.sequence,
+                event_id,
+                partition: row.u32(0)?,
+                sequence: row.u64(1)?,
                 attempt: row.u32(8)?,
                 reason: row.opt_text(9)?.unwrap_or_default(),
                 dead_lettered_at: row.opt_ts(10)?.unwrap_or(Timestamp::EPOCH),
@@ -166,8 +180,8 @@ impl<D: Dialect> SqlBackend<D> {
         }
         let positions = self.positions_of(&mut tx, (s, g), meta).await?;
         let unseen = selected.iter().any(|p| {
-            let (cursor, hw) = positions.get(p).copied().unwrap_or((1, 0));
-            cursor <= hw
+            let at = positions.get(p).copied().unwrap_or_default();
+            at.cursor <= at.high_watermark
         });
         let args = args![s, g, partitions(&selected), now];
         if unseen
@@ -183,5 +197,16 @@ impl<D: Dialect> SqlBackend<D> {
             Some(row) => row.opt_ts(0)?.map(|t| t.max(now)),
             None => None,
         })
+    }
+
+    /// Where the group's delivery of event `id` is, if it has one.
+    async fn delivery_of(
+        conn: &mut Conn<D>,
+        s: &StreamName,
+        g: &GroupName,
+        id: &EventId,
+    ) -> Result<Option<(u32, u64)>> {
+        let row = one::<D>(conn, Statement::delivery_by_event, args![s, g, id]).await?;
+        row.map(|row| Ok((row.u32(0)?, row.u64(1)?))).transpose()
     }
 }

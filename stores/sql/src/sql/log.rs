@@ -18,7 +18,13 @@ impl<D: Dialect> SqlBackend<D> {
         let now = self.now();
         let mut tx = self.begin(Access::Write).await?;
         let name = req.name.as_str();
-        let args = args![name, small(req.partition_count), now];
+        let retention = req.retention.map(|r| r.to_text());
+        let args = args![
+            name,
+            small(req.partition_count),
+            now,
+            Arg::OptText(retention.map(Into::into))
+        ];
         if insert_new::<D>(&mut tx, Statement::create_stream, args)
             .await?
             .is_none()
@@ -33,25 +39,40 @@ impl<D: Dialect> SqlBackend<D> {
             partition_count: req.partition_count,
             created_at: now,
             high_watermarks: vec![0; req.partition_count as usize],
+            first_sequences: vec![1; req.partition_count as usize],
+            retention: req.retention,
         })
     }
 
     pub(super) async fn get_stream_tx(&self, stream: &StreamName) -> Result<Stream> {
         let meta = self.meta(stream).await?;
         let mut conn = self.conn(Access::Read).await?;
-        let found = Self::high_watermarks(&mut conn, stream).await?;
+        self.describe(&mut conn, stream, meta).await
+    }
+
+    /// The stream `meta` describes as stored: its partitions' extents and
+    /// its retention, read on `conn`; [`Self::stale`] when its partitions
+    /// are not `meta`'s (deleted, and perhaps created again, since).
+    pub(super) async fn describe(
+        &self,
+        conn: &mut super::Conn<D>,
+        stream: &StreamName,
+        meta: StreamMeta,
+    ) -> Result<Stream> {
+        let (found, retention) = Self::partitions_of(conn, stream).await?;
         if found.len() != meta.partition_count as usize {
-            // Deleted (and perhaps created again) since it was read.
             return Err(self.stale(stream));
         }
-        let high_watermarks = (0..meta.partition_count)
-            .map(|p| found.get(&p).copied().unwrap_or(0))
-            .collect();
+        let state = |p| found.get(&p).copied().unwrap_or_default();
         Ok(Stream {
             name: stream.clone(),
             partition_count: meta.partition_count,
             created_at: meta.created_at,
-            high_watermarks,
+            high_watermarks: (0..meta.partition_count)
+                .map(|p| state(p).high_watermark)
+                .collect(),
+            first_sequences: (0..meta.partition_count).map(|p| state(p).first).collect(),
+            retention,
         })
     }
 
@@ -59,19 +80,24 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Read).await?;
         let streams = rows::<D>(&mut tx, Statement::list_streams, Vec::new()).await?;
         let marks = rows::<D>(&mut tx, Statement::all_high_watermarks, Vec::new()).await?;
-        let mut hws: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut extents: HashMap<String, (Vec<u64>, Vec<u64>)> = HashMap::new();
         for row in marks {
-            hws.entry(row.text(0)?).or_default().push(row.u64(2)?);
+            let (hws, firsts) = extents.entry(row.text(0)?).or_default();
+            hws.push(row.u64(2)?);
+            firsts.push(row.u64(3)?);
         }
         streams
             .iter()
             .map(|row| {
                 let name = row.text(0)?;
+                let (high_watermarks, first_sequences) = extents.remove(&name).unwrap_or_default();
                 Ok(Stream {
-                    high_watermarks: hws.remove(&name).unwrap_or_default(),
+                    high_watermarks,
+                    first_sequences,
                     name: StreamName::parse(&name).map_err(|e| super::corrupt("stream name", e))?,
                     partition_count: row.u32(1)?,
                     created_at: row.ts(2)?,
+                    retention: super::groups::stored_retention(row.opt_text(3)?)?,
                 })
             })
             .collect()
@@ -312,16 +338,24 @@ impl<D: Dialect> SqlBackend<D> {
             .collect()
     }
 
-    /// Per partition: (cursor, high watermark).
+    /// Per partition: the group's position in it.
     pub(super) async fn positions(
         conn: &mut super::Conn<D>,
         s: &StreamName,
         g: &rheo_core::model::GroupName,
-    ) -> Result<HashMap<u32, (u64, u64)>> {
+    ) -> Result<HashMap<u32, Position>> {
         rows::<D>(conn, Statement::group_positions, args![s, g])
             .await?
             .iter()
-            .map(|r| Ok((r.u32(0)?, (r.u64(1)?, r.u64(2)?))))
+            .map(|r| {
+                let position = Position {
+                    cursor: r.u64(1)?,
+                    high_watermark: r.u64(2)?,
+                    first: r.u64(3)?,
+                    skipped: r.u64(4)?,
+                };
+                Ok((r.u32(0)?, position))
+            })
             .collect()
     }
 
@@ -340,6 +374,30 @@ impl<D: Dialect> SqlBackend<D> {
             }
         }
         Ok(out)
+    }
+}
+
+/// A group's position in one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    /// The next sequence the group has never handed out.
+    pub(super) cursor: u64,
+    pub(super) high_watermark: u64,
+    /// The partition's first stored sequence (`docs/log.md#retention`).
+    pub(super) first: u64,
+    /// Events retention removed before the group settled them.
+    pub(super) skipped: u64,
+}
+
+impl Default for Position {
+    /// A partition the group has no row for: as a fresh one.
+    fn default() -> Self {
+        Self {
+            cursor: 1,
+            high_watermark: 0,
+            first: 1,
+            skipped: 0,
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! [`SqlBackend<D>`] implements [`Backend`](rheo_core::backend::Backend) for
 //! any dialect. Its transactions (append, fetch/claim, settle, renew,
-//! replay/redrive/reset, lag, group info, dead letters, query, deletes) live in
-//! this folder and call the shared rules of [`policy`](rheo_core::backend::policy); they
+//! replay/redrive/reset, lag, group info, dead letters, query, deletes,
+//! retention trims) live in this folder and call the shared rules of [`policy`](rheo_core::backend::policy); they
 //! never name a driver type. A dialect supplies the rest:
 //!
 //! * its statements: one `.sql` file per [`Statement`], named the same in
@@ -35,6 +35,7 @@ mod groups;
 mod inspect;
 mod log;
 pub(crate) mod query;
+mod retention;
 mod rewind;
 mod settle;
 
@@ -113,7 +114,9 @@ macro_rules! with_statements {
             delete_lock_stream, delete_lock_groups, delete_lock_group,
             delete_stream_partitions, delete_stream_events, delete_stream_deliveries,
             delete_stream_cursors, delete_stream_groups, delete_stream_row,
-            delete_group_deliveries, delete_group_cursors, delete_group_row
+            delete_group_deliveries, delete_group_cursors, delete_group_row,
+            set_retention, trim_lock_stream, trim_lock_groups, trim_lock_partition,
+            trim_deliveries, trim_lock_cursors, trim_events, trim_partition, trim_cursors
         );
     };
 }
@@ -176,6 +179,8 @@ pub(crate) fn has_sql(text: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Arg<'a> {
     Text(Cow<'a, str>),
+    /// Text or NULL.
+    OptText(Option<Cow<'a, str>>),
     /// Partitions, attempts and other small integers (`integer` columns).
     I32(i32),
     /// Sequences, counts and limits (`bigint` columns).
@@ -350,6 +355,13 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
 
     /// `rows` were written to `table` (a dialect may refresh statistics).
     fn wrote(&self, _table: Table, _rows: u64) {}
+
+    /// Gives the pages trims and deletes freed back to the filesystem
+    /// where the database does not reuse them by itself (SQLite's
+    /// incremental vacuum), outside any transaction; nothing by default.
+    fn reclaim(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
 
     /// The cluster store of a dialect several servers share.
     fn cluster(&self) -> Option<std::sync::Arc<dyn rheo_core::cluster::ClusterStore>> {
@@ -539,6 +551,10 @@ pub(crate) fn ordering(stored: String) -> Result<rheo_core::model::GroupOrdering
     stored.parse().map_err(|e| corrupt("group ordering", e))
 }
 
+#[cfg(test)]
+mod racing;
+#[cfg(test)]
+pub(crate) mod retention_rows;
 #[cfg(test)]
 pub(crate) mod stale_nodes;
 #[cfg(test)]

@@ -183,7 +183,8 @@ impl<D: Dialect> SqlBackend<D> {
             .await?
             .ordering;
         let positions = Self::positions(&mut tx, s, g).await?;
-        let cursor = |p: u32| positions.get(&p).map_or(1, |(c, _)| *c);
+        let at = |p: u32| positions.get(&p).copied().unwrap_or_default();
+        let cursor = |p: u32| at(p).cursor;
         // Every (partition, after, before) range to re-open.
         let ranges: Vec<(u32, u64, u64)> = match how {
             Replay::FromSequence { after, partitions } => partitions
@@ -218,6 +219,10 @@ impl<D: Dialect> SqlBackend<D> {
         let mut count = 0;
         let mut floors = Floors::default();
         for (p, after, before) in ranges {
+            // Below the log start nothing is left to re-open
+            // (docs/log.md#retention): not even a dead letter, whose event
+            // is gone. The trim that moved it waited for this group's row.
+            let after = after.max(at(p).first - 1);
             let group = (s, g, ordering);
             count += Self::reopen(&mut tx, group, p, (after, before), &mut floors).await?;
         }

@@ -9,7 +9,7 @@ use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, ar
 use rheo_core::backend::policy::{Write, plain_acks, settle_write};
 use rheo_core::backend::{Error, Result, validate_settlements};
 use rheo_core::model::{
-    GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason,
+    EventId, GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason,
 };
 
 /// An acked event id, with its (partition, gate) when it has one.
@@ -40,12 +40,15 @@ impl<D: Dialect> SqlBackend<D> {
             let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
             // It commits on its own: a lost connection leaves it unknown.
             let acked = Self::ack_many(&mut conn, s, g, &targets, Phase::Write).await?;
+            let mut results = ack_results(&targets, &acked);
             if acked.len() < targets.len() {
                 // A lease of a group deleted since this node read it
-                // answers that it is gone (nothing was acked then).
+                // answers that it is gone (nothing was acked then), one of
+                // an event retention removed that it was.
                 self.confirm_group(&mut conn, s, g).await?;
+                let ids: Vec<&EventId> = targets.iter().map(|t| &t.event_id).collect();
+                Self::removed_events(&mut conn, s, &ids, &mut results).await?;
             }
-            let results = ack_results(&targets, &acked);
             let gates: Vec<(u32, String)> =
                 acked.into_iter().filter_map(|(_, gate)| gate).collect();
             if gates.is_empty() {
@@ -82,10 +85,12 @@ impl<D: Dialect> SqlBackend<D> {
         let mut tx = self.begin(Access::Write).await?;
         let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
         let acked = Self::ack_many(&mut tx, s, g, &targets, Phase::Read).await?;
+        let mut results = ack_results(&targets, &acked);
         if acked.len() < targets.len() {
             self.confirm_group(&mut tx, s, g).await?;
+            let ids: Vec<&EventId> = targets.iter().map(|t| &t.event_id).collect();
+            Self::removed_events(&mut tx, s, &ids, &mut results).await?;
         }
-        let results = ack_results(&targets, &acked);
         let gates = acked.into_iter().filter_map(|(_, gate)| gate).collect();
         let released = self.release_settled(&mut tx, s, g, gates).await?;
         if released {
@@ -148,6 +153,7 @@ impl<D: Dialect> SqlBackend<D> {
         // Heads of ordered gates that were settled: each gate then hands
         // out its lowest open delivery (docs/groups.md#ordering).
         let mut settled_gates = Vec::new();
+        let ids: Vec<EventId> = items.iter().map(|i| i.target.event_id.clone()).collect();
         for item in items {
             if let Err(e) = item.validate() {
                 results.push(Err(e.into()));
@@ -205,8 +211,11 @@ impl<D: Dialect> SqlBackend<D> {
         }
         if results.iter().any(|r| r.is_err()) {
             // A lease of a group deleted since this node read it answers
-            // that it is gone.
+            // that it is gone, one of an event retention removed that it
+            // was (docs/log.md#retention).
             self.confirm_group(&mut tx, s, g).await?;
+            let ids: Vec<&EventId> = ids.iter().collect();
+            Self::removed_events(&mut tx, s, &ids, &mut results).await?;
         }
         requeued |= self.release_settled(&mut tx, s, g, settled_gates).await?;
         if requeued {

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::racing::{self, Chore, Load, Settle, Writers};
 use super::{Dialect, SqlBackend};
 use rheo_core::backend::conformance::{Harness, code, gn, sn};
 use rheo_core::backend::{
@@ -63,20 +64,8 @@ const STREAM_CALLS: [Call; 18] = [
     Call::Reset,
 ];
 
-const GROUP_CALLS: [Call; 12] = [
-    Call::Fetch,
-    Call::Ack,
-    Call::Nack,
-    Call::Renew,
-    Call::RenewMany,
-    Call::GroupInfo,
-    Call::Lag,
-    Call::NextDue,
-    Call::DeadLetters,
-    Call::Replay,
-    Call::Redrive,
-    Call::Reset,
-];
+/// The calls on a group: every stream call from `Fetch` on.
+const GROUP_CALLS: &[Call] = STREAM_CALLS.split_at(6).1;
 
 async fn call(
     b: &dyn Backend,
@@ -169,29 +158,19 @@ async fn rows_of<D: Dialect>(
     s: &StreamName,
     g: Option<&GroupName>,
 ) -> u64 {
-    let p = D::PLACEHOLDER;
     let (stream_column, group_column) = match table {
         "rheo_streams" => ("name", None),
         "rheo_groups" => ("stream", Some("name")),
         "rheo_group_partitions" | "rheo_deliveries" => ("stream", Some("group_name")),
         _ => ("stream", None),
     };
-    let mut sql = format!("SELECT count(*) FROM {table} WHERE {stream_column} = {p}1");
+    let mut from = format!("{table} WHERE {stream_column} = {{p}}1");
     let mut args = super::args![s];
     if let (Some(g), Some(column)) = (g, group_column) {
-        sql.push_str(&format!(" AND {column} = {p}2"));
+        from.push_str(&format!(" AND {column} = {{p}}2"));
         args.push(super::Arg::from(g));
     }
-    let mut conn = backend
-        .conn(super::Access::Read)
-        .await
-        .expect("a connection");
-    let rows = super::Execute::rows(&mut *conn, D::bind(sqlx::AssertSqlSafe(sql), args))
-        .await
-        .expect("count rows");
-    super::Row::<D>(rows.into_iter().next().expect("a count"))
-        .u64(0)
-        .expect("a count")
+    super::retention_rows::count(backend, &from, args).await
 }
 
 const TABLES: [&str; 6] = [
@@ -245,7 +224,7 @@ pub(crate) async fn a_stale_node_finds_deletes_and_leaves_nothing_behind<D: Dial
         }
     }
 
-    for (i, what) in GROUP_CALLS.into_iter().enumerate() {
+    for (i, &what) in GROUP_CALLS.iter().enumerate() {
         let (s, g, held) = served(&ha, &hb, &format!("g{i}"), 2).await;
         let other = ha.group(&s, "other").await;
         let delete = DeleteGroup {
@@ -276,6 +255,7 @@ pub(crate) async fn a_stale_node_finds_deletes_and_leaves_nothing_behind<D: Dial
         let created = CreateStream {
             name: s.clone(),
             partition_count: after,
+            retention: None,
         };
         a.create_stream(created).await.expect("create again on a");
         let g = ha.group(&s, g.as_str()).await;
@@ -323,85 +303,21 @@ const RACING: [&str; 5] = [
     "backend_unavailable",
 ];
 
-/// Keeps writing to `s` through `b` (appends, fetches and settles in an
-/// unordered and a key-ordered group, replays, redrives, resets, new
-/// groups) until `stop`; returns the error codes it got.
-async fn keep_writing(
-    b: Arc<dyn Backend>,
-    s: StreamName,
-    worker: usize,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<rheo_core::backend::Error> {
-    use rheo_core::backend::FetchRequest;
-    use rheo_core::backend::conformance::cid;
-    let mut codes = Vec::new();
-    let mut note = |r: rheo_core::backend::Result<()>| {
-        if let Err(e) = r {
-            codes.push(e);
-        }
-    };
-    let mut round = 0;
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        round += 1;
-        let events = (0..4)
-            .map(|k| EventInput {
-                key: Some(format!("k{}", (round + k) % 3)),
-                ..EventInput::default()
-            })
-            .collect();
-        note(b.append(&s, events).await.map(drop));
-        for group in ["g", "o"] {
-            let g = gn(group);
-            let req = FetchRequest {
-                stream: s.clone(),
-                group: g.clone(),
-                limit: 3,
-                consumer_id: cid(&format!("w{worker}")),
-                lease_ms: 30_000,
-                partitions: Partitions::All,
-            };
-            match b.fetch(req).await {
-                Ok(leases) => {
-                    for (i, lease) in leases.iter().enumerate() {
-                        let r = if i % 2 == 0 {
-                            b.ack(&s, &g, lease.target()).await
-                        } else {
-                            b.nack(&s, &g, lease.target(), None, Some(0)).await
-                        };
-                        note(r);
-                    }
-                }
-                Err(e) => note(Err(e)),
-            }
-        }
-        match round % 4 {
-            0 => {
-                let how = Replay::FromSequence {
-                    after: 0,
-                    partitions: Partitions::All,
-                };
-                note(b.replay(&s, &gn("g"), how).await.map(drop));
-            }
-            1 => note(b.redrive(&s, &gn("o"), Redrive::All).await.map(drop)),
-            2 => {
-                let req = ResetRequest {
-                    stream: s.clone(),
-                    group: gn("g"),
-                    partitions: Partitions::All,
-                    start: StartPosition::Beginning,
-                    confirm: true,
-                    ordering: None,
-                };
-                note(b.reset(req).await);
-            }
-            _ => {
-                let spec = GroupSpec::new(gn(&format!("x{worker}-{round}")));
-                note(b.create_group(&s, spec).await.map(drop));
-            }
-        }
-    }
-    codes
-}
+/// Each round: four events over three keys, fetches of three, settled
+/// by ack and nack in turn; a replay, a redrive of `o`, a reset or a new
+/// group.
+const LOAD: Load = Load {
+    batch: 4,
+    keys: 3,
+    limit: 3,
+    settles: &[Settle::Ack, Settle::Nack],
+    chores: &[
+        Chore::Replay,
+        Chore::Redrive("o"),
+        Chore::Reset,
+        Chore::NewGroup,
+    ],
+};
 
 /// Writers on both nodes keep writing to a stream while one node deletes
 /// it (or one of its groups): none gets `failed`, and once they stop,
@@ -411,33 +327,13 @@ pub(crate) async fn writes_racing_a_delete_leave_nothing_behind<D: Dialect>(
     a: Arc<SqlBackend<D>>,
     b: Arc<SqlBackend<D>>,
 ) {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let ha = Harness::on(a.clone() as Arc<dyn Backend>, clock.clone());
     let s = sn("raced");
     for cycle in 0..6 {
         let delete_stream = cycle % 2 == 0;
         ha.stream(s.as_str(), 2).await;
-        ha.group(&s, "g").await;
-        let ordered = GroupSpec {
-            ordering: rheo_core::model::GroupOrdering::Key,
-            ..GroupSpec::new(gn("o"))
-        };
-        ha.group_with(&s, ordered).await;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut writers = Vec::new();
-        for worker in 0..4 {
-            let node: Arc<dyn Backend> = if worker % 2 == 0 {
-                a.clone()
-            } else {
-                b.clone()
-            };
-            writers.push(tokio::spawn(keep_writing(
-                node,
-                s.clone(),
-                worker,
-                stop.clone(),
-            )));
-        }
+        racing::groups(&ha, &s).await;
+        let writers = Writers::start(a.clone(), b.clone(), &s, LOAD);
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         if delete_stream {
             let delete = DeleteStream {
@@ -454,12 +350,9 @@ pub(crate) async fn writes_racing_a_delete_leave_nothing_behind<D: Dialect>(
             b.delete_group(delete).await.expect("delete the group");
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        stop.store(true, Ordering::SeqCst);
-        for writer in writers {
-            for got in writer.await.expect("a writer") {
-                let racing = RACING.contains(&got.code());
-                assert!(racing, "cycle {cycle}: a writer got {}: {got}", got.code());
-            }
+        for got in writers.stop().await {
+            let racing = RACING.contains(&got.code());
+            assert!(racing, "cycle {cycle}: a writer got {}: {got}", got.code());
         }
         if delete_stream {
             for table in TABLES {

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row as _, SqlSafeStr};
 
@@ -46,6 +46,14 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Read connections for a file database.
 const READERS: u32 = 4;
+
+/// One step of [`Dialect::reclaim`]: at most 1000 free pages (a few MiB)
+/// given back in one short write, so appends and settles go on in between.
+const RECLAIM: &str = "PRAGMA incremental_vacuum(1000)";
+
+/// Steps of [`Dialect::reclaim`] per call, at most: what is left waits
+/// for the next call.
+const RECLAIM_STEPS: u32 = 64;
 
 /// Whether the SQLite URL `url` names an in-memory database (it lives in
 /// its one connection: no file, nothing to share, lock or back up).
@@ -94,13 +102,21 @@ impl SqlBackend<SqliteDialect> {
             // settle cost does not grow with history.
             .pragma("cache_size", "-65536");
         let in_memory = is_in_memory(url);
+        // Pages trims free go back to the filesystem by `reclaim`
+        // (docs/log.md#retention). Set before the first table of a new
+        // file, where it takes effect (sqlx sets it before the journal
+        // mode, which writes the file's first page). A file created before
+        // keeps its mode and reuses freed pages (`PRAGMA auto_vacuum =
+        // INCREMENTAL; VACUUM;` switches it). The writer creates the file:
+        // the readers open it read-only.
+        let writer_options = options.clone().auto_vacuum(SqliteAutoVacuum::Incremental);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
             // An in-memory database lives as long as its one connection.
             .idle_timeout(None)
             .max_lifetime(None)
-            .connect_with(options.clone())
+            .connect_with(writer_options)
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let reader = if in_memory {
@@ -165,6 +181,7 @@ fn as_text(arg: Arg<'_>) -> Option<Cow<'_, str>> {
     };
     Some(match arg {
         Arg::Text(s) => s,
+        Arg::OptText(s) => s?,
         Arg::Time(t) => t.to_rfc3339().into(),
         Arg::OptTime(t) => t?.to_rfc3339().into(),
         Arg::List(column) => json(column.len(), &mut |out, i| json_cell(out, &column, i)).into(),
@@ -275,6 +292,43 @@ impl Dialect for SqliteDialect {
 
     async fn migration_status(&self) -> Result<rheo_core::backend::MigrationStatus> {
         super::sql::migration_status(&MIGRATOR, &self.writer).await
+    }
+
+    /// `PRAGMA incremental_vacuum` in steps of [`RECLAIM`], each on its
+    /// own (no transaction), until the free list is empty. A store without
+    /// `auto_vacuum = INCREMENTAL` (one created before retention) gives
+    /// nothing back: it reuses its free pages for new rows.
+    async fn reclaim(&self) -> Result<()> {
+        for _ in 0..RECLAIM_STEPS {
+            let acquired = self.writer.acquire().await;
+            let mut conn = acquired.map_err(|e| map_error(e, Phase::Connect))?;
+            if sqlx::Connection::is_in_transaction(&*conn) {
+                // Stuck inside a transaction (see `SqlBackend::conn`): the
+                // next call gets a fresh connection.
+                let _ = conn.close().await;
+                return Ok(());
+            }
+            let pragma = |sql| sqlx::query_scalar::<_, i64>(sql);
+            // 2: INCREMENTAL.
+            if pragma("PRAGMA auto_vacuum")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(read_err)?
+                != 2
+            {
+                return Ok(());
+            }
+            (sqlx::query(RECLAIM).execute(&mut *conn).await).map_err(read_err)?;
+            if pragma("PRAGMA freelist_count")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(read_err)?
+                == 0
+            {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     const PLACEHOLDER: char = '?';

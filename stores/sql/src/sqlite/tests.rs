@@ -65,16 +65,24 @@ fn fetch(limit: u32) -> FetchRequest {
     }
 }
 
-/// Stream `orders` (two partitions) with three events, group `billing`.
-async fn three_events_and_a_group(b: &SqliteBackend) -> Vec<rheo_core::model::Appended> {
+/// Stream `orders` with `partitions` partitions, and group `billing`.
+async fn stream_and_group(b: &SqliteBackend, partitions: u32) {
     let (s, g) = names();
     let stream = CreateStream {
         name: s.clone(),
-        partition_count: 2,
+        partition_count: partitions,
+        retention: None,
     };
     b.create_stream(stream).await.unwrap();
     b.create_group(&s, GroupSpec::new(g)).await.unwrap();
-    b.append(&s, vec![EventInput::default(); 3]).await.unwrap()
+}
+
+/// Stream `orders` (two partitions) with three events, group `billing`.
+async fn three_events_and_a_group(b: &SqliteBackend) -> Vec<rheo_core::model::Appended> {
+    stream_and_group(b, 2).await;
+    b.append(&names().0, vec![EventInput::default(); 3])
+        .await
+        .unwrap()
 }
 
 /// `sqlite::memory:` (one connection serves reads and writes) works too.
@@ -147,16 +155,38 @@ async fn everything_survives_a_restart() {
     assert_eq!(ids.len(), 1, "the third event, unchanged");
 }
 
+/// The plan SQLite makes of each of `statements` (the detail of each
+/// step), read on the writer of a new migrated database.
+async fn plans(
+    statements: impl IntoIterator<Item = crate::sql::Statement>,
+) -> Vec<(crate::sql::Statement, Vec<String>)> {
+    use super::SqliteDialect;
+    use crate::sql::Dialect;
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let b = SqliteBackend::open_temporary(clock).await.unwrap();
+    let mut conn = b.dialect.writer.acquire().await.unwrap();
+    let mut plans = Vec::new();
+    for statement in statements {
+        let sql = format!("EXPLAIN QUERY PLAN {}", SqliteDialect::statement(statement));
+        let plan: Vec<String> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| sqlx::Row::get::<String, _>(row, 3))
+            .collect();
+        plans.push((statement, plan));
+    }
+    plans
+}
+
 /// The statements a fetch, a settle or an append runs reach rows by key
 /// (SQLite's planner, without statistics, will otherwise happily walk a
 /// stream's events or a group's deliveries for each row of a batch). The
 /// plans are read from SQLite itself on a migrated database.
 #[tokio::test]
 async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
-    use super::SqliteDialect;
-    use crate::sql::{Dialect, Statement};
-    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
-    let b = SqliteBackend::open_temporary(clock).await.unwrap();
+    use crate::sql::Statement;
     let hot = [
         Statement::append_find_ids,
         Statement::append_allocate,
@@ -178,25 +208,40 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         Statement::settle_dead,
         Statement::locate_events,
     ];
-    let mut conn = b
-        .dialect
-        .pool(crate::sql::Access::Write)
-        .acquire()
-        .await
-        .unwrap();
-    for statement in hot {
-        let sql = format!("EXPLAIN QUERY PLAN {}", SqliteDialect::statement(statement));
-        let plan: Vec<String> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| sqlx::Row::get::<String, _>(row, 3))
-            .collect();
+    for (statement, plan) in plans(hot).await {
         for step in &plan {
             let walks = step.starts_with("SCAN rheo_")
                 || step.ends_with("(stream=?)")
                 || step.ends_with("(stream=? AND group_name=?)");
+            assert!(!walks, "{statement:?} walks a table: {step}\n{plan:#?}");
+        }
+    }
+}
+
+/// A trim reaches what it removes by key, however long the stream: each
+/// group's range of deliveries and the partition's range of events (only
+/// the stream's cursor rows, one per group and partition, are walked).
+/// The plans are read from SQLite itself on a migrated database.
+#[tokio::test]
+async fn a_trim_reaches_its_rows_by_key() {
+    use crate::sql::Statement;
+    let statements = [
+        Statement::trim_lock_partition,
+        Statement::trim_deliveries,
+        Statement::trim_events,
+        Statement::trim_partition,
+        Statement::trim_cursors,
+        Statement::dead_letters,
+        Statement::group_positions,
+        Statement::high_watermarks,
+    ];
+    for (statement, plan) in plans(statements).await {
+        for step in &plan {
+            let history = step.contains("rheo_deliveries") || step.contains("rheo_events");
+            let walks = step.starts_with("SCAN rheo_")
+                || (history
+                    && (step.ends_with("(stream=?)")
+                        || step.ends_with("(stream=? AND group_name=?)")));
             assert!(!walks, "{statement:?} walks a table: {step}\n{plan:#?}");
         }
     }
@@ -237,13 +282,15 @@ async fn a_migration_this_build_lacks_is_unknown_and_refused() {
     );
 }
 
-/// Two backends on one file, which a server never does (`lock_store`),
-/// as the nodes of a shared store that has not seen the other's deletes:
-/// every call of the second finds what the first deleted gone all the
-/// same, as it must when a delete commits between a call's read of what
-/// it keeps and its transaction (`sql/stale_nodes.rs`).
-#[tokio::test]
-async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
+/// Two backends on one new database file (the first migrates it), which
+/// a server never does (`lock_store`), as the nodes of a shared store; the
+/// file goes with the folder.
+async fn two_nodes_on_one_file() -> (
+    tempfile::TempDir,
+    Arc<FrozenClock>,
+    Arc<SqliteBackend>,
+    Arc<SqliteBackend>,
+) {
     let folder = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
     let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
@@ -253,30 +300,165 @@ async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
     let b = SqliteBackend::open(&url, clock.clone(), false)
         .await
         .expect("open again");
-    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(
-        clock,
-        Arc::new(a),
-        Arc::new(b),
-    )
-    .await;
+    (folder, clock, Arc::new(a), Arc::new(b))
+}
+
+/// Two backends on one file as the nodes of a shared store that has not
+/// seen the other's deletes: every call of the second finds what the
+/// first deleted gone all the same, as it must when a delete commits between a call's read of what
+/// it keeps and its transaction (`sql/stale_nodes.rs`).
+#[tokio::test]
+async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
+    let (_folder, clock, a, b) = two_nodes_on_one_file().await;
+    crate::sql::stale_nodes::a_stale_node_finds_deletes_and_leaves_nothing_behind(clock, a, b)
+        .await;
 }
 
 /// Writers on two backends of one file race deletes (`sql/stale_nodes.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_racing_a_delete_leave_nothing_behind() {
-    let folder = tempfile::tempdir().expect("a temporary folder");
-    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let (_folder, clock, a, b) = two_nodes_on_one_file().await;
+    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(clock, a, b).await;
+}
+
+/// What a trim leaves in the tables (`sql/retention_rows.rs`).
+#[tokio::test]
+async fn a_trim_leaves_no_row_of_what_it_removed() {
     let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
-    let a = SqliteBackend::open(&url, clock.clone(), true)
+    let b = SqliteBackend::open_temporary(clock.clone()).await.unwrap();
+    crate::sql::retention_rows::a_trim_leaves_no_row_of_what_it_removed(clock, Arc::new(b)).await;
+}
+
+/// A pragma's number, read on the writer (which sees the latest pages).
+async fn pragma(b: &SqliteBackend, name: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("PRAGMA {name}")))
+        .fetch_one(&b.dialect.writer)
         .await
-        .expect("open and migrate");
-    let b = SqliteBackend::open(&url, clock.clone(), false)
+        .unwrap()
+}
+
+/// Appends `n` events of about 2 KiB each, with ids `{tag}-{i}`, and acks
+/// them in group `billing`: every round writes the same rows.
+async fn append_and_ack(b: &SqliteBackend, tag: &str, n: usize) {
+    let (s, g) = names();
+    let payload = rheo_core::model::JsonObject::from_iter([(
+        "blob".to_owned(),
+        serde_json::Value::from("x".repeat(2048)),
+    )]);
+    let inputs: Vec<EventInput> = (0..n)
+        .map(|i| EventInput {
+            id: Some(rheo_core::model::EventId::parse(format!("{tag}-{i:04}")).unwrap()),
+            payload: payload.clone(),
+            ..EventInput::default()
+        })
+        .collect();
+    for batch in inputs.chunks(100) {
+        b.append(&s, batch.to_vec()).await.unwrap();
+    }
+    loop {
+        let leases = b.fetch(fetch(100)).await.unwrap();
+        if leases.is_empty() {
+            break;
+        }
+        let acks = leases.into_iter().map(|l| rheo_core::model::Settlement {
+            target: l.into_target(),
+            op: rheo_core::model::SettleOp::Ack,
+        });
+        for result in b.settle(&s, &g, acks.collect()).await.unwrap() {
+            result.unwrap();
+        }
+    }
+}
+
+/// Trims every event of partition 0 appended so far.
+async fn trim_all(b: &SqliteBackend) -> u64 {
+    let (s, _) = names();
+    let req = rheo_core::backend::TrimRequest {
+        stream: s,
+        partition: 0,
+        before: u64::MAX,
+        limit: 1000,
+    };
+    b.trim(req).await.unwrap().removed
+}
+
+/// A new store is created with `auto_vacuum = INCREMENTAL`: the pages a
+/// trim frees are on the free list, reused by the next appends, and
+/// `reclaim` gives them back to the filesystem, so a store that removes
+/// what it appends stops growing (`docs/log.md#retention`). Counted in
+/// pages, not bytes or time.
+#[tokio::test]
+async fn trimmed_pages_are_reused_and_reclaim_gives_them_back() {
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let b = SqliteBackend::open_temporary(clock).await.unwrap();
+    assert_eq!(pragma(&b, "auto_vacuum").await, 2, "INCREMENTAL");
+    stream_and_group(&b, 1).await;
+    let empty = pragma(&b, "page_count").await;
+
+    // Without reclaim: the freed pages are reused, the file stops growing.
+    let mut peaks = Vec::new();
+    for round in 0..3 {
+        append_and_ack(&b, &format!("a{round}"), 300).await;
+        peaks.push(pragma(&b, "page_count").await);
+        assert_eq!(trim_all(&b).await, 300);
+        assert!(pragma(&b, "freelist_count").await > 100, "round {round}");
+    }
+    assert!(peaks[0] > empty + 100, "{empty} → {peaks:?}");
+    assert!(peaks[1..].iter().all(|p| *p <= peaks[0]), "{peaks:?}");
+
+    // reclaim gives every free page back.
+    let before = pragma(&b, "page_count").await;
+    b.reclaim().await.unwrap();
+    assert_eq!(pragma(&b, "freelist_count").await, 0);
+    let after = pragma(&b, "page_count").await;
+    assert!(after < before - 100, "{before} → {after}");
+    for round in 0..2 {
+        append_and_ack(&b, &format!("b{round}"), 300).await;
+        assert_eq!(trim_all(&b).await, 300);
+        b.reclaim().await.unwrap();
+        assert_eq!(pragma(&b, "freelist_count").await, 0);
+        assert_eq!(pragma(&b, "page_count").await, after, "round {round}");
+    }
+    assert_eq!(after, empty, "what is left is what an empty stream takes");
+}
+
+/// Trims race writers on two backends of one file (`sql/retention_rows.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trims_racing_writers_leave_every_group_consistent() {
+    let (_folder, clock, a, b) = two_nodes_on_one_file().await;
+    crate::sql::retention_rows::trims_racing_writers_leave_every_group_consistent(clock, a, b)
+        .await;
+}
+
+/// A store file created before retention (no auto_vacuum) keeps its mode
+/// when opened: trims free pages for reuse, and `reclaim` gives nothing
+/// back and fails nothing.
+#[tokio::test]
+async fn a_store_without_auto_vacuum_keeps_its_mode() {
+    use sqlx::ConnectOptions as _;
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let path = folder.path().join("rheo.db");
+    let mut old = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .connect()
         .await
-        .expect("open again");
-    crate::sql::stale_nodes::writes_racing_a_delete_leave_nothing_behind(
-        clock,
-        Arc::new(a),
-        Arc::new(b),
-    )
-    .await;
+        .unwrap();
+    sqlx::query("CREATE TABLE before_retention (x INTEGER)")
+        .execute(&mut old)
+        .await
+        .unwrap();
+    sqlx::Connection::close(old).await.unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let b = SqliteBackend::open(&url, clock, true).await.unwrap();
+    assert_eq!(pragma(&b, "auto_vacuum").await, 0, "NONE, as it was");
+    stream_and_group(&b, 1).await;
+    append_and_ack(&b, "a", 100).await;
+    assert_eq!(trim_all(&b).await, 100);
+    let free = pragma(&b, "freelist_count").await;
+    assert!(free > 0);
+    b.reclaim().await.unwrap();
+    assert_eq!(pragma(&b, "freelist_count").await, free, "kept for reuse");
 }

@@ -84,6 +84,7 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         .create_stream(CreateStream {
             name: stream.clone(),
             partition_count: partitions,
+            retention: None,
         })
         .await
         .expect("create stream");

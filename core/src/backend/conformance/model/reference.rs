@@ -695,6 +695,7 @@ impl Model {
             ordering: group.ordering,
             inflight: lag.inflight,
             dead_letters: self.dead_letters(g).len() as u64,
+            skipped_by_retention: 0,
             cursors: all
                 .iter()
                 .map(|&p| (p, group.parts[p as usize].cursor))

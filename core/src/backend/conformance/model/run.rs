@@ -750,10 +750,12 @@ impl Run<'_> {
                 &got,
                 &self.model.dead_letters(g),
             )?;
-            if let Some(d) = page.dead_letters.iter().find(|d| d.event.id != d.event_id) {
+            if let Some(d) = (page.dead_letters.iter())
+                .find(|d| d.event.as_ref().map(|e| &e.id) != Some(&d.event_id))
+            {
                 return Err(format!(
-                    "dead letter {} carries event {}",
-                    d.event_id, d.event.id
+                    "dead letter {} carries event {:?}",
+                    d.event_id, d.event
                 ));
             }
         }

@@ -1,1 +1,1 @@
-INSERT INTO rheo_streams (name, partition_count, created_at) VALUES ($1, $2, $3)
+INSERT INTO rheo_streams (name, partition_count, created_at, retention) VALUES ($1, $2, $3, $4)

@@ -1,1 +1,2 @@
-SELECT stream, partition, high_watermark FROM rheo_partitions ORDER BY stream, partition
+SELECT stream, partition, high_watermark, first_sequence FROM rheo_partitions
+ORDER BY stream, partition

@@ -1,1 +1,7 @@
-SELECT partition, high_watermark FROM rheo_partitions WHERE stream = ?1 ORDER BY partition
+-- Every partition's high watermark and first stored sequence, each row with
+-- the stream's retention (docs/log.md#retention).
+SELECT p.partition, p.high_watermark, p.first_sequence, s.retention
+FROM rheo_partitions AS p
+JOIN rheo_streams AS s ON s.name = p.stream
+WHERE p.stream = ?1
+ORDER BY p.partition

@@ -1,1 +1,1 @@
-SELECT name, partition_count, created_at FROM rheo_streams ORDER BY name
+SELECT name, partition_count, created_at, retention FROM rheo_streams ORDER BY name

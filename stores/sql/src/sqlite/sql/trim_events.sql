@@ -1,0 +1,3 @@
+-- The removed events (sequences ?3 to ?4, exclusive) and their entries in
+-- every index: by id, by time, by type, by key, by lineage.
+DELETE FROM rheo_events WHERE stream = ?1 AND partition = ?2 AND sequence >= ?3 AND sequence < ?4

@@ -1,0 +1,2 @@
+-- Nothing to lock: BEGIN IMMEDIATE already keeps replays, redrives and
+-- resets out while a trim runs.
