@@ -369,6 +369,178 @@ pub async fn cold_start(backend: &dyn Backend, handler: &dyn Handler) -> Result<
     Ok(took)
 }
 
+/// One point of a retention run: where the stream and the store stood.
+#[derive(Debug, Clone, Serialize)]
+pub struct SizePoint {
+    /// Events appended so far.
+    pub appended: u64,
+    /// Events stored then (high watermark − first sequence + 1, summed).
+    pub stored: u64,
+    /// The store's size then, where it can tell ([`Backend::size`]).
+    pub bytes: Option<u64>,
+    /// Seconds since the run started.
+    pub elapsed_s: f64,
+}
+
+/// What a retention run measured (`docs/benchmarks.md#retention`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RetentionRun {
+    /// Size over time while appending.
+    pub points: Vec<SizePoint>,
+    /// The appends, at the pace the store took them with trims running.
+    pub append: WorkloadResult,
+    /// Events the trims removed.
+    pub removed: u64,
+    /// Fetch+ack of the events left in the trimmed stream.
+    pub trimmed: WorkloadResult,
+    /// Fetch+ack of as many events in a stream that never trimmed.
+    pub untrimmed: WorkloadResult,
+}
+
+/// Appends `total` events in batches of `batch` to a fresh stream keeping
+/// its newest `max_events` per partition while the core's trimmer runs
+/// beside it (as the server runs it), noting the store's size `points`
+/// times; then consumes what is left, and as many events from a stream
+/// that never trimmed, to compare fetch+ack at the same live size.
+pub async fn retention_run(
+    backend: Arc<dyn Backend>,
+    total: usize,
+    max_events: u64,
+    partitions: u32,
+    batch: usize,
+    points: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<RetentionRun> {
+    use crate::backend::retention::{TRIM_BATCH, trim_stream};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let suffix: u32 = rand::random();
+    let stream = StreamName::parse(format!("bench-retention-{suffix:08x}"))?;
+    let mut create = CreateStream::new(stream.clone(), partitions);
+    create.retention = Some(crate::model::Retention {
+        max_events: Some(max_events),
+        ..crate::model::Retention::default()
+    });
+    backend.create_stream(create).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let removed = Arc::new(AtomicU64::new(0));
+    let trimmer = {
+        let (backend, stream) = (Arc::clone(&backend), stream.clone());
+        let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                match trim_stream(&*backend, &stream, TRIM_BATCH).await {
+                    Ok(report) => {
+                        removed.fetch_add(report.removed, Ordering::SeqCst);
+                        if report.removed > 0 {
+                            backend.reclaim().await?;
+                        }
+                        if !report.more {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok::<(), crate::backend::Error>(())
+        })
+    };
+
+    let started = Instant::now();
+    let every = (total / points.max(1)).max(1);
+    let mut samples = Samples::default();
+    let mut size_points = Vec::new();
+    let mut appended = 0;
+    while appended < total {
+        let n = batch.min(total - appended);
+        let events = (appended..appended + n).map(input).collect();
+        let t = Instant::now();
+        backend.append(&stream, events).await?;
+        samples.push(t.elapsed());
+        let before = appended;
+        appended += n;
+        progress(appended);
+        if appended / every != before / every || appended == total {
+            size_points.push(size_point(&*backend, &stream, appended, started).await?);
+        }
+    }
+    let append = samples.result(&format!("append (batch {batch})"), total, started.elapsed());
+    stop.store(true, Ordering::SeqCst);
+    trimmer
+        .await
+        .map_err(|e| crate::backend::Error::Failed(format!("the trimmer failed: {e}")))??;
+    // What the trimmer had left to do.
+    loop {
+        let report = trim_stream(&*backend, &stream, TRIM_BATCH).await?;
+        removed.fetch_add(report.removed, Ordering::SeqCst);
+        if !report.more {
+            break;
+        }
+    }
+    backend.reclaim().await?;
+    size_points.push(size_point(&*backend, &stream, appended, started).await?);
+
+    let live = (max_events * u64::from(partitions)).min(total as u64) as usize;
+    let group = GroupName::parse("bench")?;
+    backend
+        .create_group(&stream, GroupSpec::new(group.clone()))
+        .await?;
+    let trimmed = fetch_ack(&*backend, &stream, &group, live, batch, |_| {}).await?;
+    let (fresh, fresh_group) = bench_stream(&*backend, partitions).await?;
+    append_batched(&*backend, &fresh, (live, 1000), batch, |_| {}).await?;
+    let untrimmed = fetch_ack(&*backend, &fresh, &fresh_group, live, batch, |_| {}).await?;
+    Ok(RetentionRun {
+        points: size_points,
+        append,
+        removed: removed.load(Ordering::SeqCst),
+        trimmed,
+        untrimmed,
+    })
+}
+
+async fn size_point(
+    backend: &dyn Backend,
+    stream: &StreamName,
+    appended: usize,
+    started: Instant,
+) -> Result<SizePoint> {
+    let info = backend.get_stream(stream).await?;
+    let stored = (info.high_watermarks.iter().zip(&info.first_sequences))
+        .map(|(hw, first)| (hw + 1).saturating_sub(*first))
+        .sum();
+    Ok(SizePoint {
+        appended: appended as u64,
+        stored,
+        bytes: backend.size().await?,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use crate::clock::SystemClock;
+
+    #[tokio::test]
+    async fn a_retention_run_levels_off_and_consumes_the_live_events() {
+        let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new(SystemClock::shared()));
+        let run = retention_run(Arc::clone(&backend), 5_000, 300, 2, 100, 5, |_| {})
+            .await
+            .expect("a retention run");
+        assert_eq!(
+            run.removed,
+            5_000 - 600,
+            "each partition keeps its newest 300"
+        );
+        assert_eq!(run.points.last().map(|p| p.stored), Some(600));
+        assert!(run.points.len() >= 5, "{:?}", run.points);
+        assert_eq!((run.trimmed.events, run.untrimmed.events), (600, 600));
+        assert_eq!(run.append.events, 5_000);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

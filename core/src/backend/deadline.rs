@@ -296,6 +296,10 @@ impl Backend for Bounded {
         self.write("reclaim", self.inner.reclaim()).await
     }
 
+    async fn size(&self) -> Result<Option<u64>> {
+        self.read("size", self.inner.size()).await
+    }
+
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
         self.write("delete_stream", self.inner.delete_stream(req))
             .await

@@ -549,6 +549,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// The bytes the store's data takes, where the store can tell (the
+    /// SQLite file, PostgreSQL's tables and indexes); `None` elsewhere.
+    async fn size(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Deletes a stream: its events, its groups and their state, all at
     /// once. Leases of it become unknown (`stream_not_found`), and a stream
     /// created with the name afterwards starts empty. Other nodes of a

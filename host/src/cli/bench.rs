@@ -80,6 +80,18 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "none", value_parser = parse_ordering)]
     ordering: Vec<GroupOrdering>,
 
+    /// Instead of the other workloads: append this many events to a stream
+    /// keeping its newest --retention-max-events per partition while the
+    /// trimmer runs, print the store's size as it goes, then compare
+    /// fetch+ack of what is left with a stream that never trimmed
+    /// (docs/benchmarks.md#retention).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    retention_events: usize,
+
+    /// Events each partition keeps in the --retention-events run.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    retention_max_events: u64,
+
     /// Distinct event keys (`customer-0` …) the events are spread over.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     keys: u32,
@@ -124,6 +136,9 @@ impl BenchArgs {
             .await
             .with_context(|| format!("cannot open backend {}", redact(&url)))?;
         let store_arc = store;
+        if self.retention_events > 0 {
+            return self.retention(store_arc, &url).await;
+        }
         let store = &*store_arc;
         let (stream, group) = bench::bench_stream(store, self.partitions).await?;
         let groups = self.groups(store, &stream, group).await?;
@@ -228,6 +243,65 @@ impl BenchArgs {
 }
 
 impl BenchArgs {
+    /// The `--retention-events` run: size over time, then fetch+ack of a
+    /// trimmed stream against an untrimmed one of the same live size.
+    async fn retention(
+        &self,
+        store: std::sync::Arc<dyn crate::backend::Backend>,
+        url: &str,
+    ) -> anyhow::Result<()> {
+        eprintln!(
+            "retention on {} ({}): {} events, the newest {} per partition kept, {} partition(s)",
+            store.kind(),
+            redact(url),
+            self.retention_events,
+            self.retention_max_events,
+            self.partitions
+        );
+        let bar = progress(self.retention_events, "append (trimming)", self.json);
+        let run = bench::retention_run(
+            store.clone(),
+            self.retention_events,
+            self.retention_max_events,
+            self.partitions,
+            self.batch,
+            20,
+            |n| bar.set_position(n as u64),
+        )
+        .await?;
+        bar.finish_and_clear();
+        if self.json {
+            let doc = serde_json::json!({"backend": store.kind(), "retention": run});
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+            return Ok(());
+        }
+        println!(
+            "{:>12} {:>10} {:>14} {:>9}",
+            "APPENDED", "STORED", "STORE-BYTES", "SECONDS"
+        );
+        for p in &run.points {
+            let bytes = p.bytes.map_or_else(|| "-".to_owned(), |b| b.to_string());
+            println!(
+                "{:>12} {:>10} {:>14} {:>9.1}",
+                p.appended, p.stored, bytes, p.elapsed_s
+            );
+        }
+        println!("removed by retention: {}", run.removed);
+        let trimmed = run.trimmed.clone();
+        let untrimmed = run.untrimmed.clone();
+        let ratio = trimmed.events_per_sec / untrimmed.events_per_sec.max(1e-9);
+        print_table(
+            store.kind(),
+            &[
+                run.append,
+                named(trimmed, " (trimmed)"),
+                named(untrimmed, " (never trimmed)"),
+            ],
+        );
+        println!("fetch+ack trimmed / never trimmed: {:.0}%", ratio * 100.0);
+        Ok(())
+    }
+
     /// Whether the results name their ordering: more than one, or another
     /// than `none`.
     fn ordered(&self) -> bool {
@@ -453,6 +527,12 @@ fn print_table(kind: &str, results: &[WorkloadResult]) {
             duration(r.p99_ms)
         );
     }
+}
+
+/// `result` with `suffix` after its name.
+fn named(mut result: WorkloadResult, suffix: &str) -> WorkloadResult {
+    result.name.push_str(suffix);
+    result
 }
 
 #[cfg(test)]

@@ -271,6 +271,11 @@ impl Backend for Measured {
         self.metrics.time(self.kind, "reclaim", call).await
     }
 
+    async fn size(&self) -> Result<Option<u64>> {
+        let call = self.inner.size();
+        self.metrics.time(self.kind, "size", call).await
+    }
+
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
         let call = self.inner.delete_stream(req);
         self.metrics.time(self.kind, "delete_stream", call).await

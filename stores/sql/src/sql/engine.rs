@@ -667,6 +667,14 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         self.dialect.reclaim().await
     }
 
+    async fn size(&self) -> Result<Option<u64>> {
+        let mut conn = self.conn(Access::Read).await?;
+        match one::<D>(&mut conn, Statement::store_size, Vec::new()).await? {
+            Some(row) => Ok(Some(row.u64(0)?)),
+            None => Ok(None),
+        }
+    }
+
     async fn delete_stream(&self, req: DeleteStream) -> Result<()> {
         req.validate()?;
         again_on_conflict(|| self.delete_stream_tx(&req.stream)).await?;

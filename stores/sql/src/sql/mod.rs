@@ -116,7 +116,8 @@ macro_rules! with_statements {
             delete_stream_cursors, delete_stream_groups, delete_stream_row,
             delete_group_deliveries, delete_group_cursors, delete_group_row,
             set_retention, trim_lock_stream, trim_lock_groups, trim_lock_partition,
-            trim_deliveries, trim_lock_cursors, trim_events, trim_partition, trim_cursors
+            trim_deliveries, trim_lock_cursors, trim_events, trim_partition, trim_cursors,
+            store_size
         );
     };
 }
