@@ -107,10 +107,7 @@ impl CreateStream {
                 max: MAX_PARTITIONS,
             });
         }
-        if let Some(retention) = &self.retention {
-            retention.validate()?;
-        }
-        Ok(())
+        validate_retention(self.retention.as_ref())
     }
 }
 
@@ -128,6 +125,17 @@ pub struct TrimRequest {
     pub limit: u32,
 }
 
+impl TrimRequest {
+    /// Where this step stops (exclusive) in a partition whose first stored
+    /// sequence is `first`: below `before`, at most `limit` events, never
+    /// past the high watermark. At or below `first`: nothing to remove.
+    pub fn end(&self, first: u64, high_watermark: u64) -> u64 {
+        self.before
+            .min(first.saturating_add(u64::from(self.limit)))
+            .min(high_watermark + 1)
+    }
+}
+
 /// What a trim removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Trimmed {
@@ -138,6 +146,16 @@ pub struct Trimmed {
     /// Per group that had not settled some of them: how many (those
     /// groups moved to the new log start).
     pub skipped: Vec<(GroupName, u64)>,
+}
+
+impl Trimmed {
+    /// A step that removed nothing: the partition still starts at `first`.
+    pub fn nothing(first: u64) -> Self {
+        Trimmed {
+            first_sequence: first,
+            ..Trimmed::default()
+        }
+    }
 }
 
 /// Read one partition in sequence order.
@@ -381,6 +399,14 @@ fn confirmed(confirm: bool) -> Result<()> {
         Ok(())
     } else {
         Err(Error::ConfirmRequired)
+    }
+}
+
+/// Checks a retention a stream is to have (`None`: keep everything).
+pub fn validate_retention(retention: Option<&Retention>) -> Result<()> {
+    match retention {
+        Some(r) => Ok(r.validate()?),
+        None => Ok(()),
     }
 }
 

@@ -37,6 +37,7 @@ use super::{
     DELIVERIES, EVENTS, Fail, GROUPS, MongoBackend, Phase, STREAMS, big, corrupt, map_error,
     opt_text, text, transaction, uint,
 };
+use rheo_core::backend::policy::skipped_by_trim;
 use rheo_core::backend::{Error, Result, TrimRequest, Trimmed};
 use rheo_core::model::{GroupName, Retention, Stream, StreamName, Timestamp};
 
@@ -52,9 +53,7 @@ impl MongoBackend {
         s: &StreamName,
         retention: Option<Retention>,
     ) -> Result<Stream> {
-        if let Some(r) = &retention {
-            r.validate()?;
-        }
+        rheo_core::backend::validate_retention(retention.as_ref())?;
         let (partitions, created_at) = self.meta(s).await?;
         let update = match &retention {
             Some(r) => doc! {"$set": {"retention": r.to_text()}},
@@ -121,16 +120,9 @@ impl MongoBackend {
         };
         let first = decode_firsts(&stream, meta.0)[p as usize];
         let high_watermark = decode_watermarks(&stream, meta.0)[p as usize];
-        let upto = req
-            .before
-            .min(first.saturating_add(u64::from(req.limit)))
-            .min(high_watermark + 1);
+        let upto = req.end(first, high_watermark);
         if upto <= first {
-            let trimmed = Trimmed {
-                removed: 0,
-                first_sequence: first,
-                skipped: Vec::new(),
-            };
+            let trimmed = Trimmed::nothing(first);
             return Ok((trimmed, false));
         }
         // The log start first: appends and group creates conflict here.
@@ -200,16 +192,17 @@ impl MongoBackend {
         .await?;
         // Open below the cursor, then never reached (from the cursor on;
         // a delivery there is one a fetcher left above the cursor).
-        let mut skipped = upto.saturating_sub(cursor);
+        let mut open_below = 0;
         let mut gates = BTreeSet::new();
         for d in &open {
             if uint(d, "q")? < cursor {
-                skipped += 1;
+                open_below += 1;
             }
             if let Some(gate) = opt_text(d, "k") {
                 gates.insert(gate);
             }
         }
+        let skipped = skipped_by_trim(open_below, cursor, 0, upto);
         // Dead letters stay; acked deliveries go with their events.
         self.coll(DELIVERIES)
             .delete_many(below(&[AVAILABLE, PARKED, LEASED, ACKED]))

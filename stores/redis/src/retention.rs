@@ -30,7 +30,7 @@ use super::{
     Applied, Bounds, Cas, MAX_ATTEMPTS, Phase, RedisBackend, back_off, corrupt, first_field,
     map_error, stream_value,
 };
-use rheo_core::backend::policy::{GateView, regate};
+use rheo_core::backend::policy::{GateView, regate, skipped_by_trim};
 use rheo_core::backend::retention::TRIM_BATCH;
 use rheo_core::backend::{Error, Result, TrimRequest, Trimmed};
 use rheo_core::model::{Event, EventId, GroupName, GroupOrdering, Retention, Stream, StreamName};
@@ -75,9 +75,7 @@ impl RedisBackend {
         s: &StreamName,
         retention: Option<Retention>,
     ) -> Result<Stream> {
-        if let Some(r) = &retention {
-            r.validate()?;
-        }
+        rheo_core::backend::validate_retention(retention.as_ref())?;
         let streams = self.keys.streams();
         for attempt in 0..MAX_ATTEMPTS {
             let at = self.catalog.generation();
@@ -151,16 +149,13 @@ impl RedisBackend {
             bounds.first_sequences[p as usize],
             bounds.high_watermarks[p as usize],
         );
-        let limit = u64::from(req.limit.min(TRIM_BATCH));
-        let upto = (req.before)
-            .min(first.saturating_add(limit))
-            .min(high_watermark + 1);
+        let capped = TrimRequest {
+            limit: req.limit.min(TRIM_BATCH),
+            ..req.clone()
+        };
+        let upto = capped.end(first, high_watermark);
         if upto <= first {
-            return Ok(Some(Trimmed {
-                removed: 0,
-                first_sequence: first,
-                skipped: Vec::new(),
-            }));
+            return Ok(Some(Trimmed::nothing(first)));
         }
         let seqs: Vec<u64> = (first..upto).collect();
         let groups = (groups.into_iter())
@@ -269,7 +264,7 @@ impl RedisBackend {
                 closed,
             }));
             // Its open deliveries there, and the events it never reached.
-            let unsettled = open + upto.saturating_sub(cursor.max(first));
+            let unsettled = skipped_by_trim(open, cursor, first, upto);
             if cursor < upto {
                 cas.write(&["HSET", &cursors, &p.to_string(), &upto.to_string()]);
             }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::backend::policy::{
     GateView, GroupConfig, Held as Fenced, OpenCounts, POISON_REASON, Share, WALK_PER_CLAIM, Write,
-    claim_capacity, fence, poisoned, regate, settle_write,
+    claim_capacity, fence, poisoned, regate, settle_write, skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -793,17 +793,17 @@ impl GroupState {
         let mut skipped = 0;
         let mut gates = Vec::new();
         if part.frontier + 1 < upto {
+            let mut open = 0;
             for seq in (part.frontier + 1)..upto.min(cursor) {
                 if part.slot(seq).is_none_or(Slot::is_settled) {
                     continue;
                 }
-                skipped += 1;
+                open += 1;
                 gates.extend(part.ungate(seq, true));
                 part.unindex(seq);
                 part.slot_mut(seq).expect("slot exists").status = Status::Outside;
             }
-            // Events the group never reached.
-            skipped += upto.saturating_sub(cursor.max(part.frontier + 1));
+            skipped = skipped_by_trim(open, cursor, part.frontier + 1, upto);
             part.frontier = upto - 1;
         }
         while part.lo < upto && !part.slots.is_empty() {

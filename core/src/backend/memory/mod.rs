@@ -544,9 +544,7 @@ impl Backend for MemoryBackend {
         stream: &StreamName,
         retention: Option<Retention>,
     ) -> Result<Stream> {
-        if let Some(r) = &retention {
-            r.validate()?;
-        }
+        super::validate_retention(retention.as_ref())?;
         let state = self.stream(stream)?;
         *state.retention.write() = retention;
         Ok(state.describe())
@@ -566,16 +564,9 @@ impl Backend for MemoryBackend {
         let mut held: Vec<_> = groups.iter().map(|g| g.lock()).collect();
         let mut log = state.log.write();
         let first = log.first_sequence(p);
-        let upto = req
-            .before
-            .min(first.saturating_add(u64::from(req.limit)))
-            .min(log.high_watermark(p) + 1);
+        let upto = req.end(first, log.high_watermark(p));
         if upto <= first {
-            return Ok(Trimmed {
-                removed: 0,
-                first_sequence: first,
-                skipped: Vec::new(),
-            });
+            return Ok(Trimmed::nothing(first));
         }
         let mut skipped = Vec::new();
         for g in held.iter_mut() {

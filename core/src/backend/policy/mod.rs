@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 pub use fence::{Held, fence};
 pub use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
-pub use retention::{TrimInputs, trim_point};
+pub use retention::{TrimInputs, skipped_by_trim, trim_point};
 pub use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};

@@ -65,6 +65,15 @@ pub fn trim_point(retention: &Retention, at: &TrimInputs<'_>) -> u64 {
     point.min(end).max(at.first_sequence)
 }
 
+/// How many events a trim up to `upto` (exclusive) removed before a group
+/// settled them: its `open` deliveries among them (available, parked,
+/// leased), plus the events it never reached — from its `cursor` (the next
+/// sequence it delivers for the first time), but not below `from`, the
+/// first of them it had not settled.
+pub fn skipped_by_trim(open: u64, cursor: u64, from: u64, upto: u64) -> u64 {
+    open + upto.saturating_sub(cursor.max(from))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +97,17 @@ mod tests {
             now: ts(1_000_000),
             ..TrimInputs::default()
         }
+    }
+
+    #[test]
+    fn a_group_skips_its_open_deliveries_and_what_it_never_reached() {
+        assert_eq!(skipped_by_trim(2, 5, 1, 9), 2 + 4, "5 to 8 never reached");
+        assert_eq!(skipped_by_trim(1, 12, 1, 9), 1, "it reached all of them");
+        assert_eq!(
+            skipped_by_trim(0, 0, 3, 9),
+            6,
+            "counted from the first unsettled"
+        );
     }
 
     #[test]

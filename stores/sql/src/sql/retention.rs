@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::engine::{StreamMeta, exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, args, big, int, small};
-use rheo_core::backend::policy::unknown_event;
+use rheo_core::backend::policy::{skipped_by_trim, unknown_event};
 use rheo_core::backend::{Error, Result, TrimRequest, Trimmed};
 use rheo_core::model::{EventId, GroupName, Retention, Stream, StreamName};
 
@@ -42,9 +42,7 @@ impl<D: Dialect> SqlBackend<D> {
         s: &StreamName,
         retention: Option<Retention>,
     ) -> Result<Stream> {
-        if let Some(r) = &retention {
-            r.validate()?;
-        }
+        rheo_core::backend::validate_retention(retention.as_ref())?;
         let mut tx = self.begin(Access::Write).await?;
         let text = retention.map(|r| r.to_text());
         let args = args![s, Arg::OptText(text.map(Into::into))];
@@ -89,17 +87,10 @@ impl<D: Dialect> SqlBackend<D> {
             return Err(self.stale(s));
         };
         let (first, high_watermark) = (row.u64(0)?, row.u64(1)?);
-        let upto = req
-            .before
-            .min(first.saturating_add(u64::from(req.limit)))
-            .min(high_watermark + 1);
+        let upto = req.end(first, high_watermark);
         if upto <= first {
             // Nothing to remove: the transaction rolls back.
-            return Ok(Trimmed {
-                removed: 0,
-                first_sequence: first,
-                skipped: Vec::new(),
-            });
+            return Ok(Trimmed::nothing(first));
         }
         let range = || args![s, small(p), big(first), big(upto)];
         let mut removed: BTreeMap<String, Removed> = BTreeMap::new();
@@ -121,7 +112,7 @@ impl<D: Dialect> SqlBackend<D> {
         let mut gated = Vec::new();
         for (name, cursor) in cursors {
             let gone = removed.remove(&name).unwrap_or_default();
-            let count = gone.open + upto.saturating_sub(cursor);
+            let count = skipped_by_trim(gone.open, cursor, first, upto);
             if cursor >= upto && count == 0 {
                 continue;
             }
