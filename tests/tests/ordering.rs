@@ -112,10 +112,19 @@ fn each_key_in_sequence_order(server: &Server) {
     assert_eq!(status, 200, "{handler}");
     let counters = &handler["counters"];
     let retried = (0..PER_KEY).filter(|n| n % 7 == 3).count() * KEYS;
-    assert_eq!(counters["retried"], retried as u64, "{counters}");
-    assert_eq!(counters["acked"], total as u64, "{counters}");
+    // A retry beyond the planned ones is the guest's answer to an append
+    // that failed, a settle error one of the store's: the server's
+    // warnings say why.
+    let log = server.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    let counters = format!("{counters}; the server warned: {warnings:#?}");
+    assert_eq!(handler["counters"]["retried"], retried as u64, "{counters}");
+    assert_eq!(handler["counters"]["acked"], total as u64, "{counters}");
     for counter in ["rejected", "lost", "settle_errors", "trapped"] {
-        assert_eq!(counters[counter], 0, "{counter}: {counters}");
+        assert_eq!(handler["counters"][counter], 0, "{counter}: {counters}");
     }
     let (status, info) = get(&http, server, "/v1/streams/orders/groups/g");
     assert_eq!(status, 200, "{info}");

@@ -59,7 +59,15 @@ async fn checked_append(
         .backend
         .append_one(&stream, input)
         .await
-        .map_err(to_append_error)?;
+        .map_err(|error| {
+            // The guest gets the error and decides (it may just retry);
+            // the operator sees why the store failed it.
+            let mapped = to_append_error(error);
+            if let AppendError::Unavailable(detail) = &mapped {
+                tracing::warn!(handler = %env.name, %stream, error = %detail, "a handler's append failed");
+            }
+            mapped
+        })?;
     let event = &appended.event;
     Ok(EventRef {
         id: event.id.to_string(),

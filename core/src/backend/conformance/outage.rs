@@ -24,13 +24,15 @@ use crate::model::{EventId, EventInput};
 /// A TCP relay the check can cut: while cut it closes every relayed
 /// connection and refuses new ones; while stalled it forwards nothing in
 /// either direction but keeps every socket open, as a network that drops
-/// packets does.
+/// packets does; while it holds answers it forwards what clients send but
+/// nothing the server sends back.
 #[derive(Debug)]
 pub struct Relay {
     /// The relayed URL: the service URL with host and port pointing here.
     pub url: String,
     up: Arc<AtomicBool>,
     flowing: watch::Sender<bool>,
+    answering: watch::Sender<bool>,
     links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
@@ -50,8 +52,10 @@ impl Relay {
             .expect("a port");
         let up = Arc::new(AtomicBool::new(true));
         let flowing = watch::Sender::new(true);
+        let answering = watch::Sender::new(true);
         let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let (up2, links2, flowing2) = (up.clone(), links.clone(), flowing.clone());
+        let answering2 = answering.clone();
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if !up2.load(Ordering::SeqCst) {
@@ -59,13 +63,16 @@ impl Relay {
                 }
                 let target = target.clone();
                 let flowing = flowing2.subscribe();
+                let answering = answering2.subscribe();
                 let task = tokio::spawn(async move {
                     if let Ok(outbound) = TcpStream::connect(target).await {
                         let (from_client, to_client) = inbound.into_split();
                         let (from_server, to_server) = outbound.into_split();
+                        // Requests only stall with everything else.
+                        let open = watch::Sender::new(true);
                         tokio::join!(
-                            pump(from_client, to_server, flowing.clone()),
-                            pump(from_server, to_client, flowing),
+                            pump(from_client, to_server, [flowing.clone(), open.subscribe()]),
+                            pump(from_server, to_client, [flowing, answering]),
                         );
                     }
                 });
@@ -76,6 +83,7 @@ impl Relay {
             url: url.to_string(),
             up,
             flowing,
+            answering,
             links,
         }
     }
@@ -103,18 +111,41 @@ impl Relay {
     pub fn resume(&self) {
         self.flowing.send_replace(true);
     }
+
+    /// Forwards what clients send, but holds back what the server answers:
+    /// a request is carried out, and its caller hears nothing of it.
+    pub fn hold_answers(&self) {
+        self.answering.send_replace(false);
+    }
+
+    /// Forwards the server's answers again, what was held back first.
+    pub fn release_answers(&self) {
+        self.answering.send_replace(true);
+    }
 }
 
-/// Copies `from` to `to` while `flowing` says so; what it read while
-/// stalled waits until it flows again.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut flowing: watch::Receiver<bool>) {
+/// Copies `from` to `to` while every one of `gates` says so; what it read
+/// meanwhile waits until they all do.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut gates: [watch::Receiver<bool>; 2],
+) {
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
+    'copy: loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if flowing.wait_for(|f| *f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+        // Each gate open in turn, then all of them at once.
+        while !gates.iter().all(|g| *g.borrow()) {
+            for gate in &mut gates {
+                if gate.wait_for(|open| *open).await.is_err() {
+                    break 'copy;
+                }
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }

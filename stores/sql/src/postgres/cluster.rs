@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Row as _;
 use sqlx::postgres::PgPool;
 use sqlx::types::Json;
-use sqlx::{Connection, Row as _};
 use tokio::sync::watch;
 
 use super::{pg_ts, read_err};
-use crate::sql::{Phase, map_error};
+use crate::sql::{Phase, begin_whole, map_error};
 use rheo_core::backend::Result;
 use rheo_core::cluster::{Changes, ClusterStore, HandlerRecord, NodeHandler, NodeRecord};
 use rheo_core::model::Timestamp;
@@ -54,12 +54,12 @@ impl PgCluster {
         doc: Option<&serde_json::Value>,
     ) -> Result<bool> {
         let expected = i64::try_from(expected).unwrap_or(i64::MAX);
-        let mut conn = self
+        let conn = self
             .pool
             .acquire()
             .await
             .map_err(|e| map_error(e, Phase::Connect))?;
-        let mut tx = conn.begin().await.map_err(read_err)?;
+        let mut tx = begin_whole(conn, "BEGIN").await.map_err(read_err)?;
         let mut query = sqlx::query(statement).bind(name).bind(expected);
         if let Some(doc) = doc {
             query = query.bind(Json(doc));

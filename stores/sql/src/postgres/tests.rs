@@ -427,3 +427,78 @@ async fn a_settle_rolled_back_to_break_a_deadlock_runs_again() {
         "the nacked one comes back alone"
     );
 }
+
+/// A call dropped while its BEGIN is on the way (a store deadline, a
+/// client gone, a handler worker woken from its rest) leaves no
+/// transaction behind: the BEGIN runs to its end and is rolled back, and
+/// the calls after it get connections outside any transaction
+/// (`sql/engine.rs`, `begin_whole`). The relay lets the BEGIN through and
+/// holds back its answer until the call was dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_during_its_begin_leaves_no_transaction_behind() {
+    use crate::sql::{Access, Dialect, begin_whole};
+    use rheo_core::backend::CreateStream;
+    use rheo_core::model::{EventInput, StreamName};
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let _janitor = janitor(&url, &schema);
+    let relay = outage::Relay::start(&url).await;
+    let app = format!("rheo-begin-{schema}");
+    let opts = PostgresOptions {
+        application_name: app.clone(),
+        ..options(&schema)
+    };
+    let b = PostgresBackend::connect_with(&relay.url, opts, frozen(), true)
+        .await
+        .expect("connect through the relay and migrate");
+    let s = StreamName::parse("s").unwrap();
+    b.create_stream(CreateStream::new(s.clone(), 1))
+        .await
+        .expect("create the stream");
+
+    let watcher = sqlx::PgPool::connect(&url).await.expect("connect");
+    let in_transaction = || {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+        )
+        .bind(&app)
+        .fetch_one(&watcher)
+    };
+    let conn = b.conn(Access::Read).await.expect("a connection");
+    relay.hold_answers();
+    let begin = begin_whole(conn, super::PostgresDialect::BEGIN_READ);
+    let dropped = tokio::time::timeout(Duration::from_millis(200), begin).await;
+    assert!(
+        dropped.is_err(),
+        "the BEGIN was answered through a held relay"
+    );
+    let mut waited = 0;
+    while in_transaction().await.expect("sessions") == 0 {
+        waited += 1;
+        assert!(waited < 500, "the BEGIN never reached the server");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    relay.release_answers();
+
+    // The session leaves its transaction long before the server's own
+    // idle-in-transaction timeout (5 s here) would end it.
+    let mut waited = 0;
+    while in_transaction().await.expect("sessions") > 0 {
+        waited += 1;
+        assert!(
+            waited < 200,
+            "a pooled session stayed inside the dropped call's transaction"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for n in 0..4 {
+        let mut payload = rheo_core::model::JsonObject::new();
+        payload.insert("n".into(), n.into());
+        let event = EventInput::with_payload(payload);
+        b.append(&s, vec![event])
+            .await
+            .expect("an append after the dropped call");
+    }
+}
+

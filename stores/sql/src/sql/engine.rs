@@ -96,8 +96,7 @@ impl<D: Dialect> SqlBackend<D> {
         // What `Pool::begin_with` does, with the connection got first so
         // that failing to get one is told apart from a failing BEGIN.
         let conn = self.conn(access).await?;
-        (sqlx::Transaction::begin(conn, Some(sqlx::SqlSafeStr::into_sql_str(begin))).await)
-            .map_err(|e| map_error(e, Phase::Read))
+        (begin_whole(conn, begin).await).map_err(|e| map_error(e, Phase::Read))
     }
 
     /// A pooled connection for `access`; failing to get one is
@@ -697,6 +696,29 @@ impl<D: Dialect> Backend for SqlBackend<D> {
         partitions: &Partitions,
     ) -> Result<Option<Timestamp>> {
         again_on_conflict(|| self.next_due_tx(stream, group, partitions)).await
+    }
+}
+
+/// Begins a transaction on `conn` with `statement`, in a task of its own
+/// so that the BEGIN, once sent, always runs to its end: a call dropped
+/// while it waits (a store deadline, a client gone, a handler worker woken
+/// from its rest) then leaves a transaction the driver knows about, rolled
+/// back before the connection is used again. Dropped halfway through its
+/// own BEGIN, the driver (sqlx 0.9 on PostgreSQL) counts no transaction,
+/// and the connection went back to its pool inside one the server had
+/// started: the next call's BEGIN ran in that old transaction — read-only,
+/// or with an old snapshot.
+pub(crate) async fn begin_whole<DB: sqlx::Database>(
+    conn: sqlx::pool::PoolConnection<DB>,
+    statement: &'static str,
+) -> std::result::Result<sqlx::Transaction<'static, DB>, sqlx::Error> {
+    let statement = sqlx::SqlSafeStr::into_sql_str(statement);
+    let begun = tokio::spawn(sqlx::Transaction::begin(conn, Some(statement)));
+    match begun.await {
+        Ok(result) => result,
+        Err(e) => Err(sqlx::Error::Io(std::io::Error::other(format!(
+            "the task beginning a transaction ended: {e}"
+        )))),
     }
 }
 
