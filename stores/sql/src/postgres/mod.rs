@@ -305,7 +305,29 @@ impl SqlBackend<PostgresDialect> {
         if migrate {
             backend.dialect.migrate().await?;
         }
+        backend.dialect.check_autovacuum().await;
         Ok(backend)
+    }
+}
+
+impl PostgresDialect {
+    /// Says so when the server's autovacuum is off: rheo leaves reusing
+    /// the space of trimmed events, deleted streams and settled deliveries
+    /// to it, so without it (and without a VACUUM run by hand) the tables
+    /// only grow (docs/log.md#retention).
+    async fn check_autovacuum(&self) {
+        let setting = sqlx::query_scalar::<_, String>("SHOW autovacuum")
+            .fetch_one(&self.pool)
+            .await;
+        if let Ok(setting) = setting
+            && setting == "off"
+        {
+            tracing::warn!(
+                "autovacuum is off on this PostgreSQL server: the space of trimmed events, \
+                 deleted streams and settled deliveries is not reused until a VACUUM runs \
+                 (docs/log.md#retention)"
+            );
+        }
     }
 }
 

@@ -6,6 +6,13 @@
 //! cached plans — must not wait for autovacuum's next round during a burst
 //! of writes. Each backend counts the rows it writes and, as the tables
 //! grow, runs `ANALYZE` in the background.
+//!
+//! That `ANALYZE` never waits for a table's lock: while autovacuum works on
+//! the table it is skipped. Waiting would cancel autovacuum (PostgreSQL
+//! gives its lock to whoever waits for it more than a second), and on a
+//! busy table with retention, whose trims leave dead rows only a vacuum
+//! makes room of, autovacuum then never finished and the table grew
+//! without bound (docs/log.md#retention).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -55,16 +62,26 @@ impl Growth {
         let Some(total) = self.grew(rows) else {
             return;
         };
-        let statement = match table {
-            Table::Events => "ANALYZE rheo_events",
-            Table::Deliveries => "ANALYZE rheo_deliveries",
-        };
         let pool = pool.clone();
         tokio::spawn(async move {
-            match sqlx::query(statement).execute(&pool).await {
-                Ok(_) => tracing::debug!(statement, rows = total, "planner statistics refreshed"),
+            match refresh(&pool, table).await {
+                Ok(()) => tracing::debug!(?table, rows = total, "planner statistics refreshed"),
                 Err(e) => tracing::debug!(error = %e, "ANALYZE failed; autovacuum will do it"),
             }
         });
     }
+}
+
+/// Refreshes `table`'s statistics, or skips it at once when someone (a
+/// vacuum) holds its lock.
+pub(super) async fn refresh(pool: &PgPool, table: Table) -> Result<(), sqlx::Error> {
+    // One implicit transaction: the server's "skipping analyze" warning is
+    // not sent (a skipped refresh is expected, not news).
+    let statement = match table {
+        Table::Events => "SET LOCAL client_min_messages = error; ANALYZE (SKIP_LOCKED) rheo_events",
+        Table::Deliveries => {
+            "SET LOCAL client_min_messages = error; ANALYZE (SKIP_LOCKED) rheo_deliveries"
+        }
+    };
+    sqlx::raw_sql(statement).execute(pool).await.map(|_| ())
 }

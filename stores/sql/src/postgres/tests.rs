@@ -502,3 +502,35 @@ async fn a_call_dropped_during_its_begin_leaves_no_transaction_behind() {
     }
 }
 
+/// The statistics refresh (`stats.rs`) never queues for a table's lock: a
+/// vacuum holding it (here a session holding the same lock) makes it skip
+/// at once. Queued behind autovacuum it would have cancelled it, and a
+/// trimmed table would never have been vacuumed.
+#[tokio::test]
+async fn a_statistics_refresh_skips_a_table_a_vacuum_holds() {
+    use sqlx::Connection as _;
+    let Some(b) = one_node(frozen()).await else {
+        return;
+    };
+    let url = url().expect("a URL");
+    let schema = b.dialect.schema.clone().expect("a schema");
+    let mut vacuum = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE \"{schema}\".rheo_events IN SHARE UPDATE EXCLUSIVE MODE"
+    )))
+    .execute(&mut vacuum)
+    .await
+    .expect("take the lock a vacuum takes");
+    let refresh = super::stats::refresh(&b.dialect.pool, crate::sql::Table::Events);
+    let refreshed = tokio::time::timeout(Duration::from_secs(3), refresh).await;
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut vacuum)
+        .await
+        .expect("let go of the lock");
+    let refreshed = refreshed.expect("the refresh waited for the vacuum's lock");
+    refreshed.expect("a skipped refresh is no error");
+    // With the table free, it runs.
+    super::stats::refresh(&b.dialect.pool, crate::sql::Table::Events)
+        .await
+        .expect("refresh");
+}
