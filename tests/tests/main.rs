@@ -17,6 +17,7 @@ mod demo;
 mod examples;
 mod handler_new;
 mod http_clients;
+mod licenses;
 mod mongo_nodes;
 mod mongo_restart;
 mod operations;
