@@ -158,7 +158,7 @@ pub async fn run(
     ));
 
     tracing::info!(
-        "rheo {} listening on {scheme}://{addr}",
+        "rheo {} listening on {scheme}://{addr}; the console is at {scheme}://{addr}/ui/",
         env!("CARGO_PKG_VERSION")
     );
     // Also on stdout, for scripts and tests that started us on port 0.

@@ -81,6 +81,18 @@ fn serve_answers_http_on_sqlite_and_stops_cleanly_on_sigterm() {
     );
     assert_eq!(lag["lag"], 0);
 
+    // A browser pointed at the server lands on the console.
+    let plain = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build();
+    let root = ureq::Agent::from(plain)
+        .get(server.url("/"))
+        .call()
+        .expect("/");
+    assert_eq!(root.status().as_u16(), 307);
+    assert_eq!(root.headers()["location"], "/ui/");
+
     let (status, body) = answer(http.get(server.url("/v1/nope")).call());
     assert_eq!(
         (status, body["error"]["code"].clone()),
@@ -102,6 +114,8 @@ fn serve_answers_http_on_sqlite_and_stops_cleanly_on_sigterm() {
     let stderr = server.log_text();
     assert!(stderr.contains("received SIGTERM"), "{stderr}");
     assert!(stderr.contains("backend: sqlite"), "{stderr}");
+    let console = format!("the console is at {}", server.url("/ui/"));
+    assert!(stderr.contains(&console), "{console:?} in {stderr}");
 
     // The data survives a restart on the same file.
     let mut again = Server::start(dir.path(), &options);

@@ -63,10 +63,13 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      img-src 'self' data:; connect-src 'self'; form-action 'none'; frame-ancestors 'none'; \
      base-uri 'none'";
 
-/// The console's routes: `/ui` redirects to `/ui/` (so relative URLs in the
-/// page resolve under it), `/ui/` is the page, `/ui/<file>` an asset.
+/// The console's routes: `/` (what a browser pointed at the server asks
+/// for) and `/ui` redirect to `/ui/` (so relative URLs in the page resolve
+/// under it), `/ui/` is the page, `/ui/<file>` an asset. `/` redirects for
+/// now only (307), so that it may serve something else one day.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
+        .route("/", get(|| async { Redirect::temporary("/ui/") }))
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(|headers: HeaderMap| async move { serve("index.html", &headers) }))
         .route(
@@ -161,6 +164,9 @@ mod tests {
         let bare = call("/ui", None).await;
         assert_eq!(bare.status(), StatusCode::PERMANENT_REDIRECT);
         assert_eq!(header_of(&bare, header::LOCATION), "/ui/");
+        let root = call("/", None).await;
+        assert_eq!(root.status(), StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(header_of(&root, header::LOCATION), "/ui/");
 
         let page = call("/ui/", None).await;
         assert_eq!(page.status(), StatusCode::OK);
