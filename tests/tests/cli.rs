@@ -23,6 +23,81 @@ fn version_prints_the_crate_version_and_the_commit() {
     );
 }
 
+/// `rheo completions bash` is a script bash sources, and its completion
+/// function completes commands and their flags as `--help` lists them.
+#[test]
+fn bash_completes_rheo_commands_and_flags_from_the_generated_script() {
+    let (ok, script, stderr) = run_rheo(&["completions", "bash"]);
+    assert!(ok, "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rheo.bash");
+    std::fs::write(&path, script).unwrap();
+    // What bash's completion asks for: the words typed so far, which one
+    // is being completed; the function gets the command, that word and
+    // the one before.
+    let complete = |words: &str, cword: usize| {
+        let program = format!(
+            "source {} && complete -p rheo >/dev/null && COMP_WORDS=({words}) && COMP_CWORD={cword} \
+             && COMP_LINE='{words}' && COMP_POINT=${{#COMP_LINE}} \\
+             && _rheo rheo \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\" && printf '%s\n' \"${{COMPREPLY[@]}}\"",
+            path.display()
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "-c", &program])
+            .output()
+            .expect("run bash");
+        assert!(
+            out.status.success(),
+            "bash: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let commands = complete("rheo str", 1);
+    assert_eq!(commands.trim(), "streams", "{commands}");
+    let flags = complete("rheo serve --back", 2);
+    assert_eq!(flags.trim(), "--backend", "{flags}");
+    let shells = complete("rheo completions ''", 2);
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(shells.lines().any(|l| l == shell), "{shell} in {shells}");
+    }
+}
+
+/// `rheo man` prints rheo(1) in roff; `--dir` writes a page per command.
+#[test]
+fn man_prints_the_manual_page_and_writes_one_per_command() {
+    let (ok, page, stderr) = run_rheo(&["man"]);
+    assert!(ok, "{stderr}");
+    assert!(page.contains(".TH rheo 1"), "{page}");
+    assert!(page.contains("serve"), "the commands are listed: {page}");
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("man1");
+    let (ok, stdout, stderr) = run_rheo(&["man", "--dir", folder.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let mut pages: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert!(
+        stdout.contains(&format!("wrote {} manual pages", pages.len())),
+        "{stdout}"
+    );
+    for page in [
+        "rheo.1",
+        "rheo-serve.1",
+        "rheo-streams-create.1",
+        "rheo-man.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{page} in {pages:?}");
+    }
+    let serve = std::fs::read_to_string(folder.join("rheo-serve.1")).unwrap();
+    assert!(
+        serve.contains("backend"),
+        "rheo-serve.1 has serve's flags: {serve}"
+    );
+}
+
 #[test]
 fn migrate_creates_a_sqlite_schema_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,6 +18,7 @@ mod multipart;
 mod ops;
 mod project;
 mod serve;
+mod shell;
 mod table;
 
 use std::process::ExitCode;
@@ -86,6 +87,11 @@ enum Command {
     /// dead-lettering, lag, queries, replay, hot swap and redrive.
     #[cfg(all(feature = "sqlite", feature = "wasm"))]
     Demo(demo::DemoArgs),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(shell::CompletionsArgs),
+    /// Print the manual page, or write one per command into a folder.
+    Man(shell::ManArgs),
     #[command(flatten)]
     Ops(ops::OpsCommand),
 }
@@ -108,6 +114,8 @@ pub fn main(cli: Cli) -> ExitCode {
         #[cfg(feature = "sqlite")]
         Command::Restore(args) => on_runtime(args.run()),
         Command::Bench(args) => on_runtime(args.run()),
+        Command::Completions(args) => args.run(),
+        Command::Man(args) => args.run(),
         #[cfg(all(feature = "sqlite", feature = "wasm"))]
         Command::Demo(args) => on_runtime(args.run()),
     };
