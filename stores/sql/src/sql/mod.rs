@@ -31,6 +31,7 @@
 mod claim;
 mod delete;
 mod engine;
+#[cfg(feature = "postgres")]
 pub(crate) use engine::begin_whole;
 mod groups;
 mod inspect;
