@@ -99,6 +99,63 @@ fn orders_to_query(dir: &Path, server: &Server) {
     );
 }
 
+/// Each kind of failure ends with its own exit code
+/// (docs/cli.md#exit-codes), so that a script can tell them apart.
+#[test]
+fn each_kind_of_failure_has_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        args: vec!["--auth-token".into(), "s3cret".into()],
+        ..ServerOptions::default()
+    };
+    let server = Server::start(dir.path(), &options);
+    let with_token = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--token", "s3cret"]);
+        rheo(&server, &all)
+    };
+    let code = |run: Run| (run.code, run.stderr);
+    assert_eq!(with_token(&["streams"]).code, Some(0));
+    let (unauthorized, stderr) = code(rheo(&server, &["streams"]));
+    assert_eq!(unauthorized, Some(6), "no token: {stderr}");
+    let (invalid, stderr) = code(with_token(&["streams", "create", "no spaces"]));
+    assert_eq!(invalid, Some(2), "a name the server refuses: {stderr}");
+    let (missing, stderr) = code(with_token(&["lag", "nope", "g"]));
+    assert_eq!(missing, Some(4), "{stderr}");
+    with_token(&["streams", "create", "orders"]);
+    let (conflict, stderr) = code(with_token(&["streams", "create", "orders"]));
+    assert_eq!(conflict, Some(5), "{stderr}");
+    let nobody = run_rheo_with(&["streams", "--server", "http://127.0.0.1:9"], &[], None);
+    assert_eq!(nobody.code, Some(3), "unreachable: {}", nobody.stderr);
+    let usage = run_rheo_with(&["streams", "--no-such-flag"], &[], None);
+    assert_eq!(usage.code, Some(2), "a usage error: {}", usage.stderr);
+}
+
+/// `-v` shows each HTTP call with its answer's status; `--timeout` gives
+/// up on a server that accepted the connection but never answers
+/// (docs/cli.md#reaching-a-server).
+#[test]
+fn verbose_shows_the_http_calls_and_timeout_gives_up_on_a_silent_server() {
+    let (_dir, server) = start();
+    let run = rheo(&server, &["streams", "-v"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let call = format!("GET {}/v1/streams -> 200 in ", server.base());
+    assert!(run.stderr.contains(&call), "{call:?} in {}", run.stderr);
+
+    // Accepts connections and reads nothing: no answer ever comes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let held = std::thread::spawn(move || silent.accept().map(|(socket, _)| socket));
+    let run = run_rheo_with(
+        &["streams", "--server", &url, "--timeout", "300ms"],
+        &[],
+        None,
+    );
+    assert_eq!(run.code, Some(3), "{}", run.stderr);
+    assert!(run.stderr.contains("timed out"), "{}", run.stderr);
+    drop(held.join());
+}
+
 #[test]
 fn streams_are_listed_created_and_a_duplicate_is_refused() {
     let (_dir, server) = start();
@@ -108,8 +165,17 @@ fn streams_are_listed_created_and_a_duplicate_is_refused() {
         row(&ok(&server, &["streams"]), "orders")[..2],
         ["orders", "3"]
     );
+    // `list` says the same; `--partition-count` is the count's spelling.
+    ok(
+        &server,
+        &["streams", "create", "audit", "--partition-count", "2"],
+    );
+    let listed = ok(&server, &["streams", "list"]);
+    assert_eq!(row(&listed, "orders")[..2], ["orders", "3"]);
+    assert_eq!(row(&listed, "audit")[..2], ["audit", "2"]);
     let again = rheo(&server, &["streams", "create", "orders"]);
-    assert_eq!(again.code, Some(1));
+    // 5: a conflict with what is there (docs/cli.md#exit-codes).
+    assert_eq!(again.code, Some(5));
     assert!(
         again.stderr.starts_with("error: ") && again.stderr.contains("(already_exists)"),
         "{}",
@@ -128,7 +194,8 @@ fn a_group_and_a_stream_are_deleted_only_with_confirm() {
         &["streams", "delete", "orders"][..],
     ] {
         let refused = rheo(&server, args);
-        assert_eq!(refused.code, Some(1), "{args:?}");
+        // 2: refused as invalid, before anything is sent.
+        assert_eq!(refused.code, Some(2), "{args:?}");
         assert!(
             refused.stderr.contains("without --confirm")
                 && refused.stderr.contains("(confirm_required)"),
@@ -146,6 +213,7 @@ fn a_group_and_a_stream_are_deleted_only_with_confirm() {
         !groups.contains("billing") && groups.contains("audit"),
         "{groups}"
     );
+    assert_eq!(ok(&server, &["groups", "list", "orders"]), groups);
     let missing = rheo(
         &server,
         &["groups", "delete", "orders", "billing", "--confirm"],
@@ -320,7 +388,7 @@ fn a_bad_line_is_reported_by_number_and_only_the_lines_before_it_are_appended() 
     )
     .unwrap();
     let run = rheo(&server, &["append", "orders", "-f", bad.to_str().unwrap()]);
-    assert_eq!(run.code, Some(1));
+    assert_eq!(run.code, Some(2), "a bad line is invalid input");
     assert!(
         run.stderr
             .contains("bad.jsonl line 4: unknown field \"pay\""),
@@ -550,7 +618,7 @@ fn group_info_shows_settings_dead_letters_inflight_and_cursors() {
     assert_eq!(row(&info, "0")[2..], ["2", "3", "1"]);
 
     let missing = rheo(&server, &["group-info", "pay", "nope"]);
-    assert_eq!(missing.code, Some(1));
+    assert_eq!(missing.code, Some(4), "not found");
     assert!(
         missing.stderr.contains("(group_not_found)"),
         "{}",
@@ -649,7 +717,7 @@ fn a_reset_is_refused_without_confirm_and_with_it_moves_every_cursor() {
     replayed_all_acked(&server);
     // Refused without --confirm, before anything is sent.
     let refused = rheo(&server, &["reset", "pay", "replayed"]);
-    assert_eq!(refused.code, Some(1));
+    assert_eq!(refused.code, Some(2));
     assert!(
         refused.stderr.contains("without --confirm"),
         "{}",
@@ -840,7 +908,7 @@ fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
         &server,
         &["handler", "swap", "echo", manifest.to_str().unwrap()],
     );
-    assert_eq!(refused.code, Some(1));
+    assert_eq!(refused.code, Some(2), "invalid: {}", refused.stderr);
     assert!(refused.stderr.starts_with("error: "), "{}", refused.stderr);
     assert_eq!(
         ok_json(&server, &["handler", "get", "echo"])["digest"],
@@ -852,7 +920,7 @@ fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
         "deleted handler echo"
     );
     let gone = rheo(&server, &["handler", "get", "echo"]);
-    assert_eq!(gone.code, Some(1));
+    assert_eq!(gone.code, Some(4));
     assert!(
         gone.stderr.contains("(handler_not_found)"),
         "{}",
@@ -869,7 +937,7 @@ fn a_token_is_sent_when_the_server_requires_one() {
     };
     let server = Server::start(dir.path(), &options);
     let without = rheo(&server, &["streams"]);
-    assert_eq!(without.code, Some(1));
+    assert_eq!(without.code, Some(6));
     assert!(
         without.stderr.contains("(unauthorized)"),
         "{}",
@@ -899,9 +967,9 @@ fn a_token_is_sent_when_the_server_requires_one() {
 }
 
 #[test]
-fn an_unreachable_server_is_exit_code_1_with_a_hint() {
+fn an_unreachable_server_is_exit_code_3_with_a_hint() {
     let run = run_rheo_with(&["streams", "--server", "http://127.0.0.1:1"], &[], None);
-    assert_eq!(run.code, Some(1));
+    assert_eq!(run.code, Some(3));
     assert!(
         run.stderr
             .starts_with("error: cannot reach the Rheo server at http://127.0.0.1:1: "),
@@ -921,7 +989,7 @@ fn an_unreachable_server_is_exit_code_1_with_a_hint() {
         &[],
         None,
     );
-    assert_eq!(https.code, Some(1));
+    assert_eq!(https.code, Some(3));
     assert!(
         https
             .stderr
@@ -1064,10 +1132,10 @@ fn handler_logs_are_printed_limited_and_followed() {
         "{human}"
     );
     let too_many = rheo(&server, &["handler", "logs", "probe", "--limit", "9"]);
-    assert_eq!(too_many.code, Some(1), "{}", too_many.stderr);
+    assert_eq!(too_many.code, Some(2), "{}", too_many.stderr);
     assert!(too_many.stderr.contains("limit"), "{}", too_many.stderr);
     let unknown = rheo(&server, &["handler", "logs", "nope"]);
-    assert_eq!(unknown.code, Some(1));
+    assert_eq!(unknown.code, Some(4));
     assert!(
         unknown.stderr.contains("(handler_not_found)"),
         "{}",

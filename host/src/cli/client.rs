@@ -58,6 +58,84 @@ pub(crate) enum ClientError {
     Request(String),
 }
 
+/// One HTTP call, for `-v` (docs/cli.md#seeing-the-http-calls): its method,
+/// URL and when it started.
+struct Call<'a> {
+    method: &'static str,
+    url: &'a str,
+    started: std::time::Instant,
+}
+
+impl<'a> Call<'a> {
+    fn start(method: &'static str, url: &'a str) -> Self {
+        tracing::debug!("{method} {url}");
+        Self {
+            method,
+            url,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn answered(&self, status: u16) {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        tracing::debug!("{} {} -> {status} in {ms:.1} ms", self.method, self.url);
+    }
+
+    fn failed(&self, error: &ureq::Error) {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        tracing::debug!(
+            "{} {} failed after {ms:.1} ms: {error}",
+            self.method,
+            self.url
+        );
+    }
+}
+
+impl ClientError {
+    /// The exit code a command that failed with this ends with
+    /// (docs/cli.md#exit-codes).
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Unreachable { .. } => exit::UNREACHABLE,
+            ClientError::Api { status, .. } => match status {
+                400 | 413 | 415 | 422 => exit::INVALID,
+                401 | 403 => exit::UNAUTHORIZED,
+                404 | 410 => exit::NOT_FOUND,
+                409 | 412 => exit::CONFLICT,
+                503 | 504 => exit::UNAVAILABLE,
+                _ => exit::FAILED,
+            },
+            ClientError::Unexpected { .. } | ClientError::Request(_) => exit::FAILED,
+        }
+    }
+}
+
+/// The exit codes of the `rheo` commands (docs/cli.md#exit-codes).
+pub(crate) mod exit {
+    /// Anything not below: the server failed the request, a file could
+    /// not be read, a build failed.
+    pub(crate) const FAILED: u8 = 1;
+    /// The command line or its input is wrong: a usage error (clap's),
+    /// a refusal before sending (`--confirm` missing, a bad line in a
+    /// file), or the server's 400, 413, 415 or 422.
+    pub(crate) const INVALID: u8 = 2;
+    /// No server answered at the address.
+    pub(crate) const UNREACHABLE: u8 = 3;
+    /// What the command names does not exist (404), or no longer (410).
+    pub(crate) const NOT_FOUND: u8 = 4;
+    /// It conflicts with what is there (409): a stream that exists, a
+    /// lease that is stale, a handler bound to what is being deleted.
+    pub(crate) const CONFLICT: u8 = 5;
+    /// The token is missing or wrong (401), or may not do this (403).
+    pub(crate) const UNAUTHORIZED: u8 = 6;
+    /// The server or its store cannot take it now (503, 504): trying
+    /// again later may work.
+    pub(crate) const UNAVAILABLE: u8 = 7;
+}
+
+/// A request method that sends a body (`PUT`, `POST`).
+type SendsBody = fn(&ureq::Agent, &str) -> ureq::RequestBuilder<ureq::typestate::WithBody>;
+
 /// A connection to one Rheo server.
 #[derive(Debug)]
 pub(crate) struct Client {
@@ -70,10 +148,13 @@ impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`);
     /// an `https://` server's certificate must chain to one of `ca_cert`'s
     /// (a PEM file) when given, else to a public root.
+    /// With `timeout`, every call (connecting, sending, the whole answer)
+    /// fails as unreachable once it has taken that long.
     pub(crate) fn new(
         base: &str,
         token: Option<String>,
         ca_cert: Option<&Path>,
+        timeout: Option<Duration>,
     ) -> Result<Self, ClientError> {
         let base = base.trim().trim_end_matches('/').to_owned();
         let https = base.starts_with("https://");
@@ -84,7 +165,10 @@ impl Client {
         }
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_connect(Some(
+                timeout.map_or(CONNECT_TIMEOUT, |t| t.min(CONNECT_TIMEOUT)),
+            ))
+            .timeout_global(timeout)
             .user_agent(format!("rheo-cli/{}", env!("CARGO_PKG_VERSION")));
         if let Some(path) = ca_cert {
             if !https {
@@ -113,7 +197,8 @@ impl Client {
         for (key, value) in query {
             request = request.query(*key, value);
         }
-        self.answer(&url, request.call())
+        let call = Call::start("GET", &url);
+        self.answer(call, request.call())
     }
 
     /// `GET path?query` with extra `headers`, whose answer is read as it
@@ -133,12 +218,17 @@ impl Client {
         for (name, value) in headers {
             request = request.header(*name, value);
         }
-        let response = request.call().map_err(|e| self.transport_error(e))?;
+        let call = Call::start("GET", &url);
+        let response = request.call().map_err(|e| {
+            call.failed(&e);
+            self.transport_error(e)
+        })?;
         if response.status().is_success() {
+            call.answered(response.status().as_u16());
             return Ok(response.into_body());
         }
         let status = response.status().as_u16();
-        match self.answer(&url, Ok(response)) {
+        match self.answer(call, Ok(response)) {
             Err(e) => Err(e),
             Ok(_) => Err(ClientError::Unexpected {
                 url,
@@ -152,21 +242,21 @@ impl Client {
     pub(crate) fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(self.agent.post(&url));
-        self.answer(&url, request.send_json(body))
+        self.answer(Call::start("POST", &url), request.send_json(body))
     }
 
     /// `PATCH path` with a JSON body.
     pub(crate) fn patch(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(self.agent.patch(&url));
-        self.answer(&url, request.send_json(body))
+        self.answer(Call::start("PATCH", &url), request.send_json(body))
     }
 
     /// `POST path` with no body.
     pub(crate) fn post_empty(&self, path: &str) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(self.agent.post(&url));
-        self.answer(&url, request.send_empty())
+        self.answer(Call::start("POST", &url), request.send_empty())
     }
 
     /// `POST path` with a body that is already JSON text (appends of raw
@@ -174,7 +264,8 @@ impl Client {
     pub(crate) fn post_raw_json(&self, path: &str, json: &[u8]) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(self.agent.post(&url));
-        self.answer(&url, request.content_type("application/json").send(json))
+        let call = Call::start("POST", &url);
+        self.answer(call, request.content_type("application/json").send(json))
     }
 
     /// `PUT path` with `bytes` of type `content_type`.
@@ -184,7 +275,12 @@ impl Client {
         content_type: &str,
         bytes: &[u8],
     ) -> Result<Value, ClientError> {
-        self.send_bytes(|agent, url| agent.put(url), path, content_type, bytes)
+        self.send_bytes(
+            ("PUT", |agent, url| agent.put(url)),
+            path,
+            content_type,
+            bytes,
+        )
     }
 
     /// `POST path` with `bytes` of type `content_type`.
@@ -194,27 +290,33 @@ impl Client {
         content_type: &str,
         bytes: &[u8],
     ) -> Result<Value, ClientError> {
-        self.send_bytes(|agent, url| agent.post(url), path, content_type, bytes)
+        self.send_bytes(
+            ("POST", |agent, url| agent.post(url)),
+            path,
+            content_type,
+            bytes,
+        )
     }
 
     /// `method path` with `bytes` of type `content_type`.
     fn send_bytes(
         &self,
-        method: fn(&ureq::Agent, &str) -> ureq::RequestBuilder<ureq::typestate::WithBody>,
+        (name, method): (&'static str, SendsBody),
         path: &str,
         content_type: &str,
         bytes: &[u8],
     ) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(method(&self.agent, &url));
-        self.answer(&url, request.content_type(content_type).send(bytes))
+        let call = Call::start(name, &url);
+        self.answer(call, request.content_type(content_type).send(bytes))
     }
 
     /// `DELETE path`.
     pub(crate) fn delete(&self, path: &str) -> Result<Value, ClientError> {
         let url = self.url(path);
         let request = self.with_token(self.agent.delete(&url));
-        self.answer(&url, request.call())
+        self.answer(Call::start("DELETE", &url), request.call())
     }
 
     fn with_token<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
@@ -231,11 +333,16 @@ impl Client {
     /// The JSON answer of a 2xx response; the error body of any other.
     fn answer(
         &self,
-        url: &str,
+        call: Call<'_>,
         response: Result<Response<ureq::Body>, ureq::Error>,
     ) -> Result<Value, ClientError> {
-        let mut response = response.map_err(|e| self.transport_error(e))?;
+        let url = call.url;
+        let mut response = response.map_err(|e| {
+            call.failed(&e);
+            self.transport_error(e)
+        })?;
         let status = response.status().as_u16();
+        call.answered(status);
         let bytes = response
             .body_mut()
             .with_config()
@@ -357,18 +464,23 @@ mod tests {
 
     #[test]
     fn http_and_https_urls_are_accepted() {
-        assert!(Client::new("http://127.0.0.1:7070/", None, None).is_ok());
+        assert!(Client::new("http://127.0.0.1:7070/", None, None, None).is_ok());
         assert_eq!(
-            Client::new("http://h:1/", None, None).unwrap().base,
+            Client::new("http://h:1/", None, None, None).unwrap().base,
             "http://h:1"
         );
-        assert!(Client::new("https://rheo.example", None, None).is_ok());
-        assert!(Client::new("127.0.0.1:7070", None, None).is_err());
-        let plain = Client::new("http://h:1", None, Some(Path::new("ca.pem"))).unwrap_err();
+        assert!(Client::new("https://rheo.example", None, None, None).is_ok());
+        assert!(Client::new("127.0.0.1:7070", None, None, None).is_err());
+        let plain = Client::new("http://h:1", None, Some(Path::new("ca.pem")), None).unwrap_err();
         assert!(plain.to_string().contains("--ca-cert is for https://"));
-        let missing = Client::new("https://h:1", None, Some(Path::new("/nonexistent/ca.pem")))
-            .unwrap_err()
-            .to_string();
+        let missing = Client::new(
+            "https://h:1",
+            None,
+            Some(Path::new("/nonexistent/ca.pem")),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             missing.starts_with("--ca-cert /nonexistent/ca.pem:"),
             "{missing}"

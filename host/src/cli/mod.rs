@@ -128,9 +128,27 @@ pub fn main(cli: Cli) -> ExitCode {
                 "error: {}",
                 crate::backend::redact_urls_in(&format!("{e:#}"))
             );
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// What kind of failure `error` is, as an exit code
+/// (docs/cli.md#exit-codes): the server's answer or the CLI's own refusal
+/// wherever in the chain of causes it is, else 1.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    error
+        .chain()
+        .find_map(|cause| {
+            if let Some(e) = cause.downcast_ref::<client::ClientError>() {
+                Some(e.exit_code())
+            } else {
+                cause
+                    .downcast_ref::<ops::Invalid>()
+                    .map(|_| client::exit::INVALID)
+            }
+        })
+        .unwrap_or(client::exit::FAILED)
 }
 
 /// Runs `command` to completion on a new multi-threaded runtime.

@@ -165,11 +165,12 @@ impl AppendArgs {
             if let Err(why) = check_line(text) {
                 sender.flush()?;
                 sender.bar.finish_and_clear();
-                anyhow::bail!(
+                return Err(super::Invalid(format!(
                     "{label} line {number}: {why}\n(appended before it: {}; \
                      nothing from line {number} on was sent)",
                     count(sender.appended, "event")
-                );
+                ))
+                .into());
             }
             if sender.batch.bytes + text.len() > MAX_BATCH_BYTES {
                 sender.flush()?;

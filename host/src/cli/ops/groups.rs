@@ -1,4 +1,4 @@
-//! `rheo groups` (list, create), `rheo lag` and `rheo group-info`.
+//! `rheo groups` (list, create, delete), `rheo lag` and `rheo group-info`.
 
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
@@ -25,6 +25,11 @@ pub(crate) struct GroupsArgs {
 
 #[derive(Debug, Subcommand)]
 enum GroupsAction {
+    /// List a stream's groups (what `rheo groups STREAM` does).
+    List {
+        /// The stream whose groups to list.
+        stream: String,
+    },
     /// Create a consumer group.
     Create {
         /// The stream it consumes.
@@ -73,9 +78,19 @@ enum GroupsAction {
 impl GroupsArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         if self.stream.is_some() && self.action.is_some() {
-            anyhow::bail!("the stream goes after `create`: rheo groups create STREAM NAME");
+            return Err(super::Invalid(
+                "the stream goes after `create`: rheo groups create STREAM NAME".into(),
+            )
+            .into());
         }
         let client = self.server.client()?;
+        let list = |stream: &str| -> anyhow::Result<()> {
+            let answer = client.get(&format!("/v1/streams/{}/groups", segment(stream)), &[])?;
+            self.server.print(&answer, |a| render_list(stream, a))
+        };
+        if let Some(GroupsAction::List { stream }) = &self.action {
+            return list(stream);
+        }
         if let Some(GroupsAction::Delete {
             stream,
             name,
@@ -83,11 +98,12 @@ impl GroupsArgs {
             force,
         }) = &self.action
         {
-            anyhow::ensure!(
-                *confirm,
-                "not deleting group {name} without --confirm: which events it acked, retried \
-                 or dead-lettered would be forgotten for good (confirm_required)"
-            );
+            super::require(*confirm, || {
+                format!(
+                    "not deleting group {name} without --confirm: which events it acked, \
+                     retried or dead-lettered would be forgotten for good (confirm_required)"
+                )
+            })?;
             let path = format!("/v1/streams/{}/groups/{}", segment(stream), segment(name));
             let answer = client.delete(&super::delete_path(&path, *force))?;
             let what = format!("group {name} of stream {stream}");
@@ -105,9 +121,7 @@ impl GroupsArgs {
             ordering,
         }) = self.action
         else {
-            let stream = self.stream.unwrap_or_default();
-            let answer = client.get(&format!("/v1/streams/{}/groups", segment(&stream)), &[])?;
-            return self.server.print(&answer, |a| render_list(&stream, a));
+            return list(self.stream.as_deref().unwrap_or_default());
         };
         let mut body = Map::new();
         body.insert("name".into(), json!(name));

@@ -4,7 +4,8 @@
 //! answer as a table, or as the server's JSON with `--json`.
 //!
 //! They are blocking and run without an async runtime. A failure is one
-//! `error: …` line on stderr and exit code 1: the server's
+//! `error: …` line on stderr and an exit code that says what kind of
+//! failure it was (`client::exit`, docs/cli.md#exit-codes): the server's
 //! `{"error": {code, message}}` shows as `<message> (<code>)`.
 //!
 //! Files: `streams` (list, create), `groups` (list, create, lag, info),
@@ -111,6 +112,12 @@ pub(crate) struct ServerArgs {
     #[arg(long, env = "RHEO_CA_CERT", value_name = "FILE", global = true)]
     ca_cert: Option<std::path::PathBuf>,
 
+    /// Give up on the server after this long, e.g. 30s or 2m (connecting,
+    /// sending and the whole answer; a followed log stops then) [default:
+    /// no limit but 10s to connect]
+    #[arg(long, env = "RHEO_TIMEOUT", value_name = "DURATION", value_parser = duration_ms, global = true)]
+    timeout: Option<u64>,
+
     /// Print the server's JSON answer (pretty) instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -121,7 +128,8 @@ impl ServerArgs {
     fn client(&self) -> Result<Client, ClientError> {
         let url = self.url.as_deref().unwrap_or(DEFAULT_SERVER);
         let token = self.token.clone().filter(|t| !t.is_empty());
-        Client::new(url, token, self.ca_cert.as_deref())
+        let timeout = self.timeout.map(std::time::Duration::from_millis);
+        Client::new(url, token, self.ca_cert.as_deref(), timeout)
     }
 
     /// Prints `answer` pretty with `--json`, else the text `human` makes of it.
@@ -175,6 +183,22 @@ fn duration_ms(text: &str) -> Result<u64, String> {
             .checked_mul(scale)
             .ok_or_else(|| format!("{text} is too long")),
         _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m, 1h or 7d".to_owned()),
+    }
+}
+
+/// A command line or input the CLI refuses before sending anything: exit
+/// code [`exit::INVALID`](super::client::exit::INVALID), as the server's
+/// own refusal of bad input has.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Invalid(pub(crate) String);
+
+/// Fails with [`Invalid`] unless `condition` holds.
+fn require(condition: bool, message: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if condition {
+        Ok(())
+    } else {
+        Err(Invalid(message()).into())
     }
 }
 

@@ -214,12 +214,13 @@ pub(crate) struct ResetArgs {
 
 impl ResetArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.confirm,
-            "not resetting group {} without --confirm: a reset forgets which events it acked, \
-             retried or dead-lettered (confirm_required)",
-            self.target.group
-        );
+        super::require(self.confirm, || {
+            format!(
+                "not resetting group {} without --confirm: a reset forgets which events it \
+                 acked, retried or dead-lettered (confirm_required)",
+                self.target.group
+            )
+        })?;
         let client = self.server.client()?;
         let mut body = Map::new();
         body.insert("confirm".into(), json!(true));

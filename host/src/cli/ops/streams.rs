@@ -1,4 +1,4 @@
-//! `rheo streams`: list the streams, `rheo streams create`,
+//! `rheo streams` (or `rheo streams list`): list the streams, `rheo streams create`,
 //! `rheo streams retention` and `rheo streams delete`.
 
 use clap::{Args, Subcommand};
@@ -20,12 +20,20 @@ pub(crate) struct StreamsArgs {
 
 #[derive(Debug, Subcommand)]
 enum StreamsAction {
+    /// List the streams (what `rheo streams` alone does).
+    List,
     /// Create a stream.
     Create {
         /// 1–128 characters of [A-Za-z0-9._-].
         name: String,
-        /// Partitions, fixed for the stream's life.
-        #[arg(long, default_value_t = 1, value_name = "N")]
+        /// How many partitions, fixed for the stream's life. (`--partitions`
+        /// is its old spelling; elsewhere `--partitions` picks partitions.)
+        #[arg(
+            long = "partition-count",
+            alias = "partitions",
+            default_value_t = 1,
+            value_name = "N"
+        )]
         partitions: u32,
         #[command(flatten)]
         retention: RetentionArgs,
@@ -114,7 +122,7 @@ impl StreamsArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         let client = self.server.client()?;
         match self.action {
-            None => {
+            None | Some(StreamsAction::List) => {
                 let answer = client.get("/v1/streams", &[])?;
                 self.server.print(&answer, render_list)
             }
@@ -161,11 +169,12 @@ impl StreamsArgs {
                 confirm,
                 force,
             }) => {
-                anyhow::ensure!(
-                    confirm,
-                    "not deleting stream {name} without --confirm: its events, groups and \
-                     dead letters would be gone for good (confirm_required)"
-                );
+                super::require(confirm, || {
+                    format!(
+                        "not deleting stream {name} without --confirm: its events, groups \
+                         and dead letters would be gone for good (confirm_required)"
+                    )
+                })?;
                 let path = super::delete_path(&format!("/v1/streams/{}", segment(&name)), force);
                 let answer = client.delete(&path)?;
                 self.server.print(&answer, |a| {
