@@ -126,8 +126,9 @@ form.addEventListener('submit', (e) => {
   if (resolveToken) {
     resolveToken();
     resolveToken = null;
+    learnAccess();
   } else {
-    show();
+    learnAccess().then(show);
   }
 });
 document.getElementById('token-forget').addEventListener('click', () => {
@@ -145,8 +146,22 @@ dialog.addEventListener('cancel', () => {
 });
 document.getElementById('token-button').addEventListener('click', () => openTokenDialog(''));
 
+// What the token may do (GET /v1/whoami): with a read-only token the
+// write controls (marked `data-write`) are hidden, and the header says so.
+const access = document.getElementById('access');
+async function learnAccess() {
+  try {
+    const who = await api('GET', '/v1/whoami');
+    document.body.classList.toggle('read-only', !who.may_write);
+    access.hidden = who.may_write;
+  } catch (e) {
+    // An older server without the route: show everything, as before.
+    console.warn(e);
+  }
+}
+
 window.addEventListener('hashchange', show);
-show();
+learnAccess().then(show);
 
 // Exposed for the browser tests and the curious: the API helper.
 window.rheo = { api };

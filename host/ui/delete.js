@@ -34,7 +34,7 @@ export function deleteSection({ what, name, path, consequence, afterwards }) {
       button.disabled = typed.value !== name;
     }
   });
-  return h('details', { class: 'card danger-zone', 'data-testid': `delete-${what}-section` },
+  return h('details', { class: 'card danger-zone', 'data-write': true, 'data-testid': `delete-${what}-section` },
     h('summary', { text: `Delete this ${what}…` }),
     h('p', { text: `${consequence} This cannot be undone.` }),
     h('div', { class: 'field' }, h('label', { for: id, text: `Type ${name} to confirm` }), typed),

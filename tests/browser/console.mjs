@@ -219,6 +219,29 @@ const scenarios = {
   },
 
   /** A server with a token: the page asks for it, refuses a wrong one, then works and remembers it. */
+  /** A read-only token sees the group and no control it may not use; the full token sees them. */
+  async readonly(page) {
+    await go(page, '#/groups/payments/audit');
+    await until('the token dialog', async () => byId(page, 'token-dialog').isVisible());
+    await byId(page, 'token-input').fill(process.env.RHEO_READ_TOKEN);
+    await byId(page, 'token-save').click();
+    await textOf(page, 'group-dead-letters', (t) => number(t) === 1, 'one dead letter');
+    await until('the header to say read-only', async () => byId(page, 'access').isVisible());
+    await until('the dead-letter row', async () => (await byId(page, 'dead-letter-p-1').count()) === 1);
+    for (const id of ['redrive', 'redrive-all', 'delete-group-section']) {
+      if (await byId(page, id).first().isVisible()) throw new Error(`${id} is shown to a read-only token`);
+    }
+    step('read-only token: the group and its dead letter, no redrive, no delete');
+
+    await byId(page, 'token-button').click();
+    await byId(page, 'token-input').fill(process.env.RHEO_TOKEN);
+    await byId(page, 'token-save').click();
+    await until('the redrive button', async () => byId(page, 'redrive').first().isVisible());
+    await until('the delete section', async () => byId(page, 'delete-group-section').isVisible());
+    if (await byId(page, 'access').isVisible()) throw new Error('still says read-only');
+    step('full token: redrive and delete are there');
+  },
+
   async token(page) {
     await go(page, '#/streams');
     await until('the token dialog', async () => byId(page, 'token-dialog').isVisible());

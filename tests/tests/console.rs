@@ -268,6 +268,75 @@ fn console_swaps_a_handler_module_from_a_file() {
     );
 }
 
+/// With a read-only token the console shows a group but none of the
+/// controls that change it (redrive, delete), and says it is read-only;
+/// with the full token they are back (`GET /v1/whoami`).
+#[test]
+fn console_hides_write_controls_from_a_read_only_token() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (token, read) = ("console-e2e-write-7c2d", "console-e2e-read-3b9e");
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            auth_token: Some(token.into()),
+            args: vec!["--read-token".into(), read.into()],
+            ..ServerOptions::default()
+        },
+    );
+    let http = agent();
+    let bearer = format!("Bearer {token}");
+    let authed = |path: &str, body: Value| {
+        answer(
+            http.post(server.url(path))
+                .header("Authorization", &bearer)
+                .send_json(&body),
+        )
+    };
+    let (status, body) = authed(
+        "/v1/streams",
+        json!({"name": "payments", "partition_count": 1}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = authed("/v1/streams/payments/groups", json!({"name": "audit"}));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = authed("/v1/streams/payments/events", json!({"id": "p-1"}));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = authed(
+        "/v1/streams/payments/groups/audit/fetch",
+        json!({"limit": 1}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let lease = &body["leases"][0];
+    let (status, body) = authed(
+        "/v1/streams/payments/groups/audit/reject",
+        lease_ref(lease, &json!({"reason": "card declined"})),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    run_scenario(
+        &server,
+        "readonly",
+        &[
+            ("RHEO_TOKEN", OsStr::new(token)),
+            ("RHEO_READ_TOKEN", OsStr::new(read)),
+        ],
+    );
+    // The read-only visit changed nothing.
+    let (status, group) = answer(
+        http.get(server.url("/v1/streams/payments/groups/audit"))
+            .header("Authorization", &bearer)
+            .call(),
+    );
+    assert_eq!(
+        (status, group["dead_letters"].as_u64()),
+        (200, Some(1)),
+        "{group}"
+    );
+}
+
 #[test]
 fn console_asks_for_the_token_and_then_works() {
     if browser_ready().is_none() {

@@ -51,21 +51,31 @@ pub(crate) async fn require_token(
         )
         .into_response();
     }
-    request.extensions_mut().insert(Caller(name));
+    request.extensions_mut().insert(Caller {
+        name,
+        read_only: scope == Scope::Read,
+    });
     next.run(request).await
 }
 
 /// Who made a request: the name of the token it carried, when that token
-/// has one. Any handler can take it; without auth, or with an unnamed
-/// token, it names nobody.
+/// has one, and whether that token may only read. Any handler can take it;
+/// without auth it names nobody and may do everything.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Caller(Option<String>);
+pub(crate) struct Caller {
+    name: Option<String>,
+    read_only: bool,
+}
 
 impl Caller {
     /// The name of the token the request carried, if it has one.
-    #[cfg_attr(not(feature = "wasm"), allow(dead_code))]
     pub(crate) fn name(&self) -> Option<&str> {
-        self.0.as_deref()
+        self.name.as_deref()
+    }
+
+    /// Whether the request's token may only read (`GET`, `HEAD`).
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
     }
 }
 

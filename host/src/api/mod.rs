@@ -9,6 +9,7 @@
 //! - `health` — `/healthz`, `/readyz`, `/metrics`.
 //! - `delete` — deleting streams and groups (`?confirm=true`, `force`).
 //! - `clock` — `/v1/test/clock`, live only with the test clock.
+//! - `nodes` — `/v1/nodes`; `whoami` — `/v1/whoami`, what the caller's token may do.
 //! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
 //! - `auth`, `metrics` — middleware; `openapi` — the document.
 //! - `ui` — the web console at `/ui` (static files; not in the document).
@@ -35,6 +36,7 @@ mod streams;
 mod timeout;
 pub mod tls;
 mod ui;
+mod whoami;
 
 #[cfg(test)]
 mod tests;
@@ -62,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .merge(delete::router())
         .merge(clock::router())
         .merge(nodes::router())
+        .merge(whoami::router())
         .merge(health::router());
     #[cfg(feature = "wasm")]
     let app = app.merge(handlers::router());

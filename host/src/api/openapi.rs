@@ -43,6 +43,7 @@ use super::dto::schema;
         (name = "recovery", description = "Replay, reset, dead letters and redrive"),
         (name = "handlers", description = "WebAssembly handlers: deploy, hot swap, rollback"),
         (name = "nodes", description = "The servers sharing the backend (cluster mode) and what each runs"),
+        (name = "access", description = "What the caller's token may do"),
         (name = "health", description = "Probes and metrics (no auth)"),
         (name = "test clock", description = "Only with rheo serve --test-clock"),
     )

@@ -94,7 +94,7 @@ export function detail(root, [stream, group]) {
   const { table: deadTable, body: deadBody } = table(
     [['Event'], ['Partition', 'num'], ['Sequence', 'num'], ['Attempts', 'num'], ['Reason'], ['Dead-lettered'], ['']],
     { 'data-testid': 'dead-letters-table' });
-  const redriveAll = h('button', { type: 'button', class: 'secondary', 'data-testid': 'redrive-all', text: 'Redrive all', hidden: true });
+  const redriveAll = h('button', { type: 'button', class: 'secondary', 'data-write': true, 'data-testid': 'redrive-all', text: 'Redrive all', hidden: true });
   const deadMore = h('p', { class: 'muted small' });
 
   fill(root,
@@ -181,7 +181,7 @@ export function detail(root, [stream, group]) {
         td(num(d.attempt), 'num'),
         td(h('span', { class: 'reason', text: d.reason })),
         td(time(d.dead_lettered_at)),
-        td(h('button', { type: 'button', class: 'secondary small', 'data-testid': 'redrive',
+        td(h('button', { type: 'button', class: 'secondary small', 'data-write': true, 'data-testid': 'redrive',
           'aria-label': `Redrive ${d.event_id}`, onclick: () => redrive({ event_ids: [d.event_id] }, `Event ${d.event_id}`), text: 'Redrive' }), 'row-actions')));
     }
     deadMore.textContent = dead.next ? `Showing the first ${num(letters.length)}; redrive them to see the rest.` : '';

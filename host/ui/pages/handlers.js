@@ -71,7 +71,7 @@ export function list(root) {
   const extra = h('textarea', { id: 'd-extra', rows: 1, spellcheck: 'false', placeholder: '{"config": {"key": "value"}}' });
   const module = h('input', { id: 'd-module', type: 'file', accept: '.wasm,application/wasm', required: true, 'data-testid': 'deploy-file' });
   const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'deploy', text: 'Deploy' });
-  const form = h('form', { class: 'card', 'aria-labelledby': 'deploy-title' },
+  const form = h('form', { class: 'card', 'data-write': true, 'aria-labelledby': 'deploy-title' },
     h('h2', { id: 'deploy-title', text: 'Deploy a handler' }),
     h('p', { class: 'muted small', text: 'A WebAssembly component (.wasm) and where it consumes from; the group is created if missing. Deploying an existing name replaces its manifest and module.' }),
     h('div', { class: 'field-row' },
@@ -289,7 +289,7 @@ export function detail(root, [name]) {
     heading(['Handler ', h('span', { class: 'mono', text: name })], where,
       h('a', { href: '#/handlers', class: 'button-link', text: '← Handlers' })),
     errors, actionErrors, notice, lastError, stats,
-    h('section', { class: 'card controls', 'aria-label': 'Actions' },
+    h('section', { class: 'card controls', 'data-write': true, 'aria-label': 'Actions' },
       h('div', { class: 'buttons' }, pause, resume, rollback), swapForm),
     plotBox,
     h('section', { class: 'card' }, h('h2', { text: 'Counters by version' }), versionTable),

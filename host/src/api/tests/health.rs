@@ -94,6 +94,7 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
         ("/v1/handlers/{handler}/resume", &["post"]),
         ("/v1/handlers/{handler}/logs", &["get"]),
         ("/v1/nodes", &["get"]),
+        ("/v1/whoami", &["get"]),
         ("/healthz", &["get"]),
         ("/readyz", &["get"]),
         ("/metrics", &["get"]),

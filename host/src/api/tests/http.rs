@@ -7,7 +7,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 
 use super::{TestApp, code};
-use crate::api::ApiSettings;
+use crate::api::{ApiSettings, NamedToken};
 
 fn raw(method: Method, uri: &str, content_type: Option<&str>, body: &str) -> Request<Body> {
     let mut builder = Request::builder().method(method).uri(uri);
@@ -183,6 +183,43 @@ async fn with_a_token_every_v1_route_needs_it_and_probes_stay_open() {
     for protected in ["/v1/openapi.json", "/v1/test/clock"] {
         let a = app.call(with_token(protected, None)).await;
         assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{protected}");
+    }
+}
+
+/// `GET /v1/whoami` says what the caller's token may do: everything
+/// without auth, only reading with a read token, and the token's name.
+#[tokio::test]
+async fn whoami_tells_the_caller_what_its_token_may_do() {
+    let open = TestApp::new();
+    let answer = open.call(with_token("/v1/whoami", None)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.body,
+        json!({"auth_required": false, "may_write": true, "token_name": null})
+    );
+
+    let app = TestApp::with_settings(ApiSettings {
+        auth_token: Some("s3cret".into()),
+        read_token: Some("look".into()),
+        tokens: vec![NamedToken::parse("ana:read=peek").expect("a named token")],
+        ..ApiSettings::default()
+    });
+    let missing = app.call(with_token("/v1/whoami", None)).await;
+    assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
+    for (token, may_write, name) in [
+        ("s3cret", true, json!(null)),
+        ("look", false, json!(null)),
+        ("peek", false, json!("ana")),
+    ] {
+        let answer = app
+            .call(with_token("/v1/whoami", Some(&format!("Bearer {token}"))))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{token}");
+        assert_eq!(
+            answer.body,
+            json!({"auth_required": true, "may_write": may_write, "token_name": name}),
+            "{token}"
+        );
     }
 }
 
