@@ -119,6 +119,21 @@ fn run_scenario(server: &Server, name: &str, env: &[(&str, &OsStr)]) {
     );
 }
 
+/// POSTs `body` to `path` with `Authorization: Bearer <token>`.
+fn post_with_token(
+    http: &ureq::Agent,
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: &Value,
+) -> (u16, Value) {
+    answer(
+        http.post(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send_json(body),
+    )
+}
+
 /// Appends `events` (JSON event inputs) to `stream` in one batch.
 fn append(http: &ureq::Agent, server: &Server, stream: &str, events: Vec<Value>) {
     let (status, body) = post(
@@ -287,14 +302,7 @@ fn console_hides_write_controls_from_a_read_only_token() {
         },
     );
     let http = agent();
-    let bearer = format!("Bearer {token}");
-    let authed = |path: &str, body: Value| {
-        answer(
-            http.post(server.url(path))
-                .header("Authorization", &bearer)
-                .send_json(&body),
-        )
-    };
+    let authed = |path: &str, body: Value| post_with_token(&http, &server, token, path, &body);
     let (status, body) = authed(
         "/v1/streams",
         json!({"name": "payments", "partition_count": 1}),
@@ -327,7 +335,7 @@ fn console_hides_write_controls_from_a_read_only_token() {
     // The read-only visit changed nothing.
     let (status, group) = answer(
         http.get(server.url("/v1/streams/payments/groups/audit"))
-            .header("Authorization", &bearer)
+            .header("Authorization", &format!("Bearer {token}"))
             .call(),
     );
     assert_eq!(
@@ -352,14 +360,7 @@ fn console_asks_for_the_token_and_then_works() {
         },
     );
     let http = agent();
-    let bearer = format!("Bearer {token}");
-    let authed = |path: &str, body: Value| {
-        answer(
-            http.post(server.url(path))
-                .header("Authorization", &bearer)
-                .send_json(&body),
-        )
-    };
+    let authed = |path: &str, body: Value| post_with_token(&http, &server, token, path, &body);
     let (status, body) = authed(
         "/v1/streams",
         json!({"name": "secrets", "partition_count": 1}),
