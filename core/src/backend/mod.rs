@@ -341,6 +341,19 @@ pub struct ResetRequest {
 }
 
 impl ResetRequest {
+    /// A confirmed reset of every partition of `group` to the beginning,
+    /// keeping its ordering.
+    pub fn to_the_beginning(stream: &StreamName, group: &GroupName) -> Self {
+        Self {
+            stream: stream.clone(),
+            group: group.clone(),
+            confirm: true,
+            start: StartPosition::Beginning,
+            partitions: Partitions::All,
+            ordering: None,
+        }
+    }
+
     /// Checks `confirm` first, then the start point, then that an ordering
     /// change resets every partition (partitions are checked
     /// against the stream).

@@ -936,7 +936,9 @@ async fn replay_reopens_and_reset_starts_over() {
     );
     assert_eq!(seqs(&fetch(&b, &s, &g, 10).await), [(1, 1), (3, 2), (5, 3)]);
 
-    b.reset(reset_to_the_beginning(&s, &g)).await.unwrap();
+    b.reset(ResetRequest::to_the_beginning(&s, &g))
+        .await
+        .unwrap();
     let info = b.group_info(&s, &g).await.unwrap();
     assert_eq!((info.cursors[&0], info.inflight, info.lag.lag), (1, 0, 5));
     assert_eq!(
@@ -1553,7 +1555,7 @@ async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing
                     };
                     Backend::replay(&b, &s, &g, how).await.map(drop)
                 }
-                "reset" => Backend::reset(&b, reset_to_the_beginning(&s, &g)).await,
+                "reset" => Backend::reset(&b, ResetRequest::to_the_beginning(&s, &g)).await,
                 "append" => Backend::append(&b, &s, vec![with_id("w", 1)])
                     .await
                     .map(drop),
@@ -1669,18 +1671,6 @@ fn fetch_req(s: &StreamName, g: &GroupName, limit: u32) -> FetchRequest {
         consumer_id: ConsumerId::parse("c1").unwrap(),
         lease_ms: 1000,
         partitions: Partitions::All,
-    }
-}
-
-/// A confirmed reset of every partition of `g` to the beginning.
-fn reset_to_the_beginning(s: &StreamName, g: &GroupName) -> ResetRequest {
-    ResetRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        confirm: true,
-        start: StartPosition::Beginning,
-        partitions: Partitions::All,
-        ordering: None,
     }
 }
 

@@ -14,7 +14,7 @@ use super::{Harness, cid, code, gn};
 use crate::backend::{
     Backend, FetchRequest, Partitions, Redrive, Replay, ResetRequest, Result, Wakeup,
 };
-use crate::model::{EventId, EventInput, GroupName, Lease, StartPosition, StreamName, Timestamp};
+use crate::model::{EventId, EventInput, GroupName, Lease, StreamName, Timestamp};
 
 // ---------------------------------------------------------------------------
 // private helpers
@@ -346,14 +346,7 @@ pub async fn immediate_nack_wakes_subscribers(h: &Harness) {
 
     w.mark_seen();
     h.b()
-        .reset(ResetRequest {
-            stream: s.clone(),
-            group: g.clone(),
-            confirm: true,
-            start: StartPosition::Beginning,
-            partitions: Partitions::All,
-            ordering: None,
-        })
+        .reset(ResetRequest::to_the_beginning(&s, &g))
         .await
         .expect("reset");
     woke(&mut w, "a reset").await;

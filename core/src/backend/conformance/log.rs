@@ -12,7 +12,7 @@ use crate::backend::{
 use crate::model::{
     Direction, Event, EventInput, GroupName, GroupSpec, JsonObject, LeaseId, MAX_KEY_LEN,
     MAX_TYPE_LEN, OrderBy, OrderField, Page, Query, QueryCursor, SettleOp, SettleTarget,
-    Settlement, StartPosition, StreamName, Timestamp, json_eq, kafka_partition, parse_where,
+    Settlement, StreamName, Timestamp, json_eq, kafka_partition, parse_where,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -137,14 +137,7 @@ async fn group_op_codes(
         limit: 10,
         after: None,
     };
-    let reset = ResetRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        confirm: true,
-        start: StartPosition::Beginning,
-        partitions: Partitions::All,
-        ordering: None,
-    };
+    let reset = ResetRequest::to_the_beginning(s, g);
     let replay = Replay::FromSequence {
         after: 0,
         partitions: Partitions::All,

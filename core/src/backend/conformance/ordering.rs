@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{Error, Redrive, Replay, ResetRequest};
-use crate::model::StartPosition;
 use crate::model::{GroupOrdering, Lease};
 
 /// Creates group `name` with `ordering` (and `max_attempts`) on `stream`.
@@ -371,12 +370,8 @@ pub async fn competing_consumers_never_hold_two_of_one_key(h: &Harness) {
 /// A reset of every partition to the beginning, changing the ordering.
 pub(super) fn reset_to(s: &StreamName, g: &GroupName, ordering: GroupOrdering) -> ResetRequest {
     ResetRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        confirm: true,
-        start: StartPosition::Beginning,
-        partitions: Partitions::All,
         ordering: Some(ordering),
+        ..ResetRequest::to_the_beginning(s, g)
     }
 }
 
@@ -517,14 +512,7 @@ pub async fn an_ordered_fetch_is_as_long_as_the_claimable_heads_allow(h: &Harnes
     // And a limit below that is filled, shared round-robin: the held
     // partition gives its one, the others share the rest evenly.
     h.b()
-        .reset(ResetRequest {
-            stream: s.clone(),
-            group: g.clone(),
-            confirm: true,
-            start: StartPosition::Beginning,
-            partitions: Partitions::All,
-            ordering: None,
-        })
+        .reset(ResetRequest::to_the_beginning(&s, &g))
         .await
         .expect("reset");
     let leases = h.fetch(&s, &g, 21).await;

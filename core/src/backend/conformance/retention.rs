@@ -5,8 +5,7 @@ use super::{Harness, code, eid, sn};
 use crate::backend::retention::{TRIM_BATCH, TrimReport, trim_stream};
 use crate::backend::{CreateStream, DeadLettersRequest, Partitions, ReadRequest, Redrive, Replay};
 use crate::model::{
-    EventInput, GroupOrdering, GroupSpec, Lease, Query, Retention, RetentionPolicy, StartPosition,
-    StreamName,
+    EventInput, GroupOrdering, GroupSpec, Lease, Query, Retention, RetentionPolicy, StreamName,
 };
 
 fn keep_newest(n: u64) -> Retention {
@@ -261,14 +260,7 @@ pub async fn below_the_log_start_everything_clamps_to_it(h: &Harness) {
     assert_eq!(h.b().replay(&s, &g, replay).await.expect("replay"), 3);
     assert_eq!(h.lag(&s, &g).await.partitions[&0].frontier, 7);
     assert_eq!(seqs(&h.fetch(&s, &g, 10).await), [8, 9, 10]);
-    let reset = crate::backend::ResetRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        confirm: true,
-        start: StartPosition::Beginning,
-        partitions: Partitions::All,
-        ordering: None,
-    };
+    let reset = crate::backend::ResetRequest::to_the_beginning(&s, &g);
     h.b().reset(reset).await.expect("reset");
     assert_eq!(h.lag(&s, &g).await.partitions[&0].frontier, 7);
     let bounded = Query {

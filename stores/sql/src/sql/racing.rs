@@ -12,7 +12,7 @@ use rheo_core::backend::conformance::{Harness, cid, gn};
 use rheo_core::backend::{
     Backend, Error, FetchRequest, Partitions, Redrive, Replay, ResetRequest, Result,
 };
-use rheo_core::model::{EventInput, GroupOrdering, GroupSpec, StartPosition, StreamName};
+use rheo_core::model::{EventInput, GroupOrdering, GroupSpec, StreamName};
 
 /// How a writer settles a lease.
 #[derive(Debug, Clone, Copy)]
@@ -155,14 +155,7 @@ async fn keep_writing(
             }
             Chore::Redrive(group) => note(b.redrive(&s, &gn(group), Redrive::All).await.map(drop)),
             Chore::Reset => {
-                let req = ResetRequest {
-                    stream: s.clone(),
-                    group: gn("g"),
-                    partitions: Partitions::All,
-                    start: StartPosition::Beginning,
-                    confirm: true,
-                    ordering: None,
-                };
+                let req = ResetRequest::to_the_beginning(&s, &gn("g"));
                 note(b.reset(req).await);
             }
             Chore::NewGroup => {

@@ -18,7 +18,7 @@ use rheo_core::backend::{
     Redrive, RenewRequest, Replay, ResetRequest,
 };
 use rheo_core::clock::FrozenClock;
-use rheo_core::model::{EventInput, GroupName, GroupSpec, Lease, Query, StartPosition, StreamName};
+use rheo_core::model::{EventInput, GroupName, GroupSpec, Lease, Query, StreamName};
 
 /// A call node b makes with what it kept.
 #[derive(Debug, Clone, Copy)]
@@ -136,14 +136,7 @@ async fn call(
         }
         Call::Redrive => b.redrive(s, g, Redrive::All).await.map(drop),
         Call::Reset => {
-            let req = ResetRequest {
-                stream: s.clone(),
-                group: g.clone(),
-                partitions: Partitions::All,
-                start: StartPosition::Beginning,
-                confirm: true,
-                ordering: None,
-            };
+            let req = ResetRequest::to_the_beginning(s, g);
             b.reset(req).await
         }
     };
