@@ -2,22 +2,10 @@
 //! to know of the command line, generated from the same definitions that
 //! parse it, so they never disagree with `--help`.
 
-use std::io::Write;
-
 use anyhow::Context;
-use clap::{Args, CommandFactory, ValueEnum};
+use clap::{Args, CommandFactory};
 
 use super::Cli;
-
-/// A shell `rheo completions` writes a script for.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(super) enum Shell {
-    Bash,
-    Zsh,
-    Fish,
-    Elvish,
-    Powershell,
-}
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -28,23 +16,15 @@ pub(super) enum Shell {
 pub(super) struct CompletionsArgs {
     /// The shell to complete `rheo` commands, flags and values in.
     #[arg(value_enum)]
-    shell: Shell,
+    shell: clap_complete::Shell,
 }
 
 impl CompletionsArgs {
     pub(super) fn run(self) -> anyhow::Result<()> {
-        use clap_complete::Shell as S;
-        let shell = match self.shell {
-            Shell::Bash => S::Bash,
-            Shell::Zsh => S::Zsh,
-            Shell::Fish => S::Fish,
-            Shell::Elvish => S::Elvish,
-            Shell::Powershell => S::PowerShell,
-        };
         let mut command = Cli::command();
         let mut out = Vec::new();
-        clap_complete::generate(shell, &mut command, "rheo", &mut out);
-        write_stdout(&out)
+        clap_complete::generate(self.shell, &mut command, "rheo", &mut out);
+        super::ops::emit(&String::from_utf8_lossy(&out))
     }
 }
 
@@ -69,7 +49,7 @@ impl ManArgs {
             clap_mangen::Man::new(command)
                 .render(&mut out)
                 .context("cannot render the manual page")?;
-            return write_stdout(&out);
+            return super::ops::emit(&String::from_utf8_lossy(&out));
         };
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -89,13 +69,4 @@ fn pages(command: &clap::Command) -> usize {
         .filter(|s| !s.is_hide_set())
         .map(pages)
         .sum::<usize>()
-}
-
-/// Writes `bytes` to stdout; a closed pipe (`| head`) is no error.
-fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
-    }
 }

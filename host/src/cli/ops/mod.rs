@@ -243,7 +243,7 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
 
 /// Writes `text` to stdout. A closed pipe (`rheo query … | head`) is not
 /// an error: the reader has what it wanted.
-fn emit(text: &str) -> anyhow::Result<()> {
+pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
