@@ -2,35 +2,9 @@
 //! command-line flags, then `RHEO_*` environment variables (clap reads
 //! both, flags first), then an optional TOML file, then the defaults.
 //!
-//! The file uses the long flag names with underscores:
-//!
-//! ```toml
-//! data_dir = "/var/lib/rheo"  # the SQLite store and the handlers, unless backend / handlers_dir say otherwise
-//! backend = "postgres://rheo@db/rheo"
-//! listen = "0.0.0.0:7070"
-//! auth_token = "…"
-//! read_token = "…"          # may only read (GET); needs a token that may change things
-//! tokens = ["ci=…", "dash:read=…"]  # named tokens: changes are recorded under the name
-//! tls_cert = "server.pem"   # serve HTTPS: a PEM certificate chain…
-//! tls_key = "server.key"    # …and its PEM private key
-//! test_clock = false
-//! migrate = true            # the file's spelling of --no-migrate
-//! body_limit = 1048576      # bytes
-//! default_lease_ms = 30000
-//! default_max_attempts = 5
-//! handlers_dir = "rheo-handlers"
-//! wasm_fuel = false         # fuel metering, needed by manifests with `fuel`
-//! node_id = "rheo-a"        # this server's id in a cluster (default: host name + random)
-//! advertise = "http://10.0.0.5:7070"  # its address as other nodes and `rheo nodes` show it
-//! node_timeout_ms = 10000   # a node silent this long is no longer listed
-//! handler_log_lines = 1000  # log lines kept in memory per handler
-//! log_format = "text"       # or "json": one object per line
-//! otlp_endpoint = "http://127.0.0.1:4318"  # export traces (OTLP over HTTP)
-//! metrics_interval_ms = 5000  # how often the group series of /metrics are sampled
-//! store_timeout_ms = 10000  # every store call answers within this
-//! retention_interval_ms = 1000  # how often streams with a retention are trimmed
-//! request_timeout_ms = 30000  # every request answers within this (or 503)
-//! ```
+//! The file uses the long flag names with underscores (the `…_ms` keys of
+//! earlier releases are still read); docs/configuration.md lists them
+//! all, with an example file.
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +54,55 @@ const REQUEST_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 500..=3_600_000;
 /// Smallest body limit accepted: below this even a small batch fails.
 const MIN_BODY_LIMIT: usize = 1024;
 
+/// A duration with its unit, `500ms`, `90s`, `10m`, `1h` or `7d`, in
+/// milliseconds; more than zero.
+pub fn duration_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 && scale > 0 => n
+            .checked_mul(scale)
+            .ok_or_else(|| format!("{text} is too long")),
+        _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m, 1h or 7d".to_owned()),
+    }
+}
+
+/// A duration as [`duration_ms`] reads it, or a bare number of
+/// milliseconds (what the `…-ms` flags and keys of earlier releases took).
+pub fn duration_or_ms(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(ms) => Ok(ms),
+        Err(_) => duration_ms(text),
+    }
+}
+
+/// A duration key of the config file: `"30s"`, or a number of milliseconds.
+fn duration_key<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spelled {
+        Ms(u64),
+        Text(String),
+    }
+    match Spelled::deserialize(de)? {
+        Spelled::Ms(ms) => Ok(Some(ms)),
+        Spelled::Text(text) => duration_or_ms(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 /// The settings one source gives; `None` means "not set here".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -109,6 +132,12 @@ pub struct ServeOptions {
     /// Largest request body, in bytes.
     pub body_limit: Option<usize>,
     /// Lease duration for fetch and renew requests that give none.
+    #[serde(
+        default,
+        rename = "default_lease",
+        alias = "default_lease_ms",
+        deserialize_with = "duration_key"
+    )]
     pub default_lease_ms: Option<u64>,
     /// `max_attempts` of groups created without one.
     pub default_max_attempts: Option<u32>,
@@ -121,6 +150,12 @@ pub struct ServeOptions {
     /// This server's API address as the nodes list shows it.
     pub advertise: Option<String>,
     /// How long a silent node is still listed, in ms.
+    #[serde(
+        default,
+        rename = "node_timeout",
+        alias = "node_timeout_ms",
+        deserialize_with = "duration_key"
+    )]
     pub node_timeout_ms: Option<u64>,
     /// Log lines kept in memory per handler.
     pub handler_log_lines: Option<usize>,
@@ -129,12 +164,36 @@ pub struct ServeOptions {
     /// Where to export traces (an OTLP/HTTP collector).
     pub otlp_endpoint: Option<String>,
     /// How often the group series of `/metrics` are sampled, in ms.
+    #[serde(
+        default,
+        rename = "metrics_interval",
+        alias = "metrics_interval_ms",
+        deserialize_with = "duration_key"
+    )]
     pub metrics_interval_ms: Option<u64>,
     /// How long a store call may take, in ms.
+    #[serde(
+        default,
+        rename = "store_timeout",
+        alias = "store_timeout_ms",
+        deserialize_with = "duration_key"
+    )]
     pub store_timeout_ms: Option<u64>,
     /// How long a request may take, in ms.
+    #[serde(
+        default,
+        rename = "request_timeout",
+        alias = "request_timeout_ms",
+        deserialize_with = "duration_key"
+    )]
     pub request_timeout_ms: Option<u64>,
     /// How often streams with a retention are trimmed, in ms.
+    #[serde(
+        default,
+        rename = "retention_interval",
+        alias = "retention_interval_ms",
+        deserialize_with = "duration_key"
+    )]
     pub retention_interval_ms: Option<u64>,
 }
 

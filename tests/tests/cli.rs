@@ -53,8 +53,11 @@ fn bash_completes_rheo_commands_and_flags_from_the_generated_script() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // The earlier spelling `streams` is hidden, so only `stream` completes.
     let commands = complete("rheo str", 1);
-    assert_eq!(commands.trim(), "streams", "{commands}");
+    assert_eq!(commands.trim(), "stream", "{commands}");
+    let verbs = complete("rheo group le", 2);
+    assert_eq!(verbs.trim(), "leases", "{verbs}");
     let flags = complete("rheo serve --back", 2);
     assert_eq!(flags.trim(), "--backend", "{flags}");
     let shells = complete("rheo completions ''", 2);
@@ -86,10 +89,15 @@ fn man_prints_the_manual_page_and_writes_one_per_command() {
     for page in [
         "rheo.1",
         "rheo-serve.1",
-        "rheo-streams-create.1",
+        "rheo-stream-create.1",
+        "rheo-group-lag.1",
         "rheo-man.1",
     ] {
         assert!(pages.iter().any(|p| p == page), "{page} in {pages:?}");
+    }
+    // The hidden spellings of earlier releases get no page.
+    for hidden in ["rheo-lag.1", "rheo-streams.1", "rheo-append.1"] {
+        assert!(!pages.iter().any(|p| p == hidden), "{hidden} in {pages:?}");
     }
     let serve = std::fs::read_to_string(folder.join("rheo-serve.1")).unwrap();
     assert!(

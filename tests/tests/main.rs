@@ -14,6 +14,7 @@ mod cluster;
 mod console;
 mod contract;
 mod demo;
+mod docs;
 mod examples;
 mod handler_new;
 mod http_clients;

@@ -1,6 +1,6 @@
-//! The ops commands (`rheo streams`, `groups`, `append`, `query`, `lag`,
-//! `group-info`, `dead-letters`, `redrive`, `replay`, `reset`, `handler …`,
-//! `nodes`)
+//! The ops commands (`rheo stream …`, `rheo event append|query`,
+//! `rheo group …`, `rheo handler …`, `rheo nodes`, `rheo context …`;
+//! docs/cli.md#grammar), and the spellings of earlier releases,
 //! run as a user would: the real binary against a real `rheo serve` on a
 //! SQLite file. Deliveries are fetched and settled over HTTP where a test
 //! needs leases or dead letters.
@@ -47,19 +47,20 @@ fn start() -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-/// Runs `rheo streams create orders --partitions 3`.
+/// Runs `rheo stream create orders --partition-count 3`.
 fn create_orders(server: &Server) {
     assert!(
         ok(
             server,
-            &["streams", "create", "orders", "--partitions", "3"]
+            &["stream", "create", "orders", "--partition-count", "3"]
         )
         .contains("orders")
     );
 }
 
 /// The `rheo append` of event `o-1` from flags (partition 1, key `alice`).
-const APPEND_O1: [&str; 14] = [
+const APPEND_O1: [&str; 15] = [
+    "event",
     "append",
     "orders",
     "--id",
@@ -95,7 +96,13 @@ fn orders_to_query(dir: &Path, server: &Server) {
     let file = bulk_file(dir);
     ok(
         server,
-        &["append", "orders", "--file", file.to_str().unwrap()],
+        &[
+            "event",
+            "append",
+            "orders",
+            "--file",
+            file.to_str().unwrap(),
+        ],
     );
 }
 
@@ -111,23 +118,23 @@ fn each_kind_of_failure_has_its_exit_code() {
     let server = Server::start(dir.path(), &options);
     let with_token = |args: &[&str]| {
         let mut all = args.to_vec();
-        all.extend(["--token", "s3cret"]);
+        all.extend(["--auth-token", "s3cret"]);
         rheo(&server, &all)
     };
     let code = |run: Run| (run.code, run.stderr);
-    assert_eq!(with_token(&["streams"]).code, Some(0));
-    let (unauthorized, stderr) = code(rheo(&server, &["streams"]));
+    assert_eq!(with_token(&["stream"]).code, Some(0));
+    let (unauthorized, stderr) = code(rheo(&server, &["stream"]));
     assert_eq!(unauthorized, Some(6), "no token: {stderr}");
-    let (invalid, stderr) = code(with_token(&["streams", "create", "no spaces"]));
+    let (invalid, stderr) = code(with_token(&["stream", "create", "no spaces"]));
     assert_eq!(invalid, Some(2), "a name the server refuses: {stderr}");
-    let (missing, stderr) = code(with_token(&["lag", "nope", "g"]));
+    let (missing, stderr) = code(with_token(&["group", "lag", "nope", "g"]));
     assert_eq!(missing, Some(4), "{stderr}");
-    with_token(&["streams", "create", "orders"]);
-    let (conflict, stderr) = code(with_token(&["streams", "create", "orders"]));
+    with_token(&["stream", "create", "orders"]);
+    let (conflict, stderr) = code(with_token(&["stream", "create", "orders"]));
     assert_eq!(conflict, Some(5), "{stderr}");
-    let nobody = run_rheo_with(&["streams", "--server", "http://127.0.0.1:9"], &[], None);
+    let nobody = run_rheo_with(&["stream", "--server", "http://127.0.0.1:9"], &[], None);
     assert_eq!(nobody.code, Some(3), "unreachable: {}", nobody.stderr);
-    let usage = run_rheo_with(&["streams", "--no-such-flag"], &[], None);
+    let usage = run_rheo_with(&["stream", "--no-such-flag"], &[], None);
     assert_eq!(usage.code, Some(2), "a usage error: {}", usage.stderr);
 }
 
@@ -137,7 +144,7 @@ fn each_kind_of_failure_has_its_exit_code() {
 #[test]
 fn verbose_shows_the_http_calls_and_timeout_gives_up_on_a_silent_server() {
     let (_dir, server) = start();
-    let run = rheo(&server, &["streams", "-v"]);
+    let run = rheo(&server, &["stream", "-v"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let call = format!("GET {}/v1/streams -> 200 in ", server.base());
     assert!(run.stderr.contains(&call), "{call:?} in {}", run.stderr);
@@ -147,7 +154,7 @@ fn verbose_shows_the_http_calls_and_timeout_gives_up_on_a_silent_server() {
     let url = format!("http://{}", silent.local_addr().unwrap());
     let held = std::thread::spawn(move || silent.accept().map(|(socket, _)| socket));
     let run = run_rheo_with(
-        &["streams", "--server", &url, "--timeout", "300ms"],
+        &["stream", "--server", &url, "--timeout", "300ms"],
         &[],
         None,
     );
@@ -159,21 +166,21 @@ fn verbose_shows_the_http_calls_and_timeout_gives_up_on_a_silent_server() {
 #[test]
 fn streams_are_listed_created_and_a_duplicate_is_refused() {
     let (_dir, server) = start();
-    assert!(ok(&server, &["streams"]).contains("no streams yet"));
+    assert!(ok(&server, &["stream"]).contains("no streams yet"));
     create_orders(&server);
     assert_eq!(
-        row(&ok(&server, &["streams"]), "orders")[..2],
+        row(&ok(&server, &["stream"]), "orders")[..2],
         ["orders", "3"]
     );
     // `list` says the same; `--partition-count` is the count's spelling.
     ok(
         &server,
-        &["streams", "create", "audit", "--partition-count", "2"],
+        &["stream", "create", "audit", "--partition-count", "2"],
     );
-    let listed = ok(&server, &["streams", "list"]);
+    let listed = ok(&server, &["stream", "list"]);
     assert_eq!(row(&listed, "orders")[..2], ["orders", "3"]);
     assert_eq!(row(&listed, "audit")[..2], ["audit", "2"]);
-    let again = rheo(&server, &["streams", "create", "orders"]);
+    let again = rheo(&server, &["stream", "create", "orders"]);
     // 5: a conflict with what is there (docs/cli.md#exit-codes).
     assert_eq!(again.code, Some(5));
     assert!(
@@ -187,11 +194,11 @@ fn streams_are_listed_created_and_a_duplicate_is_refused() {
 fn a_group_and_a_stream_are_deleted_only_with_confirm() {
     let (_dir, server) = start();
     create_orders(&server);
-    ok(&server, &["groups", "create", "orders", "billing"]);
-    ok(&server, &["groups", "create", "orders", "audit"]);
+    ok(&server, &["group", "create", "orders", "billing"]);
+    ok(&server, &["group", "create", "orders", "audit"]);
     for args in [
-        &["groups", "delete", "orders", "billing"][..],
-        &["streams", "delete", "orders"][..],
+        &["group", "delete", "orders", "billing"][..],
+        &["stream", "delete", "orders"][..],
     ] {
         let refused = rheo(&server, args);
         // 2: refused as invalid, before anything is sent.
@@ -205,18 +212,18 @@ fn a_group_and_a_stream_are_deleted_only_with_confirm() {
     }
     let out = ok(
         &server,
-        &["groups", "delete", "orders", "billing", "--confirm"],
+        &["group", "delete", "orders", "billing", "--confirm"],
     );
     assert_eq!(out.trim(), "deleted group billing of stream orders");
-    let groups = ok(&server, &["groups", "orders"]);
+    let groups = ok(&server, &["group", "list", "orders"]);
     assert!(
         !groups.contains("billing") && groups.contains("audit"),
         "{groups}"
     );
-    assert_eq!(ok(&server, &["groups", "list", "orders"]), groups);
+    assert_eq!(ok(&server, &["group", "list", "orders"]), groups);
     let missing = rheo(
         &server,
-        &["groups", "delete", "orders", "billing", "--confirm"],
+        &["group", "delete", "orders", "billing", "--confirm"],
     );
     assert!(
         missing.stderr.contains("(group_not_found)"),
@@ -224,11 +231,11 @@ fn a_group_and_a_stream_are_deleted_only_with_confirm() {
         missing.stderr
     );
 
-    let out = ok(&server, &["streams", "delete", "orders", "--confirm"]);
+    let out = ok(&server, &["stream", "delete", "orders", "--confirm"]);
     assert_eq!(out.trim(), "deleted stream orders");
-    assert!(ok(&server, &["streams"]).contains("no streams yet"));
-    ok(&server, &["streams", "create", "orders"]);
-    let answer = ok_json(&server, &["streams", "delete", "orders", "--confirm"]);
+    assert!(ok(&server, &["stream"]).contains("no streams yet"));
+    ok(&server, &["stream", "create", "orders"]);
+    let answer = ok_json(&server, &["stream", "delete", "orders", "--confirm"]);
     assert_eq!(answer, json!({"deleted": true, "removed_handlers": []}));
 }
 
@@ -247,7 +254,7 @@ fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
     let out = ok(
         &server,
         &[
-            "streams",
+            "stream",
             "create",
             "logs",
             "--max-events",
@@ -260,11 +267,12 @@ fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
         out.trim(),
         "created stream logs with 1 partition(s); retention limits: max age 1h 00m, at most 3 events per partition"
     );
-    ok(&server, &["groups", "create", "logs", "audit"]);
+    ok(&server, &["group", "create", "logs", "audit"]);
     for i in 0..5 {
         ok(
             &server,
             &[
+                "event",
                 "append",
                 "logs",
                 "--id",
@@ -274,7 +282,7 @@ fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
             ],
         );
     }
-    let stored = |server: &Server| row(&ok(server, &["streams"]), "logs")[2].clone();
+    let stored = |server: &Server| row(&ok(server, &["stream"]), "logs")[2].clone();
     let trimmed = (0..500).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(20));
         stored(&server) == "3"
@@ -282,9 +290,9 @@ fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
     assert!(
         trimmed,
         "the trimmer keeps the newest 3: {}",
-        ok(&server, &["streams"])
+        ok(&server, &["stream"])
     );
-    let info = ok(&server, &["group-info", "logs", "audit"]);
+    let info = ok(&server, &["group", "info", "logs", "audit"]);
     assert_eq!(row(&info, "skipped")[3], "2", "{info}");
 
     // Two hours later by the server's clock: the age limit removes the rest.
@@ -298,21 +306,21 @@ fn a_retention_is_set_from_flags_and_the_server_trims_to_it() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         stored(&server) == "0"
     });
-    assert!(emptied, "{}", ok(&server, &["streams"]));
+    assert!(emptied, "{}", ok(&server, &["stream"]));
 
     let out = ok(
         &server,
-        &["streams", "retention", "logs", "--retention", "interest"],
+        &["stream", "retention", "logs", "--retention", "interest"],
     );
     assert_eq!(
         out.trim(),
         "stream logs: retention interest: events every group settled"
     );
-    let out = ok(&server, &["streams", "retention", "logs", "--keep-all"]);
+    let out = ok(&server, &["stream", "retention", "logs", "--keep-all"]);
     assert_eq!(out.trim(), "stream logs: keeps every event");
     let refused = rheo(
         &server,
-        &["streams", "retention", "logs", "--max-events", "0"],
+        &["stream", "retention", "logs", "--max-events", "0"],
     );
     assert!(refused.stderr.contains("(invalid)"), "{}", refused.stderr);
 }
@@ -324,7 +332,7 @@ fn groups_are_created_and_listed_with_their_settings() {
     ok(
         &server,
         &[
-            "groups",
+            "group",
             "create",
             "orders",
             "billing",
@@ -334,9 +342,16 @@ fn groups_are_created_and_listed_with_their_settings() {
     );
     ok(
         &server,
-        &["groups", "create", "orders", "audit", "--start-after", "0"],
+        &[
+            "group",
+            "create",
+            "orders",
+            "audit",
+            "--after-sequence",
+            "0",
+        ],
     );
-    let groups = ok(&server, &["groups", "orders"]);
+    let groups = ok(&server, &["group", "list", "orders"]);
     assert_eq!(row(&groups, "NAME")[..2], ["NAME", "MAX-ATTEMPTS"]);
     assert_eq!(row(&groups, "billing")[..3], ["billing", "2", "immediate"]);
     assert_eq!(row(&groups, "audit")[1], "5");
@@ -363,17 +378,17 @@ fn a_file_append_sends_batches_of_500_quietly_and_counts_duplicates() {
     // when stderr is not a terminal.
     let file = bulk_file(dir.path());
     let path = file.to_str().unwrap();
-    let run = rheo(&server, &["append", "orders", "--file", path]);
+    let run = rheo(&server, &["event", "append", "orders", "--file", path]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "appended 1200 events");
     assert_eq!(run.stderr, "");
-    let again = ok_json(&server, &["append", "orders", "-f", path]);
+    let again = ok_json(&server, &["event", "append", "orders", "-f", path]);
     assert_eq!(
         again,
         json!({"appended": 1200, "duplicates": 1200, "batches": 3})
     );
     // The streams table sums the events over the partitions.
-    let streams = ok(&server, &["streams"]);
+    let streams = ok(&server, &["stream"]);
     assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1200"]);
 }
 
@@ -387,7 +402,10 @@ fn a_bad_line_is_reported_by_number_and_only_the_lines_before_it_are_appended() 
         "{\"id\": \"b-1\"}\n\n{\"id\": \"b-2\"}\n{\"id\": \"b-3\", \"pay\": {}}\n{\"id\": \"b-4\"}\n",
     )
     .unwrap();
-    let run = rheo(&server, &["append", "orders", "-f", bad.to_str().unwrap()]);
+    let run = rheo(
+        &server,
+        &["event", "append", "orders", "-f", bad.to_str().unwrap()],
+    );
     assert_eq!(run.code, Some(2), "a bad line is invalid input");
     assert!(
         run.stderr
@@ -401,7 +419,7 @@ fn a_bad_line_is_reported_by_number_and_only_the_lines_before_it_are_appended() 
         run.stderr
     );
     // Nothing after the bad line was sent.
-    let streams = ok(&server, &["streams"]);
+    let streams = ok(&server, &["stream"]);
     assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "2"]);
 }
 
@@ -411,7 +429,7 @@ fn events_are_appended_from_standard_input() {
     create_orders(&server);
     let stdin = b"{\"id\": \"s-1\", \"type\": \"piped\", \"payload\": {\"via\": \"stdin\"}}\n";
     let run = run_rheo_with(
-        &["append", "orders", "-f", "-"],
+        &["event", "append", "orders", "-f", "-"],
         &[("RHEO_SERVER", server.base())],
         Some(stdin),
     );
@@ -421,7 +439,7 @@ fn events_are_appended_from_standard_input() {
         "{}",
         run.stderr
     );
-    let streams = ok(&server, &["streams"]);
+    let streams = ok(&server, &["stream"]);
     assert_eq!(row(&streams, "orders")[..3], ["orders", "3", "1"]);
 }
 
@@ -431,7 +449,13 @@ fn a_query_prints_a_table_with_a_next_page_hint() {
     orders_to_query(dir.path(), &server);
     let page = ok(
         &server,
-        &["query", "orders", "--where", r#"{"type": "order.created"}"#],
+        &[
+            "event",
+            "query",
+            "orders",
+            "--where",
+            r#"{"type": "order.created"}"#,
+        ],
     );
     let event = row(&page, "o-1");
     assert_eq!(
@@ -441,6 +465,7 @@ fn a_query_prints_a_table_with_a_next_page_hint() {
     let page = ok(
         &server,
         &[
+            "event",
             "query",
             "orders",
             "--where",
@@ -459,14 +484,16 @@ fn a_query_as_json_gives_a_cursor_to_the_next_page() {
     orders_to_query(dir.path(), &server);
     let json = ok_json(
         &server,
-        &["query", "orders", "--limit", "2", "--order", "desc"],
+        &[
+            "event", "query", "orders", "--limit", "2", "--order", "desc",
+        ],
     );
     assert_eq!(json["events"].as_array().unwrap().len(), 2);
     let cursor = json["next_cursor"].as_str().expect("a next cursor");
     let next = ok_json(
         &server,
         &[
-            "query", "orders", "--limit", "2", "--order", "desc", "--cursor", cursor,
+            "event", "query", "orders", "--limit", "2", "--order", "desc", "--cursor", cursor,
         ],
     );
     assert_ne!(next["events"][0]["id"], json["events"][0]["id"]);
@@ -476,7 +503,10 @@ fn a_query_as_json_gives_a_cursor_to_the_next_page() {
 fn a_query_with_all_follows_every_cursor_without_repeating_an_event() {
     let (dir, server) = start();
     orders_to_query(dir.path(), &server);
-    let all = ok_json(&server, &["query", "orders", "--all", "--limit", "100"]);
+    let all = ok_json(
+        &server,
+        &["event", "query", "orders", "--all", "--limit", "100"],
+    );
     assert_eq!(all["events"].as_array().unwrap().len(), 1201);
     assert_eq!(all["next_cursor"], Value::Null);
     let ids: std::collections::HashSet<&str> = all["events"]
@@ -489,6 +519,7 @@ fn a_query_with_all_follows_every_cursor_without_repeating_an_event() {
     let table = ok(
         &server,
         &[
+            "event",
             "query",
             "orders",
             "--all",
@@ -529,7 +560,10 @@ fn settle(server: &Server, group: &str, op: &str, lease: &Value) {
 /// Stream `pay` with events `a1`–`a3` on partition 0 and `b1`, `b2` on
 /// partition 1.
 fn pay_with_five_events(server: &Server) {
-    ok(server, &["streams", "create", "pay", "--partitions", "2"]);
+    ok(
+        server,
+        &["stream", "create", "pay", "--partition-count", "2"],
+    );
     for (id, partition) in [
         ("a1", "0"),
         ("a2", "0"),
@@ -540,6 +574,7 @@ fn pay_with_five_events(server: &Server) {
         ok(
             server,
             &[
+                "event",
                 "append",
                 "pay",
                 "--id",
@@ -559,7 +594,7 @@ fn billing_with_dead_letters(server: &Server) {
     pay_with_five_events(server);
     ok(
         server,
-        &["groups", "create", "pay", "billing", "--max-attempts", "3"],
+        &["group", "create", "pay", "billing", "--max-attempts", "3"],
     );
     for lease in fetch(server, "billing", &[0], 2) {
         settle(server, "billing", "reject", &lease);
@@ -570,20 +605,20 @@ fn billing_with_dead_letters(server: &Server) {
 /// [`pay_with_five_events`] and group `replayed` that acked all five.
 fn replayed_all_acked(server: &Server) {
     pay_with_five_events(server);
-    ok(server, &["groups", "create", "pay", "replayed"]);
+    ok(server, &["group", "create", "pay", "replayed"]);
     let leases = fetch(server, "replayed", &[0, 1], 10);
     assert_eq!(leases.len(), 5);
     for lease in &leases {
         settle(server, "replayed", "ack", lease);
     }
-    assert!(ok(server, &["lag", "pay", "replayed"]).contains("lag 0:"));
+    assert!(ok(server, &["group", "lag", "pay", "replayed"]).contains("lag 0:"));
 }
 
 #[test]
 fn lag_shows_each_partition_and_the_group_totals() {
     let (_dir, server) = start();
     billing_with_dead_letters(&server);
-    let lag = ok(&server, &["lag", "pay", "billing"]);
+    let lag = ok(&server, &["group", "lag", "pay", "billing"]);
     assert_eq!(
         row(&lag, "PARTITION"),
         ["PARTITION", "FRONTIER", "HIGH-WATERMARK", "LAG"]
@@ -594,12 +629,15 @@ fn lag_shows_each_partition_and_the_group_totals() {
         lag.contains("lag 3: pending 2, inflight 1, waiting_retry 0, oldest unacked "),
         "{lag}"
     );
-    let only = ok(&server, &["lag", "pay", "billing", "--partitions", "1"]);
+    let only = ok(
+        &server,
+        &["group", "lag", "pay", "billing", "--partitions", "1"],
+    );
     assert!(
         only.lines().all(|l| !l.trim_start().starts_with("0 ")),
         "{only}"
     );
-    let json = ok_json(&server, &["lag", "pay", "billing"]);
+    let json = ok_json(&server, &["group", "lag", "pay", "billing"]);
     assert_eq!(
         json["partitions"]["0"],
         json!({"frontier": 2, "high_watermark": 3, "lag": 1})
@@ -610,14 +648,14 @@ fn lag_shows_each_partition_and_the_group_totals() {
 fn group_info_shows_settings_dead_letters_inflight_and_cursors() {
     let (_dir, server) = start();
     billing_with_dead_letters(&server);
-    let info = ok(&server, &["group-info", "pay", "billing"]);
+    let info = ok(&server, &["group", "info", "pay", "billing"]);
     assert_eq!(row(&info, "max"), ["max", "attempts", "3"]);
     assert_eq!(row(&info, "dead"), ["dead", "letters", "2"]);
     assert_eq!(row(&info, "inflight"), ["inflight", "1"]);
     assert_eq!(row(&info, "PARTITION")[1], "CURSOR");
     assert_eq!(row(&info, "0")[2..], ["2", "3", "1"]);
 
-    let missing = rheo(&server, &["group-info", "pay", "nope"]);
+    let missing = rheo(&server, &["group", "info", "pay", "nope"]);
     assert_eq!(missing.code, Some(4), "not found");
     assert!(
         missing.stderr.contains("(group_not_found)"),
@@ -630,7 +668,7 @@ fn group_info_shows_settings_dead_letters_inflight_and_cursors() {
 fn dead_letters_are_listed_and_paged_after_an_event_id() {
     let (_dir, server) = start();
     billing_with_dead_letters(&server);
-    let letters = ok(&server, &["dead-letters", "pay", "billing"]);
+    let letters = ok(&server, &["group", "dead-letters", "pay", "billing"]);
     assert_eq!(
         row(&letters, "EVENT-ID"),
         [
@@ -647,14 +685,17 @@ fn dead_letters_are_listed_and_paged_after_an_event_id() {
         ["a1", "0", "1", "1", "bad", "data"]
     );
     assert_eq!(row(&letters, "a2")[..3], ["a2", "0", "2"]);
-    let first = ok(&server, &["dead-letters", "pay", "billing", "--limit", "1"]);
+    let first = ok(
+        &server,
+        &["group", "dead-letters", "pay", "billing", "--limit", "1"],
+    );
     assert!(
-        first.contains("more: rheo dead-letters pay billing --after a1"),
+        first.contains("more: rheo group dead-letters pay billing --after a1"),
         "{first}"
     );
     let rest = ok_json(
         &server,
-        &["dead-letters", "pay", "billing", "--after", "a1"],
+        &["group", "dead-letters", "pay", "billing", "--after", "a1"],
     );
     assert_eq!(rest["dead_letters"][0]["event_id"], "a2");
 }
@@ -663,15 +704,15 @@ fn dead_letters_are_listed_and_paged_after_an_event_id() {
 fn dead_letters_are_redriven_by_id_rewinding_the_frontier_or_all_at_once() {
     let (_dir, server) = start();
     billing_with_dead_letters(&server);
-    let out = ok(&server, &["redrive", "pay", "billing", "a1"]);
+    let out = ok(&server, &["group", "redrive", "pay", "billing", "a1"]);
     assert!(out.starts_with("redriven 1 dead letter:"), "{out}");
     assert_eq!(
-        row(&ok(&server, &["lag", "pay", "billing"]), "0"),
+        row(&ok(&server, &["group", "lag", "pay", "billing"]), "0"),
         ["0", "0", "3", "3"]
     );
-    let out = ok_json(&server, &["redrive", "pay", "billing", "--all"]);
+    let out = ok_json(&server, &["group", "redrive", "pay", "billing", "--all"]);
     assert_eq!(out, json!({"redriven": 1}));
-    assert!(ok(&server, &["dead-letters", "pay", "billing"]).contains("no dead letters"));
+    assert!(ok(&server, &["group", "dead-letters", "pay", "billing"]).contains("no dead letters"));
 }
 
 #[test]
@@ -681,10 +722,11 @@ fn acked_deliveries_are_replayed_by_sequence_by_event_ids_or_by_a_query() {
     let out = ok(
         &server,
         &[
+            "group",
             "replay",
             "pay",
             "replayed",
-            "--from-sequence",
+            "--after-sequence",
             "1",
             "--partitions",
             "0",
@@ -692,14 +734,18 @@ fn acked_deliveries_are_replayed_by_sequence_by_event_ids_or_by_a_query() {
     );
     assert_eq!(out.trim(), "reopened 2 deliveries for group replayed");
     assert_eq!(
-        row(&ok(&server, &["lag", "pay", "replayed"]), "0"),
+        row(&ok(&server, &["group", "lag", "pay", "replayed"]), "0"),
         ["0", "1", "3", "2"]
     );
-    let out = ok(&server, &["replay", "pay", "replayed", "--event-ids", "b1"]);
+    let out = ok(
+        &server,
+        &["group", "replay", "pay", "replayed", "--event-ids", "b1"],
+    );
     assert_eq!(out.trim(), "reopened 1 delivery for group replayed");
     let out = ok_json(
         &server,
         &[
+            "group",
             "replay",
             "pay",
             "replayed",
@@ -716,7 +762,7 @@ fn a_reset_is_refused_without_confirm_and_with_it_moves_every_cursor() {
     let (_dir, server) = start();
     replayed_all_acked(&server);
     // Refused without --confirm, before anything is sent.
-    let refused = rheo(&server, &["reset", "pay", "replayed"]);
+    let refused = rheo(&server, &["group", "reset", "pay", "replayed"]);
     assert_eq!(refused.code, Some(2));
     assert!(
         refused.stderr.contains("without --confirm"),
@@ -731,16 +777,17 @@ fn a_reset_is_refused_without_confirm_and_with_it_moves_every_cursor() {
     let out = ok(
         &server,
         &[
+            "group",
             "reset",
             "pay",
             "replayed",
             "--confirm",
-            "--start-after",
+            "--after-sequence",
             "1",
         ],
     );
     assert_eq!(out.trim(), "reset group replayed on stream pay");
-    let lag = ok(&server, &["lag", "pay", "replayed"]);
+    let lag = ok(&server, &["group", "lag", "pay", "replayed"]);
     assert_eq!(row(&lag, "0"), ["0", "1", "3", "2"]);
     assert_eq!(row(&lag, "1"), ["1", "1", "2", "1"]);
 }
@@ -752,6 +799,7 @@ fn a_reset_changes_the_ordering_of_every_partition_only() {
     let partial = rheo(
         &server,
         &[
+            "group",
             "reset",
             "pay",
             "replayed",
@@ -765,13 +813,21 @@ fn a_reset_changes_the_ordering_of_every_partition_only() {
     assert_eq!(partial.code, Some(2), "{}", partial.stderr);
     let out = ok(
         &server,
-        &["reset", "pay", "replayed", "--confirm", "--ordering", "key"],
+        &[
+            "group",
+            "reset",
+            "pay",
+            "replayed",
+            "--confirm",
+            "--ordering",
+            "key",
+        ],
     );
     assert_eq!(
         out.trim(),
         "reset group replayed on stream pay (ordering key)"
     );
-    let info = ok(&server, &["group-info", "pay", "replayed"]);
+    let info = ok(&server, &["group", "info", "pay", "replayed"]);
     assert_eq!(row(&info, "ordering"), ["ordering", "key"]);
 }
 
@@ -791,9 +847,12 @@ fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
     let modules = tempfile::tempdir().unwrap();
     let echo = guest(modules.path(), "echo");
     let flaky = guest(modules.path(), "flaky");
-    ok(&server, &["streams", "create", "jobs"]);
+    ok(&server, &["stream", "create", "jobs"]);
     for i in 0..3 {
-        ok(&server, &["append", "jobs", "--id", &format!("j{i}")]);
+        ok(
+            &server,
+            &["event", "append", "jobs", "--id", &format!("j{i}")],
+        );
     }
     // The manifest as it would sit in a handlers directory.
     let manifest = dir.path().join("echo.toml");
@@ -859,7 +918,13 @@ fn handlers_are_deployed_swapped_rolled_back_paused_and_deleted() {
 
     let swapped = ok(
         &server,
-        &["handler", "swap", "echo", flaky.to_str().unwrap()],
+        &[
+            "handler",
+            "swap",
+            "echo",
+            "--module",
+            flaky.to_str().unwrap(),
+        ],
     );
     assert!(
         swapped.starts_with("handler echo swapped: version 2 "),
@@ -936,14 +1001,14 @@ fn a_token_is_sent_when_the_server_requires_one() {
         ..ServerOptions::default()
     };
     let server = Server::start(dir.path(), &options);
-    let without = rheo(&server, &["streams"]);
+    let without = rheo(&server, &["stream"]);
     assert_eq!(without.code, Some(6));
     assert!(
         without.stderr.contains("(unauthorized)"),
         "{}",
         without.stderr
     );
-    let wrong = rheo(&server, &["streams", "--token", "guess"]);
+    let wrong = rheo(&server, &["stream", "--auth-token", "guess"]);
     assert!(
         wrong.stderr.contains("invalid bearer token (unauthorized)"),
         "{}",
@@ -952,10 +1017,10 @@ fn a_token_is_sent_when_the_server_requires_one() {
 
     ok(
         &server,
-        &["streams", "create", "private", "--token", "s3cret"],
+        &["stream", "create", "private", "--auth-token", "s3cret"],
     );
     let from_env = run_rheo_with(
-        &["streams"],
+        &["stream"],
         &[
             ("RHEO_SERVER", server.base()),
             ("RHEO_AUTH_TOKEN", "s3cret"),
@@ -968,7 +1033,7 @@ fn a_token_is_sent_when_the_server_requires_one() {
 
 #[test]
 fn an_unreachable_server_is_exit_code_3_with_a_hint() {
-    let run = run_rheo_with(&["streams", "--server", "http://127.0.0.1:1"], &[], None);
+    let run = run_rheo_with(&["stream", "--server", "http://127.0.0.1:1"], &[], None);
     assert_eq!(run.code, Some(3));
     assert!(
         run.stderr
@@ -985,7 +1050,7 @@ fn an_unreachable_server_is_exit_code_3_with_a_hint() {
     // https is spoken (docs/http.md#https): a server that does not answer
     // is the same error.
     let https = run_rheo_with(
-        &["lag", "s", "g", "--server", "https://127.0.0.1:1"],
+        &["group", "lag", "s", "g", "--server", "https://127.0.0.1:1"],
         &[],
         None,
     );
@@ -1004,19 +1069,20 @@ fn usage_errors_exit_with_code_2_before_any_request() {
     // No server runs at this address: a usage error never gets that far.
     let server = ["--server", "http://127.0.0.1:1"];
     let cases: [&[&str]; 6] = [
-        &["redrive", "s", "g"],
-        &["replay", "s", "g"],
+        &["group", "redrive", "s", "g"],
+        &["group", "replay", "s", "g"],
         &[
+            "group",
             "replay",
             "s",
             "g",
-            "--from-sequence",
+            "--after-sequence",
             "1",
             "--event-ids",
             "a",
         ],
-        &["append", "s", "--payload", "[1]"],
-        &["append", "s", "--file", "x.jsonl", "--key", "k"],
+        &["event", "append", "s", "--payload", "[1]"],
+        &["event", "append", "s", "--file", "x.jsonl", "--key", "k"],
         &["handler"],
     ];
     for args in cases {
@@ -1033,7 +1099,7 @@ fn usage_errors_exit_with_code_2_before_any_request() {
 #[test]
 fn a_file_append_shows_progress_on_a_terminal() {
     let (dir, server) = start();
-    ok(&server, &["streams", "create", "bulk"]);
+    ok(&server, &["stream", "create", "bulk"]);
     let file = dir.path().join("events.jsonl");
     let lines: Vec<String> = (0..1200)
         .map(|i| json!({"payload": {"n": i}}).to_string())
@@ -1093,7 +1159,7 @@ fn handler_logs_are_printed_limited_and_followed() {
     let server = Server::start(dir.path(), &options);
     let modules = tempfile::tempdir().unwrap();
     let probe = guest(modules.path(), "probe");
-    ok(&server, &["streams", "create", "jobs"]);
+    ok(&server, &["stream", "create", "jobs"]);
     let manifest = modules.path().join("probe.toml");
     std::fs::write(&manifest, "stream = \"jobs\"\ngroup = \"workers\"\n").unwrap();
     let (m, p) = (manifest.to_str().unwrap(), probe.to_str().unwrap());
@@ -1101,7 +1167,7 @@ fn handler_logs_are_printed_limited_and_followed() {
         &server,
         &["handler", "deploy", "probe", "--manifest", m, "--module", p],
     );
-    ok(&server, &["append", "jobs", "--id", "j1"]);
+    ok(&server, &["event", "append", "jobs", "--id", "j1"]);
 
     // The probe logs four lines and prints one per delivery.
     let lines = logs_until(&server, &["handler", "logs", "probe", "--json"], |l| {
@@ -1167,7 +1233,7 @@ fn handler_logs_are_printed_limited_and_followed() {
         serde_json::from_str(&line).unwrap()
     };
     assert_eq!(next()["seq"], 5);
-    ok(&server, &["append", "jobs", "--id", "j2"]);
+    ok(&server, &["event", "append", "jobs", "--id", "j2"]);
     let line = next();
     assert_eq!(
         (line["seq"].as_u64(), line["event_id"].as_str()),
@@ -1181,5 +1247,289 @@ fn handler_logs_are_printed_limited_and_followed() {
     assert!(
         status.success(),
         "the follower ends cleanly with the handler"
+    );
+}
+
+/// The spellings of earlier releases still work, hidden from `--help`
+/// (docs/cli.md#grammar): bare verbs, `streams` / `groups`, `--token`,
+/// `--start-after`, `--from-sequence`, `--partitions` as a count, and
+/// `--json`.
+#[test]
+fn the_spellings_of_earlier_releases_still_work() {
+    let (_dir, server) = start();
+    ok(&server, &["streams", "create", "old", "--partitions", "2"]);
+    ok(&server, &["append", "old", "--id", "a", "--partition", "0"]);
+    ok(&server, &["append", "old", "--id", "b", "--partition", "1"]);
+    ok(
+        &server,
+        &[
+            "groups",
+            "create",
+            "old",
+            "g",
+            "--start-after",
+            "0",
+            "--retry-backoff-ms",
+            "100,1000",
+        ],
+    );
+    assert_eq!(row(&ok(&server, &["groups", "old"]), "g")[2], "100ms,");
+    let queried = ok_json(&server, &["query", "old"]);
+    assert_eq!(
+        queried["events"].as_array().map(Vec::len),
+        Some(2),
+        "{queried}"
+    );
+    assert_eq!(
+        ageless(ok_json(&server, &["lag", "old", "g"])),
+        ageless(ok_json(&server, &["group", "lag", "old", "g"]))
+    );
+    assert_eq!(
+        ageless(ok_json(&server, &["group-info", "old", "g"])),
+        ageless(ok_json(&server, &["group", "info", "old", "g"]))
+    );
+    assert!(ok(&server, &["dead-letters", "old", "g"]).contains("no dead letters"));
+    ok(&server, &["redrive", "old", "g", "--all"]);
+    ok(&server, &["replay", "old", "g", "--from-sequence", "0"]);
+    ok(
+        &server,
+        &["reset", "old", "g", "--confirm", "--start-after", "1"],
+    );
+    assert!(row(&ok(&server, &["streams", "list"]), "old").contains(&"2".to_owned()));
+
+    // Hidden: `rheo --help` names only the new grammar.
+    let help = run_rheo_with(&["--help"], &[], None).stdout;
+    for noun in ["stream", "event", "group", "handler", "context"] {
+        assert!(help.contains(&format!("\n  {noun} ")), "{noun}: {help}");
+    }
+    for old in [
+        "streams",
+        "groups",
+        "lag",
+        "group-info",
+        "dead-letters",
+        "redrive",
+        "append",
+        "query",
+    ] {
+        assert!(
+            !help.contains(&format!("\n  {old} ")),
+            "{old} shows: {help}"
+        );
+    }
+}
+
+/// A lag or group info answer without the age of its oldest unacked
+/// event, which grows between two calls.
+fn ageless(mut answer: Value) -> Value {
+    if let Some(fields) = answer.as_object_mut() {
+        fields.remove("oldest_unacked_age_ms");
+        if let Some(lag) = fields.get_mut("lag").and_then(Value::as_object_mut) {
+            lag.remove("oldest_unacked_age_ms");
+        }
+    }
+    answer
+}
+
+/// `-o json` is `--json`, `-o yaml` the same answer as YAML, `-o wide`
+/// more columns; the verbs of `rheo group` and `rheo event` answer as
+/// the bare verbs did.
+#[test]
+fn output_formats_and_the_noun_verb_grammar() {
+    let (_dir, server) = start();
+    ok(
+        &server,
+        &["stream", "create", "orders", "--partition-count", "2"],
+    );
+    ok(
+        &server,
+        &[
+            "event",
+            "append",
+            "orders",
+            "--id",
+            "o-1",
+            "--partition",
+            "1",
+        ],
+    );
+    ok(
+        &server,
+        &[
+            "group",
+            "create",
+            "orders",
+            "billing",
+            "--retry-backoff",
+            "100ms,1s",
+        ],
+    );
+    let lag = ok(
+        &server,
+        &["group", "lag", "orders", "billing", "-o", "json"],
+    );
+    let lag: Value = serde_json::from_str(&lag).expect("-o json prints JSON");
+    assert_eq!(
+        ageless(lag.clone()),
+        ageless(ok_json(&server, &["group", "lag", "orders", "billing"]))
+    );
+    assert_eq!(lag["lag"], 1, "{lag}");
+    assert_eq!(lag["partitions"]["1"]["high_watermark"], 1, "{lag}");
+
+    let yaml = ok(
+        &server,
+        &["group", "lag", "orders", "billing", "-o", "yaml"],
+    );
+    assert!(
+        yaml.contains("\nlag: 1\n") || yaml.starts_with("lag: 1\n"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("partitions:\n  \"0\":\n"), "{yaml}");
+    let info = ok_json(&server, &["group", "info", "orders", "billing"]);
+    assert_eq!(info["retry_backoff_ms"], json!([100, 1000]), "{info}");
+
+    let stream = ok(&server, &["stream", "get", "orders"]);
+    assert_eq!(row(&stream, "1"), ["1", "1", "1", "1"], "{stream}");
+    let conflicting = rheo(&server, &["stream", "list", "--json", "-o", "yaml"]);
+    assert_eq!(conflicting.code, Some(2), "{}", conflicting.stderr);
+    let unknown = rheo(&server, &["stream", "list", "-o", "xml"]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("yaml"), "{}", unknown.stderr);
+}
+
+/// Saved contexts: the current one is used where no flag or variable
+/// names a server, `--context` picks another, a flag wins, and a context
+/// that does not exist is refused rather than quietly replaced.
+#[test]
+fn contexts_save_a_server_with_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            auth_token: Some("s3cret".into()),
+            ..ServerOptions::default()
+        },
+    );
+    let config = dir.path().join("config");
+    let config = config.to_str().unwrap();
+    let env = [("RHEO_CONFIG_DIR", config)];
+    let run = |args: &[&str]| run_rheo_with(args, &env, None);
+    let must = |args: &[&str]| {
+        let run = run(args);
+        assert_eq!(run.code, Some(0), "rheo {args:?}: {}", run.stderr);
+        run.stdout
+    };
+    assert!(must(&["context", "list"]).contains("no contexts saved"));
+    let saved = must(&[
+        "context",
+        "add",
+        "local",
+        "--server",
+        server.base(),
+        "--auth-token",
+        "s3cret",
+    ]);
+    assert_eq!(saved, "saved context local (current)\n");
+    must(&[
+        "context",
+        "add",
+        "nowhere",
+        "--server",
+        "http://127.0.0.1:9",
+    ]);
+    let list = must(&["context", "list"]);
+    assert!(!list.contains("s3cret"), "tokens are never printed: {list}");
+    assert_eq!(
+        row(&list, "*")[1..3],
+        ["local".to_owned(), server.base().to_owned()]
+    );
+
+    // The current context: its server and token.
+    must(&["stream", "create", "orders"]);
+    assert!(must(&["stream"]).contains("orders"));
+    // Another, for one command: nothing answers there.
+    assert_eq!(run(&["stream", "--context", "nowhere"]).code, Some(3));
+    // A flag wins over the context (this one lacks the token).
+    let flag = run(&["stream", "--server", server.base(), "--auth-token", "wrong"]);
+    assert_eq!(flag.code, Some(6), "{}", flag.stderr);
+    // A context that does not exist.
+    let missing = run(&["stream", "--context", "prod"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("no context named prod"),
+        "{}",
+        missing.stderr
+    );
+
+    assert_eq!(
+        must(&["context", "use", "nowhere"]),
+        "now using context nowhere\n"
+    );
+    assert_eq!(run(&["stream"]).code, Some(3));
+    must(&["context", "remove", "nowhere"]);
+    // No current context left: the default server, where nothing listens here.
+    assert!(
+        must(&["context", "list"])
+            .lines()
+            .all(|l| !l.starts_with('*'))
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let file = std::path::Path::new(config).join("contexts.toml");
+        let mode = std::fs::metadata(file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "readable by its owner only: {mode:o}");
+    }
+}
+
+/// `rheo handler example` writes an embedded example as a .wasm file,
+/// which deploys with a manifest and no build.
+#[test]
+fn an_embedded_example_deploys_without_a_build() {
+    let (dir, server) = start();
+    // It needs no server.
+    let local = |args: &[&str]| {
+        let run = run_rheo_with(args, &[], None);
+        assert_eq!(run.code, Some(0), "rheo {args:?}: {}", run.stderr);
+        run.stdout
+    };
+    let listed = local(&["handler", "example"]);
+    assert!(listed.lines().any(|l| l == "echo"), "{listed}");
+    let file = dir.path().join("echo.wasm");
+    let wrote = local(&["handler", "example", "echo", "--to", file.to_str().unwrap()]);
+    assert!(
+        wrote.starts_with(&format!("wrote {}", file.display())),
+        "{wrote}"
+    );
+    let manifest = dir.path().join("echo.toml");
+    std::fs::write(&manifest, "stream = \"jobs\"\ngroup = \"workers\"\n").unwrap();
+    ok(&server, &["stream", "create", "jobs"]);
+    ok(
+        &server,
+        &[
+            "handler",
+            "deploy",
+            "echo",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--module",
+            file.to_str().unwrap(),
+        ],
+    );
+    ok(&server, &["event", "append", "jobs", "--id", "j1"]);
+    let acked = (0..200).any(|_| {
+        let lag = ok_json(&server, &["group", "lag", "jobs", "workers"]);
+        lag["lag"] == 0 || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(acked, "the example acked the event");
+    let unknown = run_rheo_with(&["handler", "example", "nope"], &[], None);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("echo"),
+        "lists what there is: {}",
+        unknown.stderr
     );
 }

@@ -34,8 +34,14 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     history: usize,
 
-    /// Partitions of the bench stream.
-    #[arg(long, default_value_t = 1)]
+    /// Partitions of the bench stream (`--partitions` is the spelling of
+    /// earlier releases).
+    #[arg(
+        long = "partition-count",
+        alias = "partitions",
+        default_value_t = 1,
+        value_name = "N"
+    )]
     partitions: u32,
 
     /// Print the results as JSON.

@@ -11,12 +11,15 @@
 mod backup;
 mod bench;
 mod client;
+mod context;
 #[cfg(all(feature = "sqlite", feature = "wasm"))]
 mod demo;
 mod migrate;
 mod multipart;
 mod ops;
 mod project;
+#[cfg(test)]
+mod reference;
 mod serve;
 mod shell;
 mod table;
@@ -92,6 +95,8 @@ enum Command {
     Completions(shell::CompletionsArgs),
     /// Print the manual page, or write one per command into a folder.
     Man(shell::ManArgs),
+    /// Saved servers (with token and CA): add, use, list, remove.
+    Context(context::ContextArgs),
     #[command(flatten)]
     Ops(ops::OpsCommand),
 }
@@ -116,6 +121,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Bench(args) => on_runtime(args.run()),
         Command::Completions(args) => args.run(),
         Command::Man(args) => args.run(),
+        Command::Context(args) => args.run(),
         #[cfg(all(feature = "sqlite", feature = "wasm"))]
         Command::Demo(args) => on_runtime(args.run()),
     };

@@ -15,7 +15,9 @@ use crate::telemetry::LogFormat;
 
 /// Arguments of `rheo serve`. Each flag can also come from its `RHEO_*`
 /// variable or the config file; flags win over variables, variables over
-/// the file.
+/// the file. Durations are written like 500ms, 30s, 10m or 7d; a bare
+/// number is milliseconds, as the `--…-ms` flags of earlier releases took
+/// (still accepted, hidden, with their `RHEO_…_MS` variables).
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// TOML config file (keys are the long flag names with underscores;
@@ -97,8 +99,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RHEO_BODY_LIMIT", value_name = "BYTES")]
     body_limit: Option<usize>,
 
-    /// Lease duration for fetch and renew requests that give none [default: 30000]
-    #[arg(long, env = "RHEO_DEFAULT_LEASE_MS", value_name = "MS")]
+    /// Lease duration for fetch and renew requests that give none, e.g.
+    /// 30s or 2m (a bare number is milliseconds) [default: 30s]
+    #[arg(long = "default-lease", alias = "default-lease-ms", env = "RHEO_DEFAULT_LEASE", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     default_lease_ms: Option<u64>,
 
     /// max_attempts of groups created without one [default: 5]
@@ -129,8 +133,9 @@ pub(crate) struct ServeArgs {
     advertise: Option<String>,
 
     /// A node that has not sent a heartbeat for this long is no longer
-    /// listed; heartbeats go out every quarter of it [default: 10000]
-    #[arg(long, env = "RHEO_NODE_TIMEOUT_MS", value_name = "MS")]
+    /// listed; heartbeats go out every quarter of it [default: 10s]
+    #[arg(long = "node-timeout", alias = "node-timeout-ms", env = "RHEO_NODE_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     node_timeout_ms: Option<u64>,
 
     /// Log lines kept in memory per handler, for GET
@@ -151,34 +156,47 @@ pub(crate) struct ServeArgs {
     otlp_endpoint: Option<String>,
 
     /// How often the group series of /metrics (lag, pending, dead letters,
-    /// …) are sampled; a scrape reads the last sample [default: 5000]
-    #[arg(long, env = "RHEO_METRICS_INTERVAL_MS", value_name = "MS")]
+    /// …) are sampled; a scrape reads the last sample [default: 5s]
+    #[arg(long = "metrics-interval", alias = "metrics-interval-ms", env = "RHEO_METRICS_INTERVAL", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     metrics_interval_ms: Option<u64>,
 
     /// Every call to the backend answers within this, else
     /// backend_unavailable (nothing written) or ambiguous; the backend's
     /// own timeouts (PostgreSQL's lock and idle-in-transaction timeouts,
-    /// Redis's response timeout) are derived from it (500–600000)
-    /// [default: 10000]
-    #[arg(long, env = "RHEO_STORE_TIMEOUT_MS", value_name = "MS")]
+    /// Redis's response timeout) are derived from it (500ms–10m)
+    /// [default: 10s]
+    #[arg(long = "store-timeout", alias = "store-timeout-ms", env = "RHEO_STORE_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     store_timeout_ms: Option<u64>,
 
     /// Every request answers within this, else 503 with Retry-After; a
     /// long poll's wait_ms comes on top, and handler changes get ten times
-    /// as long (500–3600000) [default: 30000]
-    #[arg(long, env = "RHEO_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    /// as long (500ms–1h) [default: 30s]
+    #[arg(long = "request-timeout", alias = "request-timeout-ms", env = "RHEO_REQUEST_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     request_timeout_ms: Option<u64>,
 
     /// How often streams with a retention are trimmed; each round removes
     /// at most 1000 events per partition per step (docs/log.md#retention)
-    /// (10–3600000) [default: 1000]
-    #[arg(long, env = "RHEO_RETENTION_INTERVAL_MS", value_name = "MS")]
+    /// (10ms–1h) [default: 1s]
+    #[arg(long = "retention-interval", alias = "retention-interval-ms", env = "RHEO_RETENTION_INTERVAL", value_name = "DURATION",
+          value_parser = crate::config::duration_or_ms)]
     retention_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
-    fn options(&self) -> ServeOptions {
-        ServeOptions {
+    fn options(&self) -> anyhow::Result<ServeOptions> {
+        let legacy = |value: Option<u64>, name: &str| -> anyhow::Result<Option<u64>> {
+            match (value, std::env::var(name)) {
+                (Some(value), _) => Ok(Some(value)),
+                (None, Ok(text)) if !text.is_empty() => crate::config::duration_or_ms(&text)
+                    .map(Some)
+                    .map_err(|e| anyhow::anyhow!("{name}={text}: {e}")),
+                (None, _) => Ok(None),
+            }
+        };
+        Ok(ServeOptions {
             data_dir: self.data_dir.clone(),
             backend: self.backend.clone(),
             listen: self.listen.clone(),
@@ -190,21 +208,24 @@ impl ServeArgs {
             test_clock: self.test_clock,
             migrate: self.no_migrate.map(|no| !no),
             body_limit: self.body_limit,
-            default_lease_ms: self.default_lease_ms,
+            default_lease_ms: legacy(self.default_lease_ms, "RHEO_DEFAULT_LEASE_MS")?,
             default_max_attempts: self.default_max_attempts,
             handlers_dir: self.handlers_dir.clone(),
             wasm_fuel: self.wasm_fuel,
             node_id: self.node_id.clone(),
             advertise: self.advertise.clone(),
-            node_timeout_ms: self.node_timeout_ms,
+            node_timeout_ms: legacy(self.node_timeout_ms, "RHEO_NODE_TIMEOUT_MS")?,
             handler_log_lines: self.handler_log_lines,
             log_format: self.log_format,
             otlp_endpoint: self.otlp_endpoint.clone(),
-            metrics_interval_ms: self.metrics_interval_ms,
-            store_timeout_ms: self.store_timeout_ms,
-            request_timeout_ms: self.request_timeout_ms,
-            retention_interval_ms: self.retention_interval_ms,
-        }
+            metrics_interval_ms: legacy(self.metrics_interval_ms, "RHEO_METRICS_INTERVAL_MS")?,
+            store_timeout_ms: legacy(self.store_timeout_ms, "RHEO_STORE_TIMEOUT_MS")?,
+            request_timeout_ms: legacy(self.request_timeout_ms, "RHEO_REQUEST_TIMEOUT_MS")?,
+            retention_interval_ms: legacy(
+                self.retention_interval_ms,
+                "RHEO_RETENTION_INTERVAL_MS",
+            )?,
+        })
     }
 
     /// Runs the server; log lines are filtered by `verbosity` unless
@@ -215,7 +236,7 @@ impl ServeArgs {
             Some(path) => ServeOptions::from_file(path)?,
             None => ServeOptions::default(),
         };
-        let config = ServeConfig::resolve(self.options().or(file))?;
+        let config = ServeConfig::resolve(self.options()?.or(file))?;
         let telemetry = crate::telemetry::init(
             verbosity,
             config.log_format,

@@ -15,16 +15,16 @@ pub(crate) enum Align {
 /// A table being filled row by row.
 #[derive(Debug)]
 pub(crate) struct Table {
-    headers: Vec<&'static str>,
+    headers: Vec<String>,
     align: Vec<Align>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these columns, e.g. `[("NAME", Align::Left), ("EVENTS", Align::Right)]`.
-    pub(crate) fn new(columns: &[(&'static str, Align)]) -> Self {
+    pub(crate) fn new(columns: &[(&str, Align)]) -> Self {
         Self {
-            headers: columns.iter().map(|(h, _)| *h).collect(),
+            headers: columns.iter().map(|(h, _)| (*h).to_owned()).collect(),
             align: columns.iter().map(|(_, a)| *a).collect(),
             rows: Vec::new(),
         }
@@ -53,7 +53,7 @@ impl Table {
         }
         let last = self.headers.len().saturating_sub(1);
         let mut out = String::new();
-        let headers = self.headers.iter().map(|h| (*h).to_owned()).collect();
+        let headers = self.headers.clone();
         for row in std::iter::once(&headers).chain(&self.rows) {
             let mut line = String::new();
             for (i, cell) in row.iter().enumerate() {

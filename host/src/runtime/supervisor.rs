@@ -87,7 +87,7 @@ impl Runtime {
             "ordering",
             format!(
                 "group {:?} of stream {:?} exists with ordering {:?}, not {:?}; \
-                 change it with a reset of every partition (rheo reset {} {} --confirm --ordering {}), \
+                 change it with a reset of every partition (rheo group reset {} {} --confirm --ordering {}), \
                  consume as a new group, or leave ordering unset to take the group's",
                 g.as_str(),
                 s.as_str(),

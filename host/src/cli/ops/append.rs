@@ -1,4 +1,4 @@
-//! `rheo append`: one event from flags, or a JSON-lines file (or stdin)
+//! `rheo event append`: one event from flags, or a JSON-lines file (or stdin)
 //! sent through the batch route in chunks.
 //!
 //! Lines are checked here before they are sent, so a bad line is reported
@@ -16,7 +16,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
 
-use super::{ServerArgs, cell, count, emit, json_object, print_json};
+use super::{ServerArgs, cell, count, emit, json_object};
 use crate::cli::client::{Client, segment};
 
 /// Most bytes of event JSON in one batch request, well under the server's
@@ -34,7 +34,7 @@ const EVENT_FIELDS: [&str; 7] = [
     "metadata",
 ];
 
-/// Arguments of `rheo append`.
+/// Arguments of `rheo event append`.
 #[derive(Debug, Args)]
 pub(crate) struct AppendArgs {
     #[command(flatten)]
@@ -142,7 +142,7 @@ impl AppendArgs {
             let size = opened.metadata().ok().map(|m| m.len());
             (Box::new(BufReader::new(opened)), size)
         };
-        let show = !self.server.json && std::io::stderr().is_terminal();
+        let show = !self.server.raw() && std::io::stderr().is_terminal();
         let mut sender = Sender {
             client,
             path: format!("/v1/streams/{}/events/batch", segment(&self.stream)),
@@ -185,12 +185,13 @@ impl AppendArgs {
         }
         sender.flush()?;
         sender.bar.finish_and_clear();
-        if self.server.json {
-            return print_json(&json!({
+        if self.server.raw() {
+            let answer = json!({
                 "appended": sender.appended,
                 "duplicates": sender.duplicates,
                 "batches": sender.batches,
-            }));
+            });
+            return self.server.print(&answer, |_| String::new());
         }
         let mut summary = format!("appended {}", count(sender.appended, "event"));
         if sender.duplicates > 0 {

@@ -1,4 +1,6 @@
-//! `rheo groups` (list, create, delete), `rheo lag` and `rheo group-info`.
+//! `rheo group` (list, create, info, lag, delete, and the recovery verbs
+//! of `recovery`), with `rheo lag` and `rheo group-info`, the hidden
+//! spellings of earlier releases.
 
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
@@ -8,7 +10,30 @@ use crate::cli::client::segment;
 use crate::cli::table::{Align, Table, key_values};
 use crate::model::human_ms;
 
-/// Arguments of `rheo groups`.
+/// Arguments of `rheo group`: a verb is required.
+#[derive(Debug, Args)]
+#[command(arg_required_else_help = true)]
+pub(crate) struct GroupArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(subcommand)]
+    action: GroupsAction,
+}
+
+impl GroupArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        GroupsArgs {
+            server: self.server,
+            stream: None,
+            action: Some(self.action),
+        }
+        .run()
+    }
+}
+
+/// Arguments of `rheo groups`, the spelling of earlier releases:
+/// `rheo groups STREAM` lists, and it takes the verbs of `rheo group`.
 #[derive(Debug, Args)]
 #[command(subcommand_negates_reqs = true)]
 pub(crate) struct GroupsArgs {
@@ -25,11 +50,26 @@ pub(crate) struct GroupsArgs {
 
 #[derive(Debug, Subcommand)]
 enum GroupsAction {
-    /// List a stream's groups (what `rheo groups STREAM` does).
+    /// List a stream's groups.
     List {
         /// The stream whose groups to list.
         stream: String,
     },
+    /// A group's settings, cursors, lag, inflight and dead-letter count.
+    Info(GroupInfoArgs),
+    /// Per-partition frontier, high watermark and lag of a group.
+    Lag(LagArgs),
+    /// What the group has out now: each lease with its event, attempt,
+    /// age and expiry (docs/groups.md#what-is-out-leases).
+    Leases(LeasesArgs),
+    /// A group's dead letters, in sequence order.
+    DeadLetters(super::recovery::DeadLettersArgs),
+    /// Make dead letters available to the group again (attempts start over).
+    Redrive(super::recovery::RedriveArgs),
+    /// Re-open a group's deliveries so they are handled again.
+    Replay(super::recovery::ReplayArgs),
+    /// Forget a group's delivery state and start it again (needs --confirm).
+    Reset(super::recovery::ResetArgs),
     /// Create a consumer group.
     Create {
         /// The stream it consumes.
@@ -41,14 +81,17 @@ enum GroupsAction {
         max_attempts: Option<u32>,
         /// Start after this sequence: N for every partition, or '{"0": 41}'
         /// [default: the beginning]
-        #[arg(long, value_name = "SEQ", value_parser = start_after, conflicts_with = "start_at")]
+        #[arg(long = "after-sequence", alias = "start-after", value_name = "SEQ",
+              value_parser = start_after, conflicts_with = "start_at")]
         start_after: Option<Value>,
         /// Start at the first event at or after this RFC 3339 time (per
         /// partition; none there: only new events).
-        #[arg(long, value_name = "TIME")]
+        #[arg(long = "from", alias = "start-at", value_name = "TIME")]
         start_at: Option<String>,
-        /// Delays for nacks without one, by attempt, e.g. 100,1000,5000 (the last repeats).
-        #[arg(long, value_name = "MS,…", value_delimiter = ',')]
+        /// Delays for nacks without one, by attempt, e.g. 100ms,1s,5s (the
+        /// last repeats; a bare number is milliseconds).
+        #[arg(long = "retry-backoff", alias = "retry-backoff-ms", value_name = "DURATION,…",
+              value_delimiter = ',', value_parser = crate::config::duration_or_ms)]
         retry_backoff_ms: Vec<u64>,
         /// none: any delivery may go out; key: one delivery per key at a
         /// time, in sequence order; partition: one per partition
@@ -77,9 +120,19 @@ enum GroupsAction {
 
 impl GroupsArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
+        match self.action {
+            Some(GroupsAction::Info(args)) => return args.run(),
+            Some(GroupsAction::Lag(args)) => return args.run(),
+            Some(GroupsAction::Leases(args)) => return args.run(),
+            Some(GroupsAction::DeadLetters(args)) => return args.run(),
+            Some(GroupsAction::Redrive(args)) => return args.run(),
+            Some(GroupsAction::Replay(args)) => return args.run(),
+            Some(GroupsAction::Reset(args)) => return args.run(),
+            _ => {}
+        }
         if self.stream.is_some() && self.action.is_some() {
             return Err(super::Invalid(
-                "the stream goes after `create`: rheo groups create STREAM NAME".into(),
+                "the stream goes after the verb: rheo group create STREAM NAME".into(),
             )
             .into());
         }
@@ -158,7 +211,7 @@ fn render_list(stream: &str, answer: &Value) -> String {
     let groups = answer["groups"].as_array().map_or(&[][..], Vec::as_slice);
     if groups.is_empty() {
         return format!(
-            "no groups on stream {stream} (create one with `rheo groups create {stream} NAME`)\n"
+            "no groups on stream {stream} (create one with `rheo group create {stream} NAME`)\n"
         );
     }
     let mut table = Table::new(&[
@@ -193,7 +246,7 @@ fn backoff(schedule: &Value) -> String {
     }
 }
 
-/// Arguments of `rheo lag`.
+/// Arguments of `rheo group lag`.
 #[derive(Debug, Args)]
 pub(crate) struct LagArgs {
     #[command(flatten)]
@@ -221,7 +274,114 @@ impl LagArgs {
     }
 }
 
-/// Arguments of `rheo group-info`.
+/// Arguments of `rheo group leases`.
+#[derive(Debug, Args)]
+pub(crate) struct LeasesArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(flatten)]
+    target: GroupRef,
+
+    /// At most this many leases [server default: 100, at most 1000].
+    #[arg(long, value_name = "N")]
+    limit: Option<u32>,
+
+    /// Continue after a previous page (its `next`, e.g. 0:41).
+    #[arg(long, value_name = "CURSOR")]
+    after: Option<String>,
+}
+
+impl LeasesArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        let client = self.server.client()?;
+        let mut query = Vec::new();
+        if let Some(limit) = self.limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(after) = &self.after {
+            query.push(("after", after.clone()));
+        }
+        let answer = client.get(&self.target.path("/leases"), &query)?;
+        let wide = self.server.wide();
+        self.server
+            .print(&answer, |page| render_leases(&self.target, page, wide))
+    }
+}
+
+/// PARTITION SEQUENCE EVENT ATTEMPT AGE EXPIRES, with HOLDER and LEASE
+/// when `wide`; then where the next page starts.
+fn render_leases(target: &GroupRef, page: &Value, wide: bool) -> String {
+    let leases = page["leases"].as_array().map_or(&[][..], Vec::as_slice);
+    let next = page["next"].as_str();
+    if leases.is_empty() && next.is_none() {
+        return format!(
+            "group {} of stream {} has nothing out\n",
+            target.group, target.stream
+        );
+    }
+    let now = time(&page["now"]);
+    let mut columns = vec![
+        ("PARTITION", Align::Right),
+        ("SEQUENCE", Align::Right),
+        ("EVENT", Align::Left),
+        ("ATTEMPT", Align::Right),
+        ("AGE", Align::Right),
+        ("EXPIRES", Align::Left),
+    ];
+    if wide {
+        columns.extend([("HOLDER", Align::Left), ("LEASE", Align::Left)]);
+    }
+    let mut table = Table::new(&columns);
+    let since = |at: &Value| -> String {
+        match (now, time(at)) {
+            (Some(now), Some(at)) => human_ms((now - at).num_milliseconds().max(0) as u64),
+            _ => "-".to_owned(),
+        }
+    };
+    for lease in leases {
+        let expires = if lease["expired"].as_bool() == Some(true) {
+            "expired".to_owned()
+        } else {
+            match (now, time(&lease["expires_at"])) {
+                (Some(now), Some(at)) => {
+                    format!(
+                        "in {}",
+                        human_ms((at - now).num_milliseconds().max(0) as u64)
+                    )
+                }
+                _ => cell(&lease["expires_at"]),
+            }
+        };
+        let mut row = vec![
+            cell(&lease["partition"]),
+            cell(&lease["sequence"]),
+            cell(&lease["event_id"]),
+            cell(&lease["attempt"]),
+            since(&lease["leased_at"]),
+            expires,
+        ];
+        if wide {
+            row.extend([cell(&lease["consumer_id"]), cell(&lease["lease_id"])]);
+        }
+        table.row(row);
+    }
+    let mut out = table.render();
+    if let Some(next) = next {
+        out.push_str(&format!(
+            "more: rheo group leases {} {} --after {next}\n",
+            target.stream, target.group
+        ));
+    }
+    out
+}
+
+/// An RFC 3339 time of an answer.
+fn time(value: &Value) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    chrono::DateTime::parse_from_rfc3339(value.as_str()?).ok()
+}
+
+/// Arguments of `rheo group info`.
 #[derive(Debug, Args)]
 pub(crate) struct GroupInfoArgs {
     #[command(flatten)]

@@ -33,6 +33,17 @@ enum HandlerAction {
     /// Build a handler project into a component (installs the build tools
     /// into the cache when missing; RHEO_CACHE_DIR, else ~/.cache/rheo).
     Build(crate::cli::project::BuildArgs),
+    /// Write one of the example handlers built into this binary as a
+    /// `.wasm` file, to deploy without building anything (without NAME:
+    /// list them). echo acks every event, poison dead-letters events whose
+    /// payload has "poison": true, flaky fails until an attempt, …
+    Example {
+        /// The example's name.
+        name: Option<String>,
+        /// Where to write it [default: NAME.wasm in the current folder].
+        #[arg(long, value_name = "FILE", requires = "name")]
+        to: Option<PathBuf>,
+    },
     /// Deploy a handler, or replace its manifest and module (a new version).
     Deploy {
         #[command(flatten)]
@@ -58,7 +69,12 @@ enum HandlerAction {
         /// The handler's name.
         name: String,
         /// The new component (.wasm).
-        module: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "module_at")]
+        module: Option<PathBuf>,
+        /// The new component, as earlier releases took it (hidden; use
+        /// --module).
+        #[arg(value_name = "MODULE", hide = true, conflicts_with = "module")]
+        module_at: Option<PathBuf>,
         /// Run it as a canary on this share of first attempts, e.g. 10%.
         #[arg(long, value_name = "PERCENT", value_parser = percent)]
         canary: Option<f64>,
@@ -106,7 +122,7 @@ enum HandlerAction {
         /// The candidate component (.wasm).
         #[arg(long, value_name = "FILE")]
         module: PathBuf,
-        /// Only events matching these filters, as `rheo query --where`,
+        /// Only events matching these filters, as `rheo event query --where`,
         /// e.g. '{"type": "order.created"}'.
         #[arg(long = "where", value_name = "JSON", value_parser = super::json_object)]
         filter: Option<Value>,
@@ -187,6 +203,7 @@ impl HandlerArgs {
         let server = match self.action {
             HandlerAction::New(new) => return new.run(),
             HandlerAction::Build(build) => return build.run(),
+            HandlerAction::Example { name, to } => return example(name, to),
             HandlerAction::Deploy { ref server, .. }
             | HandlerAction::Swap { ref server, .. }
             | HandlerAction::Try { ref server, .. }
@@ -205,7 +222,7 @@ impl HandlerArgs {
         let (answer, done) = match &self.action {
             HandlerAction::List { .. } => {
                 let answer = client.get("/v1/handlers", &[])?;
-                return server.print(&answer, render_list);
+                return server.print(&answer, |a| render_list(a, server.wide()));
             }
             HandlerAction::Get { name, .. } => {
                 let answer = client.get(&path(name, ""), &[])?;
@@ -268,14 +285,16 @@ impl HandlerArgs {
                 if !follow {
                     let answer = client.get(&path, &query)?;
                     let lines = answer["lines"].as_array().map_or(&[][..], Vec::as_slice);
-                    let text: String = lines.iter().map(|l| log_line(l, server.json)).collect();
+                    let text: String = lines.iter().map(|l| log_line(l, server.raw())).collect();
                     return super::emit(&text);
                 }
                 query.push(("follow", "true".to_owned()));
                 let body = client.get_streaming(&path, &query, &[])?;
-                return follow_log(body.into_reader(), server.json);
+                return follow_log(body.into_reader(), server.raw());
             }
-            HandlerAction::New(_) | HandlerAction::Build(_) => unreachable!("run above"),
+            HandlerAction::New(_) | HandlerAction::Build(_) | HandlerAction::Example { .. } => {
+                unreachable!("run above")
+            }
             HandlerAction::Deploy {
                 name,
                 manifest,
@@ -288,13 +307,15 @@ impl HandlerArgs {
             HandlerAction::Swap {
                 name,
                 module,
+                module_at,
                 canary,
                 window,
                 margin,
                 min_deliveries,
                 ..
             } => {
-                let wasm = read(module)?;
+                let module = module.as_ref().or(module_at.as_ref());
+                let wasm = read(module.expect("clap requires one"))?;
                 let Some(share) = canary else {
                     let answer = client.put(&path(name, "/module"), "application/wasm", &wasm)?;
                     return server.print(&answer, |h| summary("swapped", h));
@@ -398,6 +419,32 @@ fn manifest_module(manifest: &Path, content_type: &str, bytes: &[u8]) -> anyhow:
         .parent()
         .unwrap_or_else(|| Path::new("."))
         .join(module))
+}
+
+/// `rheo handler example`: lists the embedded example guests, or writes
+/// one out.
+fn example(name: Option<String>, to: Option<PathBuf>) -> anyhow::Result<()> {
+    let names: Vec<&str> = crate::example_guests::names().collect();
+    let Some(name) = name else {
+        if names.is_empty() {
+            return super::emit("this rheo was built without the example handlers\n");
+        }
+        return super::emit(&format!("{}\n", names.join("\n")));
+    };
+    let Some(wasm) = crate::example_guests::get(&name) else {
+        return Err(super::Invalid(format!(
+            "no example handler named {name}; there are: {}",
+            names.join(", ")
+        ))
+        .into());
+    };
+    let to = to.unwrap_or_else(|| PathBuf::from(format!("{name}.wasm")));
+    std::fs::write(&to, wasm).with_context(|| format!("cannot write {}", to.display()))?;
+    super::emit(&format!(
+        "wrote {} ({} KiB), the example handler {name}\n",
+        to.display(),
+        wasm.len().div_ceil(1024)
+    ))
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -566,12 +613,27 @@ fn micros(us: &Value) -> String {
 }
 
 /// NAME STREAM GROUP STATUS VERSION DIGEST PROCESSED ACKED RETRIED REJECTED.
-fn render_list(answer: &Value) -> String {
+/// NAME STREAM GROUP STATUS VERSION DIGEST and the main counters; `wide`
+/// adds the whole digest and every other counter the server keeps.
+fn render_list(answer: &Value, wide: bool) -> String {
     let handlers = answer["handlers"].as_array().map_or(&[][..], Vec::as_slice);
     if handlers.is_empty() {
         return "no handlers deployed (deploy one with `rheo handler deploy`)\n".to_owned();
     }
-    let mut table = Table::new(&[
+    const MAIN: [&str; 4] = ["processed", "acked", "retried", "rejected"];
+    let mut extra: Vec<String> = handlers
+        .iter()
+        .filter_map(|h| h["counters"].as_object())
+        .flat_map(|c| c.keys().cloned())
+        .filter(|k| wide && !MAIN.contains(&k.as_str()))
+        .collect();
+    extra.sort();
+    extra.dedup();
+    let headers: Vec<String> = extra
+        .iter()
+        .map(|k| k.to_ascii_uppercase().replace('_', "-"))
+        .collect();
+    let mut columns = vec![
         ("NAME", Align::Left),
         ("STREAM", Align::Left),
         ("GROUP", Align::Left),
@@ -582,21 +644,30 @@ fn render_list(answer: &Value) -> String {
         ("ACKED", Align::Right),
         ("RETRIED", Align::Right),
         ("REJECTED", Align::Right),
-    ]);
+    ];
+    columns.extend(headers.iter().map(|h| (h.as_str(), Align::Right)));
+    let mut table = Table::new(&columns);
     for h in handlers {
         let counters = &h["counters"];
-        table.row([
+        let digest = if wide {
+            cell(&h["digest"])
+        } else {
+            short(&h["digest"])
+        };
+        let mut row = vec![
             cell(&h["name"]),
             cell(&h["stream"]),
             cell(&h["group"]),
             cell(&h["status"]),
             cell(&h["version"]),
-            short(&h["digest"]),
-            cell(&counters["processed"]),
-            cell(&counters["acked"]),
-            cell(&counters["retried"]),
-            cell(&counters["rejected"]),
-        ]);
+            digest,
+        ];
+        row.extend(
+            (MAIN.iter().copied())
+                .chain(extra.iter().map(String::as_str))
+                .map(|k| cell(&counters[k])),
+        );
+        table.row(row);
     }
     table.render()
 }

@@ -20,6 +20,7 @@ mod nodes;
 mod query;
 mod recovery;
 mod streams;
+mod yaml;
 
 use std::io::{ErrorKind, Write};
 
@@ -27,47 +28,70 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::client::{Client, ClientError, segment};
+use super::client::{Client, segment};
 
 /// Where the ops commands look for a server when neither `--server` nor
 /// `RHEO_SERVER` says.
 pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
 
-/// The ops subcommands (flattened into the top-level command list).
+/// The ops subcommands (flattened into the top-level command list): one
+/// noun-verb grammar (docs/cli.md#grammar). The bare verbs of earlier
+/// releases (`rheo lag`, `rheo append`, …) stay as hidden aliases for one
+/// release.
 #[derive(Debug, Subcommand)]
 pub(crate) enum OpsCommand {
-    /// List streams, or create one (`rheo streams create NAME`).
-    Streams(streams::StreamsArgs),
-    /// List a stream's consumer groups, or create one (`rheo groups create STREAM NAME`).
-    Groups(groups::GroupsArgs),
-    /// Per-partition frontier, high watermark and lag of a group.
-    Lag(groups::LagArgs),
-    /// A group's settings, cursors, lag, inflight and dead-letter count.
-    GroupInfo(groups::GroupInfoArgs),
-    /// A group's dead letters, in sequence order.
-    DeadLetters(recovery::DeadLettersArgs),
-    /// Make dead letters available to the group again (attempts start over).
-    Redrive(recovery::RedriveArgs),
-    /// Append one event from flags, or many from a JSON-lines file.
-    Append(append::AppendArgs),
-    /// Search a stream's history (never touches group state).
-    Query(query::QueryArgs),
-    /// Re-open a group's deliveries so they are handled again.
-    Replay(recovery::ReplayArgs),
-    /// Forget a group's delivery state and start it again (needs --confirm).
-    Reset(recovery::ResetArgs),
+    /// Streams: list, get, create, retention, delete.
+    #[command(alias = "streams")]
+    Stream(streams::StreamsArgs),
+    /// Events of a stream: append, query.
+    Event(EventArgs),
+    /// Consumer groups: list, create, info, lag, leases, dead-letters,
+    /// redrive, replay, reset, delete.
+    Group(groups::GroupArgs),
     /// Deploy and manage WebAssembly handlers.
     Handler(handler::HandlerArgs),
     /// The servers sharing the backend, and the handlers each runs.
     Nodes(nodes::NodesArgs),
+    // The spellings of earlier releases, hidden (docs/cli.md#grammar).
+    /// Earlier spelling of `rheo group` (`rheo groups STREAM` lists).
+    #[command(hide = true)]
+    Groups(groups::GroupsArgs),
+    /// Earlier spelling of `rheo group lag`.
+    #[command(hide = true)]
+    Lag(groups::LagArgs),
+    /// Earlier spelling of `rheo group info`.
+    #[command(hide = true)]
+    GroupInfo(groups::GroupInfoArgs),
+    /// Earlier spelling of `rheo group dead-letters`.
+    #[command(hide = true)]
+    DeadLetters(recovery::DeadLettersArgs),
+    /// Earlier spelling of `rheo group redrive`.
+    #[command(hide = true)]
+    Redrive(recovery::RedriveArgs),
+    /// Earlier spelling of `rheo event append`.
+    #[command(hide = true)]
+    Append(append::AppendArgs),
+    /// Earlier spelling of `rheo event query`.
+    #[command(hide = true)]
+    Query(query::QueryArgs),
+    /// Earlier spelling of `rheo group replay`.
+    #[command(hide = true)]
+    Replay(recovery::ReplayArgs),
+    /// Earlier spelling of `rheo group reset`.
+    #[command(hide = true)]
+    Reset(recovery::ResetArgs),
 }
 
 impl OpsCommand {
     /// Runs the command to completion (blocking).
     pub(crate) fn run(self) -> anyhow::Result<()> {
         match self {
-            OpsCommand::Streams(args) => args.run(),
+            OpsCommand::Stream(args) => args.run(),
+            OpsCommand::Event(args) => args.run(),
+            OpsCommand::Group(args) => args.run(),
             OpsCommand::Groups(args) => args.run(),
+            OpsCommand::Handler(args) => args.run(),
+            OpsCommand::Nodes(args) => args.run(),
             OpsCommand::Lag(args) => args.run(),
             OpsCommand::GroupInfo(args) => args.run(),
             OpsCommand::DeadLetters(args) => args.run(),
@@ -76,18 +100,43 @@ impl OpsCommand {
             OpsCommand::Query(args) => args.run(),
             OpsCommand::Replay(args) => args.run(),
             OpsCommand::Reset(args) => args.run(),
-            OpsCommand::Handler(args) => args.run(),
-            OpsCommand::Nodes(args) => args.run(),
+        }
+    }
+}
+
+/// Arguments of `rheo event`.
+#[derive(Debug, Args)]
+#[command(arg_required_else_help = true)]
+pub(crate) struct EventArgs {
+    #[command(subcommand)]
+    action: EventAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum EventAction {
+    /// Append one event from flags, or many from a JSON-lines file.
+    Append(append::AppendArgs),
+    /// Search a stream's history (never touches group state).
+    Query(query::QueryArgs),
+}
+
+impl EventArgs {
+    fn run(self) -> anyhow::Result<()> {
+        match self.action {
+            EventAction::Append(args) => args.run(),
+            EventAction::Query(args) => args.run(),
         }
     }
 }
 
 /// The flags every ops command takes. They are global to the command, so
-/// they may come before or after a nested subcommand (`streams create`).
+/// they may come before or after a nested subcommand (`stream create`).
+/// Where neither a flag nor its variable says, the current context says
+/// (`rheo context`, docs/cli.md#contexts).
 #[derive(Debug, Args)]
 pub(crate) struct ServerArgs {
-    /// The Rheo server, http://HOST:PORT or https://HOST:PORT
-    /// [default: http://127.0.0.1:7070]
+    /// The Rheo server, http://HOST:PORT or https://HOST:PORT [default:
+    /// the context's, else http://127.0.0.1:7070]
     #[arg(
         long = "server",
         env = "RHEO_SERVER",
@@ -97,9 +146,10 @@ pub(crate) struct ServerArgs {
     url: Option<String>,
 
     /// Bearer token, for a server started with --auth-token (or the SECRET
-    /// of one of its --token NAME=SECRET).
+    /// of one of its --token NAME=SECRET) [default: the context's]
     #[arg(
-        long,
+        long = "auth-token",
+        alias = "token",
         env = "RHEO_AUTH_TOKEN",
         value_name = "TOKEN",
         hide_env_values = true,
@@ -108,9 +158,15 @@ pub(crate) struct ServerArgs {
     token: Option<String>,
 
     /// For an https:// server whose certificate is not signed by a public
-    /// authority: the PEM file of the CA (or certificate) to trust.
+    /// authority: the PEM file of the CA (or certificate) to trust
+    /// [default: the context's]
     #[arg(long, env = "RHEO_CA_CERT", value_name = "FILE", global = true)]
     ca_cert: Option<std::path::PathBuf>,
+
+    /// Use this saved context (server, token and CA) instead of the current
+    /// one (`rheo context list`).
+    #[arg(long, env = "RHEO_CONTEXT", value_name = "NAME", global = true)]
+    context: Option<String>,
 
     /// Give up on the server after this long, e.g. 30s or 2m (connecting,
     /// sending and the whole answer; a followed log stops then) [default:
@@ -118,26 +174,80 @@ pub(crate) struct ServerArgs {
     #[arg(long, env = "RHEO_TIMEOUT", value_name = "DURATION", value_parser = duration_ms, global = true)]
     timeout: Option<u64>,
 
-    /// Print the server's JSON answer (pretty) instead of a table.
-    #[arg(long, global = true)]
+    /// How to print the answer: table, wide (a table with more columns
+    /// where there are more), json (the server's answer, pretty) or yaml
+    /// [default: table]
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FORMAT",
+        value_enum,
+        global = true
+    )]
+    output: Option<Output>,
+
+    /// The same as -o json.
+    #[arg(long, global = true, conflicts_with = "output")]
     json: bool,
 }
 
+/// How an ops command prints its answer (`-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    /// Aligned columns, for people.
+    Table,
+    /// The table with every column there is.
+    Wide,
+    /// The server's JSON answer, pretty.
+    Json,
+    /// The server's answer as YAML.
+    Yaml,
+}
+
 impl ServerArgs {
-    /// A client for the chosen server.
-    fn client(&self) -> Result<Client, ClientError> {
-        let url = self.url.as_deref().unwrap_or(DEFAULT_SERVER);
-        let token = self.token.clone().filter(|t| !t.is_empty());
+    /// A client for the chosen server: each of server, token and CA from
+    /// its flag or variable, else from the context, else the default.
+    fn client(&self) -> anyhow::Result<Client> {
+        let context = crate::cli::context::chosen(self.context.as_deref())?;
+        let saved = context.as_ref();
+        let url = (self.url.clone())
+            .or_else(|| saved.map(|c| c.server.clone()))
+            .unwrap_or_else(|| DEFAULT_SERVER.to_owned());
+        let token = (self.token.clone())
+            .or_else(|| saved.and_then(|c| c.auth_token.clone()))
+            .filter(|t| !t.is_empty());
+        let ca_cert = (self.ca_cert.clone()).or_else(|| saved.and_then(|c| c.ca_cert.clone()));
         let timeout = self.timeout.map(std::time::Duration::from_millis);
-        Client::new(url, token, self.ca_cert.as_deref(), timeout)
+        Ok(Client::new(&url, token, ca_cert.as_deref(), timeout)?)
     }
 
-    /// Prints `answer` pretty with `--json`, else the text `human` makes of it.
-    fn print(&self, answer: &Value, human: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+    /// The output format asked for.
+    fn output(&self) -> Output {
         if self.json {
-            print_json(answer)
+            Output::Json
         } else {
-            emit(&human(answer))
+            self.output.unwrap_or(Output::Table)
+        }
+    }
+
+    /// Whether the answer goes out as the server's data (JSON or YAML)
+    /// rather than as text.
+    fn raw(&self) -> bool {
+        matches!(self.output(), Output::Json | Output::Yaml)
+    }
+
+    /// Whether `-o wide` asked for every column.
+    fn wide(&self) -> bool {
+        self.output() == Output::Wide
+    }
+
+    /// Prints `answer` as JSON or YAML when asked, else the text `human`
+    /// makes of it.
+    fn print(&self, answer: &Value, human: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+        match self.output() {
+            Output::Json => print_json(answer),
+            Output::Yaml => emit(&yaml::to_string(answer)),
+            Output::Table | Output::Wide => emit(&human(answer)),
         }
     }
 }
@@ -162,29 +272,7 @@ impl GroupRef {
     }
 }
 
-/// `0,1,2`.
-/// `500ms`, `90s`, `10m`, `1h` or `7d` in milliseconds.
-fn duration_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => 0,
-    };
-    match number.parse::<u64>() {
-        Ok(n) if n > 0 && scale > 0 => n
-            .checked_mul(scale)
-            .ok_or_else(|| format!("{text} is too long")),
-        _ => Err("expected a duration with its unit, e.g. 500ms, 90s, 10m, 1h or 7d".to_owned()),
-    }
-}
+use crate::config::duration_ms;
 
 /// A command line or input the CLI refuses before sending anything: exit
 /// code [`exit::INVALID`](super::client::exit::INVALID), as the server's
@@ -241,7 +329,7 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
     emit(&text)
 }
 
-/// Writes `text` to stdout. A closed pipe (`rheo query … | head`) is not
+/// Writes `text` to stdout. A closed pipe (`rheo event query … | head`) is not
 /// an error: the reader has what it wanted.
 pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();

@@ -1,4 +1,4 @@
-//! `rheo query`: search a stream's history, one page or (`--all`) every
+//! `rheo event query`: search a stream's history, one page or (`--all`) every
 //! page by following `next_cursor`.
 
 use clap::{Args, ValueEnum};
@@ -8,7 +8,7 @@ use super::{ServerArgs, cell, json_object};
 use crate::cli::client::segment;
 use crate::cli::table::{Align, Table};
 
-/// Arguments of `rheo query`.
+/// Arguments of `rheo event query`.
 #[derive(Debug, Args)]
 pub(crate) struct QueryArgs {
     #[command(flatten)]

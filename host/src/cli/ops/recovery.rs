@@ -1,5 +1,5 @@
-//! Sending work back through a group: `rheo dead-letters`, `rheo redrive`,
-//! `rheo replay` and `rheo reset`.
+//! Sending work back through a group: `rheo group dead-letters`,
+//! `rheo group redrive`, `rheo group replay` and `rheo group reset`.
 
 use clap::{ArgGroup, Args};
 use serde_json::{Map, Value, json};
@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use super::{GroupRef, ServerArgs, cell, count, json_object, start_after};
 use crate::cli::table::{Align, Table};
 
-/// Arguments of `rheo dead-letters`.
+/// Arguments of `rheo group dead-letters`.
 #[derive(Debug, Args)]
 pub(crate) struct DeadLettersArgs {
     #[command(flatten)]
@@ -67,7 +67,7 @@ impl DeadLettersArgs {
         let mut out = table.render();
         if let Some(next) = page["next"].as_str() {
             out.push_str(&format!(
-                "more: rheo dead-letters {} {} --after {next}\n",
+                "more: rheo group dead-letters {} {} --after {next}\n",
                 self.target.stream, self.target.group
             ));
         }
@@ -75,7 +75,7 @@ impl DeadLettersArgs {
     }
 }
 
-/// Arguments of `rheo redrive`.
+/// Arguments of `rheo group redrive`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["all", "event_ids"])))]
 pub(crate) struct RedriveArgs {
@@ -114,7 +114,7 @@ impl RedriveArgs {
     }
 }
 
-/// Arguments of `rheo replay`: exactly one selector.
+/// Arguments of `rheo group replay`: exactly one selector.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("selector").required(true)
     .args(["from_sequence", "from", "query", "event_ids"])))]
@@ -126,7 +126,7 @@ pub(crate) struct ReplayArgs {
     target: GroupRef,
 
     /// Re-open everything after this sequence (exclusive).
-    #[arg(long, value_name = "SEQ")]
+    #[arg(long = "after-sequence", alias = "from-sequence", value_name = "SEQ")]
     from_sequence: Option<u64>,
 
     /// Re-open everything from the first event at or after this RFC 3339 time.
@@ -141,7 +141,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_name = "ID,…", value_delimiter = ',')]
     event_ids: Option<Vec<String>>,
 
-    /// With --from-sequence or --from: only these partitions, e.g. 0,1.
+    /// With --after-sequence or --from: only these partitions, e.g. 0,1.
     #[arg(long, value_name = "P,…", value_delimiter = ',',
           conflicts_with_all = ["query", "event_ids"])]
     partitions: Option<Vec<u32>>,
@@ -175,7 +175,7 @@ impl ReplayArgs {
     }
 }
 
-/// Arguments of `rheo reset`.
+/// Arguments of `rheo group reset`.
 #[derive(Debug, Args)]
 pub(crate) struct ResetArgs {
     #[command(flatten)]
@@ -190,11 +190,12 @@ pub(crate) struct ResetArgs {
 
     /// Start again after this sequence: N for every partition, or '{"0": 41}'
     /// [default: the beginning]
-    #[arg(long, value_name = "SEQ", value_parser = start_after, conflicts_with = "start_at")]
+    #[arg(long = "after-sequence", alias = "start-after", value_name = "SEQ",
+          value_parser = start_after, conflicts_with = "start_at")]
     start_after: Option<Value>,
 
     /// Start again at the first event at or after this RFC 3339 time.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long = "from", alias = "start-at", value_name = "TIME")]
     start_at: Option<String>,
 
     /// Only these partitions, e.g. 0,1 [default: all]

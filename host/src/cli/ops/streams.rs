@@ -1,5 +1,6 @@
-//! `rheo streams` (or `rheo streams list`): list the streams, `rheo streams create`,
-//! `rheo streams retention` and `rheo streams delete`.
+//! `rheo stream list` (or `rheo stream` alone), `rheo stream get`,
+//! `rheo stream create`, `rheo stream retention` and `rheo stream delete`;
+//! `rheo streams` is the spelling of earlier releases.
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -8,7 +9,7 @@ use super::{ServerArgs, cell};
 use crate::cli::client::segment;
 use crate::cli::table::{Align, Table};
 
-/// Arguments of `rheo streams`.
+/// Arguments of `rheo stream`.
 #[derive(Debug, Args)]
 pub(crate) struct StreamsArgs {
     #[command(flatten)]
@@ -20,8 +21,14 @@ pub(crate) struct StreamsArgs {
 
 #[derive(Debug, Subcommand)]
 enum StreamsAction {
-    /// List the streams (what `rheo streams` alone does).
+    /// List the streams (what `rheo stream` alone does).
     List,
+    /// One stream: partitions with their first sequence and high
+    /// watermark, retention, creation time.
+    Get {
+        /// The stream.
+        name: String,
+    },
     /// Create a stream.
     Create {
         /// 1–128 characters of [A-Za-z0-9._-].
@@ -126,6 +133,10 @@ impl StreamsArgs {
                 let answer = client.get("/v1/streams", &[])?;
                 self.server.print(&answer, render_list)
             }
+            Some(StreamsAction::Get { name }) => {
+                let answer = client.get(&format!("/v1/streams/{}", segment(&name)), &[])?;
+                self.server.print(&answer, render_one)
+            }
             Some(StreamsAction::Create {
                 name,
                 partitions,
@@ -190,7 +201,7 @@ impl StreamsArgs {
 fn render_list(answer: &Value) -> String {
     let streams = answer["streams"].as_array().map_or(&[][..], Vec::as_slice);
     if streams.is_empty() {
-        return "no streams yet (create one with `rheo streams create NAME`)\n".to_owned();
+        return "no streams yet (create one with `rheo stream create NAME`)\n".to_owned();
     }
     let mut table = Table::new(&[
         ("NAME", Align::Left),
@@ -222,6 +233,42 @@ fn render_list(answer: &Value) -> String {
         ]);
     }
     table.render()
+}
+
+/// A stream's settings, then PARTITION FIRST-SEQUENCE HIGH-WATERMARK EVENTS.
+fn render_one(stream: &Value) -> String {
+    let mut out = crate::cli::table::key_values(&[
+        ("stream", cell(&stream["name"])),
+        ("partitions", cell(&stream["partition_count"])),
+        ("retention", describe_retention(&stream["retention"])),
+        ("created", cell(&stream["created_at"])),
+    ]);
+    out.push('\n');
+    let mut table = Table::new(&[
+        ("PARTITION", Align::Right),
+        ("FIRST-SEQUENCE", Align::Right),
+        ("HIGH-WATERMARK", Align::Right),
+        ("EVENTS", Align::Right),
+    ]);
+    let mut partitions: Vec<(u32, &Value)> = (stream["partitions"].as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    partitions.sort_by_key(|(p, _)| *p);
+    for (partition, p) in partitions {
+        let high = p["high_watermark"].as_u64().unwrap_or(0);
+        let first = p["first_sequence"].as_u64().unwrap_or(1);
+        table.row([
+            partition.to_string(),
+            first.to_string(),
+            high.to_string(),
+            (high + 1).saturating_sub(first).to_string(),
+        ]);
+    }
+    out + &table.render()
 }
 
 /// The RETENTION cell: `-`, or e.g. `7d,1000000` / `interest`.
