@@ -509,3 +509,42 @@ fn path_with_rheo() -> std::ffi::OsString {
     }
     std::env::join_paths(paths).expect("PATH")
 }
+
+/// Every error code the server answers with (`Error::code` of the core,
+/// `ApiError::code` of the HTTP API) has its entry in
+/// docs/troubleshooting.md (cause and fix) and in docs/errors.md.
+#[test]
+fn every_error_code_is_explained() {
+    let root = repo_root();
+    let mut codes = BTreeSet::new();
+    for source in ["core/src/backend/error.rs", "host/src/api/error.rs"] {
+        let text = std::fs::read_to_string(root.join(source)).expect("error source");
+        // The arms of `fn code`: `Variant… => "the_code",`.
+        let body = text
+            .split("pub fn code(&self) -> &'static str {")
+            .nth(1)
+            .and_then(|rest| rest.split("\n    }\n").next())
+            .unwrap_or_else(|| panic!("{source} has fn code"));
+        for arm in body.split("=> \"").skip(1) {
+            let code: String = arm.chars().take_while(|c| *c != '"').collect();
+            codes.insert(code);
+        }
+    }
+    assert!(codes.len() > 20, "{codes:?}");
+    let troubleshooting =
+        std::fs::read_to_string(root.join("docs/troubleshooting.md")).expect("troubleshooting.md");
+    let errors = std::fs::read_to_string(root.join("docs/errors.md")).expect("errors.md");
+    let missing: Vec<String> = codes
+        .iter()
+        .filter(|code| {
+            !troubleshooting.contains(&format!("#### `{code}`"))
+                || !errors.contains(&format!("`{code}`"))
+        })
+        .cloned()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes without their entry in docs/troubleshooting.md (a `#### `code`` heading) \
+         or docs/errors.md: {missing:?}"
+    );
+}
