@@ -656,6 +656,32 @@ mod tests {
     }
 
     #[test]
+    fn durations_are_written_with_their_unit_or_as_milliseconds() {
+        let read = |text: &str| toml::from_str::<ServeOptions>(text);
+        let file =
+            read("default_lease = \"2m\"\nstore_timeout = \"1500ms\"\nnode_timeout = 20000\n")
+                .unwrap();
+        assert_eq!(file.default_lease_ms, Some(120_000));
+        assert_eq!(file.store_timeout_ms, Some(1_500));
+        assert_eq!(file.node_timeout_ms, Some(20_000));
+        // The keys of earlier releases.
+        let old = read("request_timeout_ms = 4000\nretention_interval_ms = \"1s\"\n").unwrap();
+        assert_eq!(old.request_timeout_ms, Some(4_000));
+        assert_eq!(old.retention_interval_ms, Some(1_000));
+        let bad = read("metrics_interval = \"5 parsecs\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("expected a duration"), "{bad}");
+        assert_eq!(duration_ms("7d"), Ok(604_800_000));
+        assert!(
+            duration_ms("30").is_err(),
+            "a unit is needed where no -ms flag was"
+        );
+        assert_eq!(duration_or_ms("30"), Ok(30));
+        assert_eq!(duration_or_ms("30s"), Ok(30_000));
+    }
+
+    #[test]
     fn listen_addresses_need_a_port_and_default_the_host() {
         assert_eq!(normalize_listen(":0").unwrap(), "127.0.0.1:0");
         assert_eq!(normalize_listen("[::1]:7070").unwrap(), "[::1]:7070");
