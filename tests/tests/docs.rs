@@ -548,3 +548,23 @@ fn every_error_code_is_explained() {
          or docs/errors.md: {missing:?}"
     );
 }
+
+/// The README is for users: short, with the two commands first
+/// (contributor material lives in CONTRIBUTING.md).
+#[test]
+fn the_readme_is_short_and_starts_with_the_two_commands() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 150, "README.md has {lines} lines; at most 150");
+    let first = blocks(&repo_root().join("README.md"))
+        .into_iter()
+        .next()
+        .expect("a block");
+    let commands: Vec<String> = commands(&first.text).iter().map(|c| c.join(" ")).collect();
+    assert_eq!(
+        commands,
+        ["cargo run --release -- demo", "scripts/test"],
+        "the README's first block is the two commands ({})",
+        first.at
+    );
+}
