@@ -1252,3 +1252,227 @@ fn a_redrive_refuses_bad_options_and_unknown_groups() {
         "group_not_found",
     );
 }
+
+/// `GET …` with `Authorization: Bearer <token>`.
+fn get_with_token(http: &Agent, server: &Server, token: &str, path: &str) -> (u16, Value) {
+    rheo_e2e::answer(
+        http.get(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call(),
+    )
+}
+
+#[test]
+fn every_group_of_every_stream_comes_in_one_answer_as_each_group_reads() {
+    let (_dir, server, http) = fresh();
+    let (status, none) = get(&http, &server, "/v1/groups");
+    assert_eq!((status, none), (200, json!({"groups": []})));
+
+    two_partition_stream(&http, &server);
+    group(&http, &server, "s", "b", json!({}));
+    group_a(&http, &server);
+    stream(&http, &server, "empty", 1);
+    stream(&http, &server, "r", 1);
+    group(&http, &server, "r", "c", json!({"ordering": "key"}));
+    append(&http, &server, "r", json!({"id": "r1"}));
+    append(&http, &server, "r", json!({"id": "r2"}));
+    // One lease out, one dead letter: the figures the groups page shows.
+    let leases = fetch(
+        &http,
+        &server,
+        "/v1/streams/r/groups/c",
+        json!({"limit": 2}),
+    );
+    assert_eq!(leases.len(), 2);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/r/groups/c/reject",
+        &lease_ref(&leases[0], &json!({"reason": "no"})),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let (status, all) = get(&http, &server, "/v1/groups");
+    assert_eq!(status, 200, "{all}");
+    let names: Vec<(String, String)> = all["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["stream"].to_string(), g["group"].to_string()))
+        .collect();
+    assert_eq!(
+        names,
+        [("\"r\"", "\"c\""), ("\"s\"", "\"a\""), ("\"s\"", "\"b\"")]
+            .map(|(s, g)| (s.to_owned(), g.to_owned()))
+    );
+    // Each exactly as its own route answers.
+    for g in all["groups"].as_array().unwrap() {
+        let path = format!(
+            "/v1/streams/{}/groups/{}",
+            g["stream"].as_str().unwrap(),
+            g["group"].as_str().unwrap()
+        );
+        let (status, one) = get(&http, &server, &path);
+        assert_eq!((status, &one), (200, g), "{path}");
+    }
+    let c = &all["groups"][0];
+    assert_eq!(
+        (
+            c["inflight"].clone(),
+            c["dead_letters"].clone(),
+            c["lag"]["lag"].clone(),
+            c["ordering"].clone()
+        ),
+        // The dead letter is settled: the frontier passed it.
+        (json!(1), json!(1), json!(1), json!("key")),
+        "{c}"
+    );
+
+    // A deleted group is gone from it.
+    let (status, body) = support::delete(&http, &server, "/v1/streams/s/groups/b?confirm=true");
+    assert_eq!(status, 200, "{body}");
+    let (_, all) = get(&http, &server, "/v1/groups");
+    assert_eq!(all["groups"].as_array().unwrap().len(), 2, "{all}");
+
+    // In the document, a read.
+    let (_, doc) = get(&http, &server, "/v1/openapi.json");
+    let op = &doc["paths"]["/v1/groups"]["get"];
+    assert_eq!(op["operationId"], "all_groups", "{op}");
+    assert!(op["responses"]["403"].is_null(), "a read: {op}");
+    assert_eq!(
+        op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/AllGroupsBody"
+    );
+}
+
+#[test]
+fn the_read_token_lists_every_group_and_the_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, read) = ("groups-write-token", "groups-read-token");
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            auth_token: Some(token.into()),
+            args: vec!["--read-token".into(), read.into()],
+            ..ServerOptions::default()
+        },
+    );
+    let http = agent();
+    let (status, body) = rheo_e2e::answer(
+        http.post(server.url("/v1/streams"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send_json(json!({"name": "s", "partition_count": 1})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = rheo_e2e::answer(
+        http.post(server.url("/v1/streams/s/groups"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send_json(json!({"name": "g"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    for path in ["/v1/groups", "/v1/metrics/samples"] {
+        assert_eq!(get(&http, &server, path).0, 401, "{path}");
+        let (status, body) = get_with_token(&http, &server, read, path);
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (_, all) = get_with_token(&http, &server, read, "/v1/groups");
+    assert_eq!(all["groups"][0]["group"], "g", "{all}");
+}
+
+#[test]
+fn the_samples_keep_the_last_minutes_of_each_group_one_a_second_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            test_clock: true,
+            args: vec!["--metrics-interval-ms".into(), "100".into()],
+            ..ServerOptions::default()
+        },
+    );
+    let http = agent();
+    let (status, _) = post(&http, &server, "/v1/test/clock", &json!({"set": T0}));
+    assert_eq!(status, 200);
+    stream(&http, &server, "s", 2);
+    group(&http, &server, "s", "g", json!({}));
+    stream(&http, &server, "other", 1);
+    group(&http, &server, "other", "h", json!({}));
+    for p in [0, 0, 1] {
+        append(&http, &server, "s", json!({"partition": p}));
+    }
+    let samples = |query: &str| {
+        let (status, body) = get(&http, &server, &format!("/v1/metrics/samples{query}"));
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let series = |body: &Value, stream: &str, group: &str| -> Vec<Value> {
+        body["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["stream"] == stream && g["group"] == group)
+            .map(|g| g["samples"].as_array().unwrap().clone())
+            .unwrap_or_default()
+    };
+
+    // The clock stands still: the sampler runs every 100 ms, and one point
+    // a second is kept — so one point, whatever it saw first.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let body = samples("");
+        let points = series(&body, "s", "g");
+        if !points.is_empty() {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no sample: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(first["now"], T0, "{first}");
+    assert_eq!(first["interval_ms"], 100, "{first}");
+    assert_eq!(first["window_ms"], 300_000, "{first}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(series(&samples(""), "s", "g").len(), 1);
+
+    // Two seconds later on the server's clock, the next round is kept: it
+    // sees the events settled since.
+    let leases = fetch(
+        &http,
+        &server,
+        "/v1/streams/s/groups/g",
+        json!({"limit": 3}),
+    );
+    ack_all(&http, &server, "/v1/streams/s/groups/g", &leases);
+    advance(&http, &server, 2000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let points = loop {
+        let points = series(&samples(""), "s", "g");
+        if points.len() == 2 {
+            break points;
+        }
+        assert!(Instant::now() < deadline, "no second point: {points:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        points[1],
+        json!({"at": "2026-01-01T00:00:02.000Z", "lag": 0, "settled": 3, "appended": 3})
+    );
+
+    // Narrowed to a stream, or to a group.
+    let only = samples("?stream=other");
+    assert_eq!(only["groups"].as_array().unwrap().len(), 1, "{only}");
+    assert_eq!(only["groups"][0]["group"], "h");
+    let only = samples("?stream=s&group=g");
+    assert_eq!(series(&only, "s", "g").len(), 2, "{only}");
+    assert_eq!(only["groups"].as_array().unwrap().len(), 1, "{only}");
+    let none = samples("?handler=nobody");
+    assert_eq!(
+        (none["groups"].clone(), none["handlers"].clone()),
+        (json!([]), json!([])),
+        "{none}"
+    );
+    assert_error(
+        &get(&http, &server, "/v1/metrics/samples?nope=1"),
+        400,
+        "invalid",
+    );
+}

@@ -10,6 +10,8 @@
 //! - `delete` — deleting streams and groups (`?confirm=true`, `force`).
 //! - `clock` — `/v1/test/clock`, live only with the test clock.
 //! - `nodes` — `/v1/nodes`; `whoami` — `/v1/whoami`, what the caller's token may do.
+//! - `summary` — `/v1/groups`, every group's figures at once; `samples` —
+//!   `/v1/metrics/samples`, the recent sampled figures (the console's plots).
 //! - `dto` — the wire format; `extract` — extractors that refuse bad input as JSON errors.
 //! - `auth`, `metrics` — middleware; `openapi` — the document.
 //! - `ui` — the web console at `/ui` (static files; not in the document).
@@ -31,8 +33,10 @@ mod health;
 mod metrics;
 mod nodes;
 mod openapi;
+mod samples;
 mod state;
 mod streams;
+mod summary;
 mod timeout;
 pub mod tls;
 mod ui;
@@ -65,6 +69,8 @@ pub fn router(state: AppState) -> Router {
         .merge(clock::router())
         .merge(nodes::router())
         .merge(whoami::router())
+        .merge(summary::router())
+        .merge(samples::router())
         .merge(health::router());
     #[cfg(feature = "wasm")]
     let app = app.merge(handlers::router());

@@ -202,6 +202,25 @@ impl AppState {
             .show_handlers(Box::new(crate::handlers::metrics::HandlerCollector(
                 Arc::clone(&registry),
             )));
+        // The console's plots of a handler start from these
+        // (`GET /v1/metrics/samples`).
+        let weak = Arc::downgrade(&registry);
+        self.metrics.sample_handlers(Box::new(move || {
+            let Some(registry) = weak.upgrade() else {
+                return Vec::new();
+            };
+            registry
+                .views()
+                .into_iter()
+                .map(|v| crate::metrics::history::HandlerSample {
+                    name: v.name.to_string(),
+                    stream: v.manifest.stream.to_string(),
+                    group: v.manifest.group.to_string(),
+                    processed: v.counters.processed,
+                    acked: v.counters.acked,
+                })
+                .collect()
+        }));
         self.handlers = Some(registry);
         self
     }

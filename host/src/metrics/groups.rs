@@ -1,15 +1,21 @@
 //! Group series, sampled on an interval: a scrape reads the last sample
-//! and never queries the backend, however often it comes.
+//! and never queries the backend, however often it comes. Each round also
+//! goes into the [`History`] the console's plots start from
+//! (`GET /v1/metrics/samples`), with the handlers' counters read at the
+//! same moment.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use super::history::{HandlerSample, History};
 use crate::backend::Backend;
 use crate::model::GroupInfo;
 
@@ -21,10 +27,24 @@ pub const MAX_SAMPLED_GROUPS: usize = 1000;
 /// says otherwise.
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The last sample of every group.
-#[derive(Debug, Default)]
+/// Reads every handler's counters, without waiting (the handler
+/// registry's; set once it exists).
+pub type HandlerSource = Box<dyn Fn() -> Vec<HandlerSample> + Send + Sync>;
+
+/// The last sample of every group, and the recent ones.
+#[derive(Default)]
 pub(crate) struct GroupSamples {
     last: ArcSwap<Sample>,
+    history: Mutex<History>,
+    handlers: ArcSwapOption<HandlerSource>,
+    /// The sampling interval in milliseconds; 0 until [`GroupSamples::run`].
+    interval_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for GroupSamples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupSamples").finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -83,14 +103,60 @@ impl GroupSamples {
                 "metrics: too many groups; the rest have no group series"
             );
         }
+        let handlers = self
+            .handlers
+            .load()
+            .as_ref()
+            .map(|source| source())
+            .unwrap_or_default();
+        let total = |g: &GroupInfo, f: fn(&crate::model::PartitionLag) -> u64| {
+            g.lag.partitions.values().map(f).sum::<u64>()
+        };
+        self.history.lock().push(
+            backend.clock().now(),
+            groups.iter().map(|g| {
+                (
+                    g.stream.to_string(),
+                    g.group.to_string(),
+                    g.lag.lag,
+                    total(g, |p| p.frontier),
+                    total(g, |p| p.high_watermark),
+                )
+            }),
+            handlers,
+        );
         self.last.store(Arc::new(Sample {
             groups,
             took: Some(started.elapsed().as_secs_f64()),
         }));
     }
 
+    /// Reads the handlers' counters with every round from now on.
+    pub(crate) fn sample_handlers(&self, source: HandlerSource) {
+        self.handlers.store(Some(Arc::new(source)));
+    }
+
+    /// Runs `read` on the recent rounds.
+    pub(crate) fn history<T>(&self, read: impl FnOnce(&History) -> T) -> T {
+        read(&self.history.lock())
+    }
+
+    /// How often rounds are taken; `None` when no sampling runs.
+    pub(crate) fn interval(&self) -> Option<Duration> {
+        match self.interval_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
     /// Samples every `interval` until the task is dropped or aborted.
     pub(crate) async fn run(self: Arc<Self>, backend: Arc<dyn Backend>, interval: Duration) {
+        self.interval_ms.store(
+            u64::try_from(interval.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+            Ordering::Relaxed,
+        );
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -13,7 +13,8 @@
 //!   nor the runtime.
 //! - Groups: lag, pending, in flight, oldest unacked age and dead letters,
 //!   sampled by [`Metrics::sample_groups`] on an interval, so a scrape costs
-//!   no query.
+//!   no query. The last five minutes of rounds stay in memory
+//!   ([`history`]), with the handlers' counters, for the console's plots.
 //!
 //! Label values are route templates, backend operation names, error codes
 //! and the names of things that exist (handlers, streams, groups): never
@@ -23,6 +24,7 @@
 
 mod backend;
 mod groups;
+pub mod history;
 mod timing;
 
 use std::fmt;
@@ -39,7 +41,7 @@ use prometheus_client::registry::Registry;
 
 pub use self::backend::Measured;
 pub(crate) use self::groups::GroupSamples;
-pub use self::groups::{DEFAULT_SAMPLE_INTERVAL, MAX_SAMPLED_GROUPS};
+pub use self::groups::{DEFAULT_SAMPLE_INTERVAL, HandlerSource, MAX_SAMPLED_GROUPS};
 pub use self::timing::{CALL_BUCKETS, REQUEST_BUCKETS, Timing};
 
 /// The `Content-Type` of what [`Metrics::render`] writes.
@@ -187,6 +189,12 @@ impl Metrics {
     /// (the handler registry's, created after these metrics).
     pub fn show_handlers(&self, collector: Box<dyn Collector>) {
         self.handlers.store(Some(Arc::new(collector)));
+    }
+
+    /// Reads the handlers' counters into the sampled history
+    /// ([`history`]) with every round from now on.
+    pub fn sample_handlers(&self, source: HandlerSource) {
+        self.groups.sample_handlers(source);
     }
 
     /// Counts events retention removed from `stream`.

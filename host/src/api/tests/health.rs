@@ -95,6 +95,8 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
         ("/v1/handlers/{handler}/logs", &["get"]),
         ("/v1/nodes", &["get"]),
         ("/v1/whoami", &["get"]),
+        ("/v1/groups", &["get"]),
+        ("/v1/metrics/samples", &["get"]),
         ("/healthz", &["get"]),
         ("/readyz", &["get"]),
         ("/metrics", &["get"]),
