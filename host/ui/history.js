@@ -1,6 +1,7 @@
 // What the page has seen, kept in memory for the plots: per key (a group
-// or a handler), timestamped samples of a few counters. Nothing is stored
-// server-side; a reload starts afresh.
+// or a handler), timestamped samples of a few counters. A page starts from
+// the server's own samples of the last minutes (`seed`, samples.js), so a
+// reload keeps the plots.
 
 /** How far back the plots look. */
 export const WINDOW_MS = 5 * 60 * 1000;
@@ -20,6 +21,31 @@ export function record(key, values) {
     list.push({ t: now, values });
   }
   while (list.length && list[0].t < now - WINDOW_MS - 10_000) list.shift();
+}
+
+/**
+ * Adds older samples `[{t, values}]` for `key` (the server's, samples.js):
+ * each unless the page has a sample within half a second of it. Returns
+ * how many were added.
+ */
+export function seed(key, points) {
+  let list = samples.get(key);
+  if (!list) samples.set(key, (list = []));
+  const now = Date.now();
+  let added = 0;
+  for (const point of points) {
+    if (point.t < now - WINDOW_MS - 10_000 || point.t > now) continue;
+    if (list.some((s) => Math.abs(s.t - point.t) < 500)) continue;
+    list.push({ t: point.t, values: point.values, seeded: true });
+    added += 1;
+  }
+  list.sort((a, b) => a.t - b.t);
+  return added;
+}
+
+/** How many of the samples of `key` came from the server. */
+export function seededCount(key) {
+  return (samples.get(key) || []).filter((s) => s.seeded).length;
 }
 
 /** The samples of `key` that carry `name` (pages record different fields). */

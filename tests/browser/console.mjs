@@ -4,10 +4,12 @@
 // the HTTP API and passes:
 //
 //   RHEO_URL              the server, e.g. http://127.0.0.1:41234
-//   RHEO_SCENARIO         drain | redrive | swap | token
+//   RHEO_SCENARIO         drain | redrive | swap | write | recovery |
+//                         canary | readonly | token
 //   RHEO_SCREENSHOTS_DIR  where to write PNGs of the pages (optional)
-//   RHEO_SWAP_WASM        swap: the .wasm to upload
-//   RHEO_TOKEN            token: the server's --auth-token
+//   RHEO_SWAP_WASM        swap, canary: the .wasm to upload
+//   RHEO_TOKEN            token, readonly: the server's --auth-token
+//   RHEO_READ_TOKEN       readonly: the server's --read-token
 //   CHROMIUM              the browser (default /usr/bin/chromium)
 //
 // Every wait is on a condition with a deadline; nothing sleeps for a fixed
@@ -72,6 +74,26 @@ async function go(page, hash) {
   await page.goto(`${base}/ui/${hash}`);
 }
 
+/** What the server holds: a GET through the page's own API helper (and its token). */
+async function server(page, path) {
+  return page.evaluate((p) => window.rheo.api('GET', p), path);
+}
+
+/** The text of a notice (any of the page's: each form has its own) once one satisfies `ok`. */
+async function notice(page, ok, what, ms) {
+  return until(what || 'a notice', async () => (await byId(page, 'notice').allTextContents()).find((t) => ok(t.trim())), ms);
+}
+
+/** The `data-` attributes of the first element with `data-testid=id`, once `ok` holds. */
+async function dataOf(page, id, ok, what, ms) {
+  return until(what || `${id} to say what is expected`, async () => {
+    const el = byId(page, id).first();
+    if (!(await el.count())) return false;
+    const data = await el.evaluate((e) => ({ ...e.dataset, text: e.textContent.trim() }));
+    return ok(data) ? data : false;
+  }, ms);
+}
+
 const scenarios = {
   /** Streams, the event browser, then a paused handler resumed: the group's lag drains to zero. */
   async drain(page) {
@@ -130,6 +152,17 @@ const scenarios = {
       return d && d.split('L').length >= 4;
     });
     await screenshot(page, 'group');
+    // The plots start from the server's samples (GET /v1/metrics/samples):
+    // a reload keeps the drain in them.
+    await page.reload();
+    const seeded = await until('the lag plot drawn from the server\'s samples after a reload', async () => {
+      const figure = byId(page, 'plot-lag');
+      if (!(await figure.count())) return false;
+      const n = Number(await figure.getAttribute('data-seeded'));
+      const d = await figure.locator('path.line').getAttribute('d');
+      return n >= 3 && d && d.split('L').length >= n ? n : false;
+    });
+    step(`group page: after a reload the plots start from ${seeded} of the server's samples`);
 
     await go(page, '#/handlers/billing');
     await textOf(page, 'handler-processed', (t) => number(t) >= 300, 'the handler to count 300 processed');
@@ -142,6 +175,8 @@ const scenarios = {
     }
     step(`handler page: logs ${logs}`);
     await until('the handler plots', async () => (await page.locator('[data-testid="plot-handler-throughput"] path.line').count()) === 2);
+    const handlerSeeded = Number(await byId(page, 'plot-handler-throughput').getAttribute('data-seeded'));
+    if (!(handlerSeeded >= 3)) throw new Error(`the handler's plots had ${handlerSeeded} samples from the server`);
     await screenshot(page, 'handler');
 
     await go(page, '#/handlers');
@@ -218,8 +253,175 @@ const scenarios = {
     step('handlers page: deployed "fresh" from the form');
   },
 
-  /** A server with a token: the page asks for it, refuses a wrong one, then works and remembers it. */
-  /** A read-only token sees the group and no control it may not use; the full token sees them. */
+  /**
+   * The write forms: a stream created, events appended (a duplicate id
+   * appends nothing), groups created; the groups page polls one route.
+   */
+  async write(page) {
+    await go(page, '#/groups');
+    await until('the empty groups table', async () => (await byId(page, 'groups-table').locator('td.empty').count()) === 1);
+    const calls = [];
+    const listen = (r) => {
+      const url = new URL(r.url());
+      if (url.pathname.startsWith('/v1/')) calls.push(`${r.method()} ${url.pathname}`);
+    };
+    page.on('request', listen);
+    await until('three polls of the groups page', async () => calls.filter((c) => c === 'GET /v1/groups').length >= 3);
+    page.off('request', listen);
+    const others = calls.filter((c) => c !== 'GET /v1/groups');
+    if (others.length) throw new Error(`the groups page asked for more than GET /v1/groups: ${others.join(', ')}`);
+    step(`groups page: ${calls.length} polls, each one GET /v1/groups`);
+
+    await go(page, '#/streams');
+    await byId(page, 'create-stream-name').fill('ledger');
+    await byId(page, 'create-stream-partitions').fill('2');
+    await byId(page, 'create-stream').click();
+    await notice(page, (t) => t.includes('Created stream ledger with 2 partitions'), 'the create notice');
+    await until('the new stream row', async () => (await page.locator('[data-testid="stream-row-ledger"] .chip').count()) === 2);
+    step('streams page: created ledger with 2 partitions');
+
+    await page.locator('[data-testid="stream-row-ledger"] a.button-link').click();
+    await byId(page, 'append-type').fill('entry.posted');
+    await byId(page, 'append-key').fill('acct-1');
+    await byId(page, 'append-id').fill('e-1');
+    await byId(page, 'append-payload').fill('{"amount": 42, "currency": "EUR"}');
+    await byId(page, 'append').click();
+    const first = await dataOf(page, 'append-result', (d) => d.text.includes('e-1'), 'the append answer');
+    if (first.duplicate !== 'false' || first.sequence !== '1') throw new Error(`first append: ${JSON.stringify(first)}`);
+    step(`event browser: appended e-1 — ${first.text}`);
+    await byId(page, 'append').click();
+    const again = await dataOf(page, 'append-result', (d) => d.duplicate === 'true', 'the duplicate answer');
+    if (again.sequence !== '1' || !again.text.startsWith('Duplicate')) throw new Error(`second append: ${JSON.stringify(again)}`);
+    step(`event browser: e-1 again — ${again.text}`);
+    await byId(page, 'append-id').fill('');
+    await byId(page, 'append-key').fill('acct-2');
+    await byId(page, 'append-payload').fill('{"amount": 7}');
+    await byId(page, 'append').click();
+    const third = await dataOf(page, 'append-result', (d) => d.duplicate === 'false' && !d.text.includes('e-1'), 'a second event');
+    step(`event browser: a second event — ${third.text}`);
+    await byId(page, 'append-payload').fill('[1, 2]');
+    await byId(page, 'append').click();
+    await textOf(page, 'error', (t) => t.includes('Payload must be a JSON object'), 'a payload that is no object refused');
+    await textOf(page, 'stream-summary', (t) => t.startsWith('2 events'), 'the stream to hold 2 events');
+    step('event browser: a payload that is no object is refused; the stream holds 2 events');
+
+    await go(page, '#/groups');
+    await byId(page, 'create-group-section').locator('summary').click();
+    await until('the stream choice', async () => (await page.locator('#cg-stream option[value="ledger"]').count()) === 1);
+    await byId(page, 'create-group-stream').selectOption('ledger');
+    await byId(page, 'create-group-name').fill('audit');
+    await byId(page, 'create-group-attempts').fill('3');
+    await byId(page, 'create-group-ordering').selectOption('key');
+    await byId(page, 'create-group-backoff').fill('1000, 5000');
+    await byId(page, 'create-group').click();
+    await notice(page, (t) => t.includes('Created group audit on ledger (3 attempts, ordering key)'), 'the group notice');
+    await textOf(page, 'group-row-ledger-audit', (t) => t.includes('audit'), 'the new group in the list');
+    await until('its lag of 2', async () => (await page.locator('[data-testid="group-row-ledger-audit"] [data-testid="row-lag"]').textContent()) === '2');
+    await byId(page, 'create-group-name').fill('tail');
+    await byId(page, 'cg-start').selectOption('now');
+    await byId(page, 'create-group-attempts').fill('');
+    await byId(page, 'create-group-ordering').selectOption('none');
+    await byId(page, 'create-group-backoff').fill('');
+    await byId(page, 'create-group').click();
+    await notice(page, (t) => t.includes('Created group tail'), 'the second group notice');
+    await until('tail with lag 0', async () => (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').count()) === 1
+      && (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').textContent()) === '0');
+    step('groups page: created audit (3 attempts, key ordering, lag 2) and tail (new events only, lag 0)');
+  },
+
+  /** Replay from a sequence and from the start, then a reset confirmed by the group's name. */
+  async recovery(page) {
+    const path = '/v1/streams/orders/groups/billing';
+    await go(page, '#/groups/orders/billing');
+    await textOf(page, 'group-lag', (t) => number(t) === 0, 'lag 0: everything acked');
+    await byId(page, 'replay-section').locator('summary').click();
+    await byId(page, 'replay-which').selectOption('sequence');
+    await byId(page, 'replay-sequence').fill('3');
+    await byId(page, 'replay').click();
+    await notice(page, (t) => t.includes('Replay: 2 deliveries re-opened'), 'the replay notice');
+    await textOf(page, 'group-lag', (t) => number(t) === 2, 'lag 2 after the replay');
+    let held = await server(page, path);
+    if (held.lag.partitions['0'].frontier !== 3) throw new Error(`frontier after replaying after 3: ${JSON.stringify(held.lag)}`);
+    step('group page: replayed after sequence 3 — 2 re-opened, the server\'s frontier is back at 3');
+    await byId(page, 'replay-which').selectOption('all');
+    await byId(page, 'replay').click();
+    await notice(page, (t) => t.includes('Replay: 3 deliveries re-opened'), 'the second replay notice');
+    await textOf(page, 'group-lag', (t) => number(t) === 5, 'lag 5 after replaying everything');
+    step('group page: replayed everything — 3 more re-opened, lag 5');
+
+    await byId(page, 'reset-section').locator('summary').click();
+    const reset = byId(page, 'reset');
+    if (!(await reset.isDisabled())) throw new Error('Reset is enabled before the name is typed');
+    await byId(page, 'reset-group-name').fill('billin');
+    if (!(await reset.isDisabled())) throw new Error('Reset is enabled with the wrong name');
+    await byId(page, 'reset-group-name').fill('billing');
+    await reset.click();
+    await notice(page, (t) => t.includes('Reset group billing'), 'the reset notice');
+    await textOf(page, 'partition-cursor-0', (t) => t === '1', 'the cursor back at the first sequence');
+    if (!(await reset.isDisabled())) throw new Error('Reset stays enabled after a reset');
+    held = await server(page, path);
+    if (held.cursors['0'] !== 1 || held.lag.lag !== 5) throw new Error(`after the reset: ${JSON.stringify(held)}`);
+    step('group page: reset after typing its name — the server\'s cursor is at 1, lag 5');
+  },
+
+  /** A dry run shown as a comparison, a canary started, stopped, started again and promoted; the history. */
+  async canary(page) {
+    const wasm = process.env.RHEO_SWAP_WASM;
+    await go(page, '#/handlers/worker');
+    await dataOf(page, 'history-step', (d) => d.action === 'deploy', 'the deploy in the history');
+    step('handler page: the history shows the deploy');
+
+    await byId(page, 'try-file').setInputFiles(wasm);
+    await byId(page, 'try-limit').fill('50');
+    await byId(page, 'try-run').click();
+    const trial = await dataOf(page, 'trial-summary', (d) => d.differing !== undefined, 'the dry run\'s comparison', 60_000);
+    if (trial.differing !== '2' || trial.events !== '20') throw new Error(`dry run: ${JSON.stringify(trial)}`);
+    const differing = await page.locator('[data-testid="trial-event"][data-differs="true"]').count();
+    const firstRow = await page.locator('[data-testid="trial-event"]').first().innerText();
+    if (differing !== 2 || !firstRow.includes('reject')) throw new Error(`rows: ${differing} differ, first ${firstRow}`);
+    await until('both versions\' totals', async () => (await byId(page, 'trial-totals').locator('tbody tr').count()) === 2);
+    step(`handler page: dry run — ${trial.text}`);
+
+    const startCanary = async (share) => {
+      await byId(page, 'canary-file').setInputFiles(wasm);
+      await byId(page, 'canary-share-input').fill(String(share));
+      await byId(page, 'canary-window-input').fill('10');
+      await byId(page, 'canary-start').click();
+      await textOf(page, 'canary-share', (t) => t === `${share}%`, `the canary on ${share}%`, 60_000);
+    };
+    await startCanary(50);
+    const span = await textOf(page, 'canary-window', () => true);
+    const state = await dataOf(page, 'canary-state', (d) => d.state === 'gathering', 'the canary gathering evidence');
+    if (await byId(page, 'canary-form').isVisible()) throw new Error('the canary form is shown while a canary runs');
+    await dataOf(page, 'history-step', (d) => d.action === 'canary', 'the canary in the history');
+    step(`handler page: canary on 50% for ${span} — ${state.text}`);
+    await page.evaluate(() => window.rheo.api('POST', '/v1/streams/jobs/events/batch', {
+      json: { events: Array.from({ length: 40 }, (_, i) => ({ id: `late-${i}`, payload: { n: i } })) },
+    }));
+    const handled = await until('the canary to handle first attempts', async () => {
+      const cells = await byId(page, 'canary-canary-row').locator('td').allTextContents();
+      return cells.length && number(cells[1]) > 0 ? number(cells[1]) : false;
+    }, 60_000);
+    step(`handler page: 40 more events — the canary handled ${handled} of them`);
+    await screenshot(page, 'canary');
+
+    await byId(page, 'canary-stop').click();
+    await notice(page, (t) => t.includes('Stopped the canary'), 'the stop notice', 60_000);
+    await until('the canary card to go', async () => !(await byId(page, 'canary').isVisible()));
+    await dataOf(page, 'history-step', (d) => d.action === 'rollback', 'the rollback in the history');
+    step('handler page: stopped the canary; the history shows the rollback');
+
+    await startCanary(100);
+    await byId(page, 'promote').click();
+    await notice(page, (t) => t.includes('Promoted'), 'the promote notice', 60_000);
+    const expected = createHash('sha256').update(readFileSync(wasm)).digest('hex');
+    await textOf(page, 'handler-digest', (t) => t === expected, 'the promoted module\'s digest');
+    await dataOf(page, 'history-step', (d) => d.action === 'promote', 'the promotion in the history');
+    const actions = await page.locator('[data-testid="history-step"]').evaluateAll((rows) => rows.map((r) => r.dataset.action));
+    step(`handler page: promoted; the history, newest first: ${actions.join(', ')}`);
+  },
+
+  /** A read-only token sees the pages and no control it may not use; the full token sees them. */
   async readonly(page) {
     await go(page, '#/groups/payments/audit');
     await until('the token dialog', async () => byId(page, 'token-dialog').isVisible());
@@ -228,18 +430,41 @@ const scenarios = {
     await textOf(page, 'group-dead-letters', (t) => number(t) === 1, 'one dead letter');
     await until('the header to say read-only', async () => byId(page, 'access').isVisible());
     await until('the dead-letter row', async () => (await byId(page, 'dead-letter-p-1').count()) === 1);
-    for (const id of ['redrive', 'redrive-all', 'delete-group-section']) {
-      if (await byId(page, id).first().isVisible()) throw new Error(`${id} is shown to a read-only token`);
-    }
-    step('read-only token: the group and its dead letter, no redrive, no delete');
+    const hidden = async (where, ids) => {
+      for (const id of ids) {
+        if (!(await byId(page, id).count())) throw new Error(`${where}: no ${id} on the page at all`);
+        if (await byId(page, id).first().isVisible()) throw new Error(`${where}: ${id} is shown to a read-only token`);
+      }
+    };
+    await hidden('group page', ['redrive', 'redrive-all', 'replay-section', 'reset-section', 'delete-group-section']);
+    step('read-only token: the group and its dead letter; no redrive, replay, reset or delete');
+    await go(page, '#/groups');
+    await textOf(page, 'group-row-payments-audit', (t) => t.includes('audit'), 'the groups list');
+    await hidden('groups page', ['create-group-section']);
+    await go(page, '#/streams');
+    await textOf(page, 'stream-events', (t) => t === '1', 'the streams list');
+    await hidden('streams page', ['create-stream']);
+    await go(page, '#/streams/payments/events');
+    // (The read token may not query: a query is a POST, docs/http.md.)
+    await textOf(page, 'stream-summary', (t) => t.startsWith('1 events'), 'the event browser');
+    await hidden('event browser', ['append', 'delete-stream-section']);
+    await go(page, '#/handlers/reader');
+    await textOf(page, 'handler-version', (t) => t === '1', 'the handler page');
+    await dataOf(page, 'history-step', (d) => d.action === 'deploy', 'the history, which a read-only token may read');
+    await hidden('handler page', ['swap', 'pause', 'canary-form', 'try-section']);
+    step('read-only token: no create, append, swap, canary or dry run on the other pages; the history shows');
 
     await byId(page, 'token-button').click();
     await byId(page, 'token-input').fill(process.env.RHEO_TOKEN);
     await byId(page, 'token-save').click();
+    await until('the dry run', async () => byId(page, 'try-section').isVisible());
+    await until('the canary form', async () => byId(page, 'canary-form').isVisible());
+    await go(page, '#/groups/payments/audit');
     await until('the redrive button', async () => byId(page, 'redrive').first().isVisible());
+    await until('the replay and reset sections', async () => (await byId(page, 'replay-section').isVisible()) && byId(page, 'reset-section').isVisible());
     await until('the delete section', async () => byId(page, 'delete-group-section').isVisible());
     if (await byId(page, 'access').isVisible()) throw new Error('still says read-only');
-    step('full token: redrive and delete are there');
+    step('full token: dry run, canary, redrive, replay, reset and delete are there');
   },
 
   async token(page) {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rheo_e2e::{Server, ServerOptions, agent, answer, repo_root};
 use serde_json::{Value, json};
-use support::{deploy, eventually, guest, lag, lease_ref, post, post_empty, stream};
+use support::{deploy, eventually, guest, lag, lease_ref, multipart, post, post_empty, stream};
 
 /// Where the system browser is (`CHROMIUM` overrides).
 fn chromium() -> PathBuf {
@@ -151,7 +151,15 @@ fn console_shows_streams_events_and_a_group_draining_to_zero_lag() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
+    // Sampled often, so the plots have the server's samples to start from
+    // after a reload (GET /v1/metrics/samples keeps one a second).
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            args: vec!["--metrics-interval-ms".into(), "250".into()],
+            ..ServerOptions::default()
+        },
+    );
     let http = agent();
     stream(&http, &server, "orders", 3);
     // The poison guest acks everything but the events marked poison, which
@@ -185,15 +193,21 @@ fn console_shows_streams_events_and_a_group_draining_to_zero_lag() {
     // The page saw what the API says.
     let after = lag(&http, &server, "orders", "billing");
     assert_eq!(after["lag"], 0, "{after}");
+    update_screenshots(&["streams", "events", "group", "handler", "handlers", "nodes"]);
+}
+
+/// With `RHEO_UPDATE_SCREENSHOTS=1`, copies the scenario's screenshots of
+/// `pages` over `docs/console/*.png`.
+fn update_screenshots(pages: &[&str]) {
     if std::env::var("RHEO_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
         let docs = repo_root().join("docs/console");
         std::fs::create_dir_all(&docs).unwrap();
-        for page in ["streams", "events", "group", "handler", "handlers", "nodes"] {
+        for page in pages {
             let from = screenshots().join(format!("{page}.png"));
             std::fs::copy(&from, docs.join(format!("{page}.png")))
                 .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
         }
-        println!("updated docs/console/*.png");
+        println!("updated docs/console/{{{}}}.png", pages.join(","));
     }
 }
 
@@ -283,8 +297,180 @@ fn console_swaps_a_handler_module_from_a_file() {
     );
 }
 
-/// With a read-only token the console shows a group but none of the
-/// controls that change it (redrive, delete), and says it is read-only;
+/// The write forms: a stream created, events appended (a duplicate id
+/// appends nothing), two groups created with their options — and the
+/// server holds what the page said; the groups page polls one route.
+#[test]
+fn console_creates_a_stream_appends_events_and_creates_groups() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+
+    run_scenario(&server, "write", &[]);
+
+    let (status, ledger) = support::get(&http, &server, "/v1/streams/ledger");
+    assert_eq!(status, 200, "{ledger}");
+    assert_eq!(ledger["partition_count"], 2, "{ledger}");
+    let (status, found) = post(
+        &http,
+        &server,
+        "/v1/streams/ledger/query",
+        &json!({"limit": 10}),
+    );
+    assert_eq!(status, 200, "{found}");
+    let events = found["events"].as_array().expect("events");
+    assert_eq!(events.len(), 2, "the duplicate appended nothing: {found}");
+    let first = events.iter().find(|e| e["id"] == "e-1").expect("e-1");
+    assert_eq!(
+        (&first["type"], &first["key"], &first["payload"]),
+        (
+            &json!("entry.posted"),
+            &json!("acct-1"),
+            &json!({"amount": 42, "currency": "EUR"})
+        ),
+        "{first}"
+    );
+    let (status, audit) = support::get(&http, &server, "/v1/streams/ledger/groups/audit");
+    assert_eq!(status, 200, "{audit}");
+    assert_eq!(
+        (
+            &audit["max_attempts"],
+            &audit["ordering"],
+            &audit["retry_backoff_ms"],
+            &audit["lag"]["lag"]
+        ),
+        (&json!(3), &json!("key"), &json!([1000, 5000]), &json!(2)),
+        "{audit}"
+    );
+    // New events only: each partition starts after its last event.
+    let (status, tail) = support::get(&http, &server, "/v1/streams/ledger/groups/tail");
+    assert_eq!(status, 200, "{tail}");
+    assert_eq!(tail["lag"]["lag"], 0, "{tail}");
+    assert_eq!(tail["max_attempts"], 5, "{tail}");
+    for (p, mark) in ledger["partitions"].as_object().unwrap() {
+        let next = mark["high_watermark"].as_u64().unwrap() + 1;
+        assert_eq!(tail["cursors"][p], next, "partition {p}: {tail}");
+    }
+}
+
+/// Replay from a sequence and from the start, then a reset the page lets
+/// through only once the group's name is typed: the server's cursor is
+/// back at the start.
+#[test]
+fn console_replays_and_resets_a_group() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "orders", 1);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/orders/groups",
+        &json!({"name": "billing"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    append(
+        &http,
+        &server,
+        "orders",
+        (1..=5).map(|i| json!({"id": format!("o-{i}")})).collect(),
+    );
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/orders/groups/billing/fetch",
+        &json!({"limit": 5}),
+    );
+    assert_eq!(status, 200, "{body}");
+    for lease in body["leases"].as_array().unwrap() {
+        let (status, body) = post(
+            &http,
+            &server,
+            "/v1/streams/orders/groups/billing/ack",
+            &lease_ref(lease, &json!({})),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(lag(&http, &server, "orders", "billing")["lag"], 0);
+
+    run_scenario(&server, "recovery", &[]);
+
+    let (status, info) = support::get(&http, &server, "/v1/streams/orders/groups/billing");
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["cursors"], json!({"0": 1}), "{info}");
+    assert_eq!(
+        (
+            &info["lag"]["lag"],
+            &info["lag"]["partitions"]["0"]["frontier"]
+        ),
+        (&json!(5), &json!(0)),
+        "{info}"
+    );
+}
+
+/// A dry run of a candidate shown as a comparison, a canary started,
+/// stopped, started again and promoted, and the deploy history.
+#[test]
+fn console_dry_runs_a_module_and_runs_a_canary() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "jobs", 1);
+    let manifest = json!({"stream": "jobs", "group": "workers"});
+    let (status, body) = deploy(&http, &server, "worker", &manifest, &guest("echo"));
+    assert!(status == 200 || status == 201, "{status} {body}");
+    // Twenty events, two of which the candidate (poison) rejects.
+    append(
+        &http,
+        &server,
+        "jobs",
+        (0..20)
+            .map(|i| {
+                let mut payload = json!({"n": i});
+                if i % 10 == 3 {
+                    payload["poison"] = json!(true);
+                }
+                json!({"id": format!("j-{i}"), "payload": payload})
+            })
+            .collect(),
+    );
+    let poison = guest("poison");
+    let wasm = dir.path().join("poison.wasm");
+    std::fs::write(&wasm, &poison).unwrap();
+
+    run_scenario(&server, "canary", &[("RHEO_SWAP_WASM", wasm.as_os_str())]);
+    update_screenshots(&["canary"]);
+
+    let view = support::handler(&http, &server, "worker");
+    assert!(view["canary"].is_null(), "{view}");
+    assert_eq!(view["digest"], support::sha256_hex(&poison), "{view}");
+    let (status, history) = support::get(&http, &server, "/v1/handlers/worker/history");
+    assert_eq!(status, 200, "{history}");
+    let actions: Vec<&str> = history["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["deploy", "canary", "rollback", "canary", "promote"],
+        "{history}"
+    );
+}
+
+/// With a read-only token the console shows the pages but none of the
+/// controls that change something (redrive, replay, reset, delete,
+/// create, append, swap, canary, dry run), and says it is read-only;
 /// with the full token they are back (`GET /v1/whoami`).
 #[test]
 fn console_hides_write_controls_from_a_read_only_token() {
@@ -323,6 +509,18 @@ fn console_hides_write_controls_from_a_read_only_token() {
         lease_ref(lease, &json!({"reason": "card declined"})),
     );
     assert_eq!(status, 200, "{body}");
+    let manifest = serde_json::to_vec(&json!({"stream": "payments", "group": "readers"})).unwrap();
+    let (content_type, form) = multipart(&[
+        ("manifest", "application/json", &manifest),
+        ("module", "application/wasm", &guest("echo")),
+    ]);
+    let (status, body) = answer(
+        http.put(server.url("/v1/handlers/reader"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Content-Type", &content_type)
+            .send(&form[..]),
+    );
+    assert_eq!(status, 201, "{body}");
 
     run_scenario(
         &server,

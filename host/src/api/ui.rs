@@ -50,10 +50,13 @@ const ASSETS: &[Asset] = &[
     asset!("history.js", JS),
     asset!("sse.js", JS),
     asset!("delete.js", JS),
+    asset!("forms.js", JS),
+    asset!("samples.js", JS),
     asset!("pages/streams.js", JS),
     asset!("pages/events.js", JS),
     asset!("pages/groups.js", JS),
     asset!("pages/handlers.js", JS),
+    asset!("pages/releases.js", JS),
     asset!("pages/nodes.js", JS),
 ];
 

@@ -1,11 +1,13 @@
 // The event browser: a stream's history through the query API
 // (POST /v1/streams/{s}/query, docs/log.md#query) — filters, bounds, order,
-// pages by cursor — and one event's JSON.
+// pages by cursor — and one event's JSON; a form appends an event
+// (POST /v1/streams/{s}/events, docs/log.md#events).
 
 import { api, seg } from '../api.js';
 import { h, fill, num, time, table, setRows, td, emptyRow, errorBanner, heading } from '../dom.js';
 import { appendedCount, eventCount } from './streams.js';
 import { deleteSection } from '../delete.js';
+import { jsonObject } from '../forms.js';
 
 const ORDERS = {
   'sequence-asc': 'Sequence, oldest first',
@@ -65,6 +67,25 @@ export function browser(root, [stream]) {
   const side = h('aside', { class: 'card detail', 'aria-live': 'polite' }, detailTitle, detailHint, detail);
   const fresh = h('span', { class: 'muted', 'data-testid': 'stream-summary' });
 
+  // Appending one event: what `rheo event append STREAM --type --key --payload --id` sends.
+  const aType = input('a-type', { type: 'text', placeholder: 'order.placed', 'data-testid': 'append-type' });
+  const aKey = input('a-key', { type: 'text', placeholder: 'customer-7', 'data-testid': 'append-key' });
+  const aId = input('a-id', { type: 'text', placeholder: 'a new UUIDv7', 'data-testid': 'append-id' });
+  const aPayload = h('textarea', { id: 'a-payload', name: 'payload', rows: 3, spellcheck: 'false',
+    placeholder: '{"total": 120, "currency": "EUR"}', 'data-testid': 'append-payload' });
+  const aSubmit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'append', text: 'Append' });
+  const aResult = h('div', { role: 'status', class: 'notice-slot' });
+  const aErrors = h('div');
+  const appendForm = h('form', { class: 'card', 'data-write': true, 'aria-labelledby': 'append-title' },
+    h('h2', { id: 'append-title', text: 'Append an event' }),
+    h('p', { class: 'muted small', text: 'The key picks the partition (the same key, the same partition). Appending an id the stream holds changes nothing and answers the stored event.' }),
+    h('div', { class: 'field-row' },
+      field('Event type', aType), field('Event key', aKey), field('Event id (optional)', aId)),
+    h('div', { class: 'field-row' },
+      h('div', { class: 'field grow' }, h('label', { for: 'a-payload', text: 'Payload (JSON object, default {})' }), aPayload)),
+    aErrors, aResult,
+    h('div', { class: 'actions' }, aSubmit));
+
   fill(root,
     heading(['Events of ', h('span', { class: 'mono', text: stream })], fresh,
       h('a', { href: '#/streams', class: 'button-link', text: '← Streams' })),
@@ -73,6 +94,7 @@ export function browser(root, [stream]) {
       h('div', { class: 'card' }, results,
         h('div', { class: 'pager' }, prev, pageInfo, next)),
       side),
+    appendForm,
     deleteSection({ what: 'stream', name: stream, path: base, afterwards: '#/streams',
       consequence: 'Its events, its groups and their leases and dead letters go.' }));
 
@@ -159,6 +181,32 @@ export function browser(root, [stream]) {
     countAtSearch = lastCount;
     await load();
   }
+
+  appendForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    aSubmit.disabled = true;
+    fill(aResult);
+    try {
+      const body = { payload: jsonObject(aPayload.value, 'Payload') };
+      if (aType.value.trim()) body.type = aType.value.trim();
+      if (aKey.value.trim()) body.key = aKey.value.trim();
+      if (aId.value.trim()) body.id = aId.value.trim();
+      const answer = await api('POST', `${base}/events`, { json: body });
+      fill(aErrors);
+      const { duplicate, ...stored } = answer;
+      const at = `partition ${num(answer.partition)}, sequence ${num(answer.sequence)}`;
+      fill(aResult, h('div', { class: duplicate ? 'notice warn' : 'notice', 'data-testid': 'append-result',
+        dataset: { sequence: answer.sequence, partition: answer.partition, duplicate } },
+      duplicate
+        ? `Duplicate: event ${answer.id} is already at ${at}; nothing appended. `
+        : `Appended event ${answer.id} at ${at}. `,
+      h('button', { type: 'button', class: 'link-button', onclick: () => showEvent(stored), text: 'Show it' })));
+    } catch (err) {
+      fill(aErrors, errorBanner(err));
+    } finally {
+      aSubmit.disabled = false;
+    }
+  });
 
   form.addEventListener('submit', (e) => { e.preventDefault(); search(); });
   form.addEventListener('reset', () => setTimeout(search, 0));

@@ -1,12 +1,16 @@
-// Consumer groups (docs/groups.md): every group with its lag; one group's
-// lag per partition, frontier and hole, pending work, dead letters with
-// redrive, and a plot of lag and throughput over the last minutes.
+// Consumer groups (docs/groups.md): every group with its lag (one
+// request, GET /v1/groups) and a form to create one; one group's lag per
+// partition, frontier and hole, pending work, dead letters with redrive,
+// replay and reset, and a plot of lag and throughput over the last minutes
+// (seeded from the server's samples, samples.js).
 
 import { api, seg } from '../api.js';
 import { h, fill, num, duration, time, table, setRows, td, emptyRow, errorBanner, stat, heading } from '../dom.js';
-import { record, series, rate } from '../history.js';
+import { record, series, rate, seededCount } from '../history.js';
 import { chart } from '../plot.js';
 import { deleteSection } from '../delete.js';
+import { busy, field, isoOf, jsonObject, numberList, startPoint, typedConfirmation } from '../forms.js';
+import { seedFromServer } from '../samples.js';
 
 const groupPath = (stream, group) => `/v1/streams/${seg(stream)}/groups/${seg(group)}`;
 export const groupLink = (stream, group) => `#/groups/${encodeURIComponent(stream)}/${encodeURIComponent(group)}`;
@@ -27,13 +31,83 @@ export function sample(info) {
 
 export function plots(stream, group) {
   const key = `group:${stream}/${group}`;
+  const seeded = seededCount(key);
   return [
     chart('Lag', [{ label: 'lag', kind: 'a', points: series(key, 'lag') }], 'events', 'plot-lag'),
     chart('Throughput', [
       { label: 'appended', kind: 'b', points: rate(key, 'appended') },
       { label: 'settled', kind: 'c', points: rate(key, 'settled') },
     ], 'events / s', 'plot-throughput'),
-  ];
+  ].map((figure) => {
+    figure.dataset.seeded = seeded;
+    return figure;
+  });
+}
+
+/** `1000, 5000` → [1000, 5000] (a retry schedule); empty: none. */
+function backoff(text) {
+  return numberList(text, 'Retry backoff');
+}
+
+/**
+ * The form that creates a group (POST /v1/streams/{stream}/groups), in a
+ * closed section: the list of streams is read when it is opened, not on
+ * every poll.
+ */
+function createGroupForm(onCreated) {
+  const errors = h('div');
+  const notice = h('div', { role: 'status', class: 'notice-slot' });
+  const stream = h('select', { id: 'cg-stream', required: true, 'data-testid': 'create-group-stream' },
+    h('option', { value: '', text: 'Choose a stream' }));
+  const name = h('input', { id: 'cg-name', type: 'text', required: true, pattern: '[A-Za-z0-9._-]{1,128}',
+    placeholder: 'billing', 'data-testid': 'create-group-name' });
+  const attempts = h('input', { id: 'cg-attempts', type: 'number', min: 1, max: 1000000, placeholder: '5',
+    'data-testid': 'create-group-attempts' });
+  const retry = h('input', { id: 'cg-backoff', type: 'text', placeholder: '1000, 5000, 30000', 'data-testid': 'create-group-backoff' });
+  const ordering = h('select', { id: 'cg-ordering', 'data-testid': 'create-group-ordering' },
+    h('option', { value: 'none', text: 'none: any delivery any time' }),
+    h('option', { value: 'key', text: 'key: one per key at a time' }),
+    h('option', { value: 'partition', text: 'partition: one per partition at a time' }));
+  const start = startPoint('cg');
+  const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'create-group', text: 'Create group' });
+  const form = h('form', {},
+    h('p', { class: 'muted small', text: 'Every group sees every event of its stream, with delivery state of its own; its cursor and frontier begin at the start point.' }),
+    h('div', { class: 'field-row' },
+      field('Stream', stream), field('Group name', name), field('Max attempts', attempts, 'default 5'),
+      field('Ordering', ordering)),
+    h('div', { class: 'field-row' },
+      start.element, field('Retry backoff (ms, by attempt)', retry, 'optional; the last repeats')),
+    errors, notice,
+    h('div', { class: 'actions' }, submit));
+  const section = h('details', { class: 'card', 'data-write': true, 'data-testid': 'create-group-section' },
+    h('summary', { class: 'strong', text: 'Create a group…' }), form);
+
+  section.addEventListener('toggle', async () => {
+    if (!section.open) return;
+    try {
+      const { streams } = await api('GET', '/v1/streams');
+      const chosen = stream.value;
+      fill(stream, h('option', { value: '', text: streams.length ? 'Choose a stream' : 'No streams yet' }),
+        streams.map((x) => h('option', { value: x.name, text: x.name, selected: x.name === chosen })));
+      fill(errors);
+    } catch (e) {
+      fill(errors, errorBanner(e));
+    }
+  });
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    busy(submit, errors, notice, async () => {
+      const body = { name: name.value.trim(), ordering: ordering.value, ...start.fields() };
+      if (attempts.value !== '') body.max_attempts = Number(attempts.value);
+      const schedule = backoff(retry.value);
+      if (schedule) body.retry_backoff_ms = schedule;
+      const created = await api('POST', `/v1/streams/${seg(stream.value)}/groups`, { json: body });
+      name.value = '';
+      await onCreated();
+      return `Created group ${created.name} on ${created.stream} (${created.max_attempts} attempts, ordering ${created.ordering}).`;
+    });
+  });
+  return section;
 }
 
 export function list(root) {
@@ -42,41 +116,151 @@ export function list(root) {
     [['Stream'], ['Group'], ['Lag', 'num'], ['Pending', 'num'], ['In flight', 'num'],
       ['Waiting retry', 'num'], ['Dead letters', 'num'], ['Oldest unacked', 'num']],
     { 'data-testid': 'groups-table' });
-  fill(root, heading('Groups', 'Consumer groups of every stream: how far behind each is.'),
-    errors, h('div', { class: 'card' }, tableEl));
 
-  return {
-    async refresh() {
-      const rows = [];
-      try {
-        const { streams } = await api('GET', '/v1/streams');
-        const lists = await Promise.all(streams.map((s) => api('GET', `/v1/streams/${seg(s.name)}/groups`)));
-        const infos = await Promise.all(lists.flatMap((l) => l.groups).map((g) => api('GET', groupPath(g.stream, g.name))));
-        for (const info of infos) {
-          sample(info);
-          rows.push(info);
-        }
-        fill(errors);
-      } catch (e) {
-        fill(errors, errorBanner(e));
-        return;
-      }
-      if (!rows.length) {
-        fill(body, emptyRow(8, 'No consumer groups yet. Deploy a handler, or create a group with POST /v1/streams/{stream}/groups.'));
-        return;
-      }
-      if (body.querySelector('.empty-row')) fill(body);
-      setRows(body, rows, (i) => `${i.stream}/${i.group}`, (i) => h('tr', { 'data-testid': `group-row-${i.stream}-${i.group}` },
-        td(h('span', { class: 'mono', text: i.stream })),
-        td(h('a', { href: groupLink(i.stream, i.group), class: 'strong', text: i.group })),
-        td(num(i.lag.lag), 'num'),
-        td(num(i.lag.pending), 'num'),
-        td(num(i.lag.inflight), 'num'),
-        td(num(i.lag.waiting_retry), 'num'),
-        td(i.dead_letters ? h('span', { class: 'bad', text: num(i.dead_letters) }) : '0', 'num'),
-        td(duration(i.lag.oldest_unacked_age_ms), 'num')));
-    },
+  async function refresh() {
+    let rows;
+    try {
+      // One request for every group of every stream (docs/http.md).
+      ({ groups: rows } = await api('GET', '/v1/groups'));
+      rows.forEach(sample);
+      fill(errors);
+    } catch (e) {
+      fill(errors, errorBanner(e));
+      return;
+    }
+    if (!rows.length) {
+      fill(body, emptyRow(8, 'No consumer groups yet. Deploy a handler, or create a group with the form below or POST /v1/streams/{stream}/groups.'));
+      return;
+    }
+    if (body.querySelector('.empty-row')) fill(body);
+    setRows(body, rows, (i) => `${i.stream}/${i.group}`, (i) => h('tr', { 'data-testid': `group-row-${i.stream}-${i.group}` },
+      td(h('span', { class: 'mono', text: i.stream })),
+      td(h('a', { href: groupLink(i.stream, i.group), class: 'strong', text: i.group })),
+      td(h('span', { 'data-testid': 'row-lag', text: num(i.lag.lag) }), 'num'),
+      td(num(i.lag.pending), 'num'),
+      td(num(i.lag.inflight), 'num'),
+      td(num(i.lag.waiting_retry), 'num'),
+      td(i.dead_letters ? h('span', { class: 'bad', text: num(i.dead_letters) }) : '0', 'num'),
+      td(duration(i.lag.oldest_unacked_age_ms), 'num')));
+  }
+
+  fill(root, heading('Groups', 'Consumer groups of every stream: how far behind each is.'),
+    errors, h('div', { class: 'card' }, tableEl), createGroupForm(refresh));
+  return { refresh };
+}
+
+/** Replaying (POST …/replay, docs/groups.md#replay): exactly one selector. */
+function replaySection(path, done) {
+  const errors = h('div');
+  const notice = h('div', { role: 'status', class: 'notice-slot' });
+  const which = h('select', { id: 'rp-which', 'data-testid': 'replay-which' },
+    h('option', { value: 'all', text: 'Everything (from the first sequence)' }),
+    h('option', { value: 'sequence', text: 'After a sequence' }),
+    h('option', { value: 'time', text: 'From a time' }),
+    h('option', { value: 'query', text: 'The events a filter matches' }),
+    h('option', { value: 'ids', text: 'These events' }));
+  const sequence = h('input', { id: 'rp-sequence', type: 'number', min: 0, placeholder: '41', 'data-testid': 'replay-sequence' });
+  const from = h('input', { id: 'rp-from', type: 'datetime-local', step: 1, 'data-testid': 'replay-from' });
+  const where = h('textarea', { id: 'rp-where', rows: 1, spellcheck: 'false', placeholder: '{"type": "order.placed"}', 'data-testid': 'replay-where' });
+  const ids = h('input', { id: 'rp-ids', type: 'text', placeholder: 'o-1, o-2', 'data-testid': 'replay-ids' });
+  const partitions = h('input', { id: 'rp-partitions', type: 'text', placeholder: 'all', 'data-testid': 'replay-partitions' });
+  const fields = {
+    sequence: field('After sequence (exclusive)', sequence),
+    time: field('From (your time zone)', from),
+    query: h('div', { class: 'field grow' }, h('label', { for: 'rp-where', text: 'Where (JSON, as the event browser takes it)' }), where),
+    ids: field('Event ids (comma-separated)', ids),
+    partitions: field('Partitions', partitions, 'e.g. 0, 2; default all'),
   };
+  const show = () => {
+    fields.sequence.hidden = which.value !== 'sequence';
+    fields.time.hidden = which.value !== 'time';
+    fields.query.hidden = which.value !== 'query';
+    fields.ids.hidden = which.value !== 'ids';
+    fields.partitions.hidden = !['all', 'sequence', 'time'].includes(which.value);
+  };
+  which.addEventListener('change', show);
+  show();
+  const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'replay', text: 'Replay' });
+  const form = h('form', {},
+    h('p', { class: 'muted small', text: 'Sends events through this group again: acked and dead-lettered deliveries come back, attempts are kept, the frontier moves back. Nothing else changes. (Dead letters alone: Redrive, above.)' }),
+    h('div', { class: 'field-row' }, field('Replay', which), fields.sequence, fields.time, fields.ids, fields.partitions, fields.query),
+    errors, notice,
+    h('div', { class: 'actions' }, submit));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    busy(submit, errors, notice, async () => {
+      const body = {};
+      if (which.value === 'all') body.from_sequence = 0;
+      if (which.value === 'sequence') {
+        if (sequence.value === '') throw new Error('Give the sequence to replay after.');
+        body.from_sequence = Number(sequence.value);
+      }
+      if (which.value === 'time') {
+        body.from = isoOf(from.value);
+        if (!body.from) throw new Error('Give the time to replay from.');
+      }
+      if (which.value === 'query') {
+        const filter = jsonObject(where.value, 'Where');
+        if (!filter) throw new Error('Give a filter (JSON).');
+        body.query = { where: filter };
+      }
+      if (which.value === 'ids') {
+        body.event_ids = ids.value.split(',').map((x) => x.trim()).filter(Boolean);
+        if (!body.event_ids.length) throw new Error('Give the event ids.');
+      }
+      if (!fields.partitions.hidden) {
+        const chosen = numberList(partitions.value, 'Partitions');
+        if (chosen) body.partitions = chosen;
+      }
+      const answer = await api('POST', `${path}/replay`, { json: body });
+      await done();
+      return `Replay: ${num(answer.reopened)} ${answer.reopened === 1 ? 'delivery' : 'deliveries'} re-opened.`;
+    });
+  });
+  return h('details', { class: 'card', 'data-write': true, 'data-testid': 'replay-section' },
+    h('summary', { class: 'strong', text: 'Replay events…' }), form);
+}
+
+/**
+ * Resetting (POST …/reset, docs/groups.md#reset): `confirm: true` once the
+ * group's name is typed, as `rheo group reset … --confirm`.
+ */
+function resetSection(group, path, done) {
+  const errors = h('div');
+  const notice = h('div', { role: 'status', class: 'notice-slot' });
+  const start = startPoint('rs');
+  const partitions = h('input', { id: 'rs-partitions', type: 'text', placeholder: 'all', 'data-testid': 'reset-partitions' });
+  const ordering = h('select', { id: 'rs-ordering', 'data-testid': 'reset-ordering' },
+    h('option', { value: '', text: 'unchanged' }),
+    h('option', { value: 'none', text: 'none' }),
+    h('option', { value: 'key', text: 'key' }),
+    h('option', { value: 'partition', text: 'partition' }));
+  const partitionsField = field('Partitions', partitions, 'e.g. 0, 2; default all');
+  ordering.addEventListener('change', () => { partitionsField.hidden = ordering.value !== ''; });
+  const button = h('button', { type: 'submit', class: 'danger', 'data-testid': 'reset', text: `Reset group ${group}` });
+  const confirmation = typedConfirmation('reset-group-name', group, button);
+  const form = h('form', {},
+    h('p', { text: 'Forgets which events the group acked, retried or dead-lettered in the chosen partitions, and starts them again at the start point; leases held there become stale and attempts start again at 1. A new ordering resets every partition. This cannot be undone.' }),
+    h('div', { class: 'field-row' }, start.element, partitionsField, field('Ordering from now on', ordering)),
+    h('div', { class: 'field-row' }, confirmation.element),
+    errors, notice,
+    h('div', { class: 'actions' }, button));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (!confirmation.confirmed()) return;
+    await busy(button, errors, notice, async () => {
+      const body = { confirm: true, ...start.fields() };
+      const chosen = partitionsField.hidden ? undefined : numberList(partitions.value, 'Partitions');
+      if (chosen) body.partitions = chosen;
+      if (ordering.value) body.ordering = ordering.value;
+      await api('POST', `${path}/reset`, { json: body });
+      await done();
+      return `Reset group ${group}${body.ordering ? ` (ordering ${body.ordering})` : ''}: it starts again${chosen ? ` in partition${chosen.length === 1 ? '' : 's'} ${chosen.join(', ')}` : ''}.`;
+    });
+    confirmation.clear();
+  });
+  return h('details', { class: 'card danger-zone', 'data-write': true, 'data-testid': 'reset-section' },
+    h('summary', { text: 'Reset this group…' }), form);
 }
 
 export function detail(root, [stream, group]) {
@@ -108,6 +292,8 @@ export function detail(root, [stream, group]) {
     h('section', { class: 'card' },
       h('div', { class: 'section-head' }, h('h2', { text: 'Dead letters' }), redriveAll),
       deadTable, deadMore),
+    replaySection(path, () => refresh()),
+    resetSection(group, path, () => refresh()),
     deleteSection({ what: 'group', name: group, path, afterwards: '#/groups',
       consequence: `Its cursors, leases and dead letters go; the stream ${stream} and its other groups stay.` }));
 
@@ -124,7 +310,12 @@ export function detail(root, [stream, group]) {
   }
   redriveAll.addEventListener('click', () => redrive({ all: true }, 'All dead letters'));
 
+  // The plots start from the server's samples (samples.js), read once.
+  let seeding = null;
+
   async function refresh() {
+    if (!seeding) seeding = seedFromServer({ stream, group });
+    await seeding;
     let info;
     let dead;
     let handlers = null;
@@ -160,7 +351,7 @@ export function detail(root, [stream, group]) {
       td(num(x.p), 'num'),
       td(num(x.frontier), 'num'),
       td(x.frontier < x.high_watermark ? h('span', { class: 'hole', text: num(x.frontier + 1) }) : h('span', { class: 'muted', text: 'none' }), 'num'),
-      td(num(x.cursor), 'num'),
+      td(h('span', { 'data-testid': `partition-cursor-${x.p}`, text: num(x.cursor) }), 'num'),
       td(num(x.high_watermark), 'num'),
       td(h('span', { 'data-testid': `partition-lag-${x.p}`, text: num(x.lag) }), 'num')));
 

@@ -1,13 +1,17 @@
 // WebAssembly handlers (docs/handlers.md): every handler with its version,
 // digest, status and counters; one handler's versions, live logs, a plot,
-// and the buttons to deploy, swap the module, roll back, pause and resume.
+// and the buttons to deploy, swap the module, roll back, pause and resume;
+// its canary, dry runs and deploy history (releases.js).
 
 import { api, seg } from '../api.js';
 import { h, fill, num, time, table, setRows, td, emptyRow, errorBanner, stat, heading } from '../dom.js';
-import { record, series, rate } from '../history.js';
+import { record, series, rate, seededCount } from '../history.js';
 import { chart } from '../plot.js';
 import { readEvents } from '../sse.js';
 import { groupLink } from './groups.js';
+import { releases, dryRun } from './releases.js';
+import { seedFromServer } from '../samples.js';
+import { busy, field } from '../forms.js';
 
 const COUNTERS = [
   ['processed', 'Processed'], ['acked', 'Acked'], ['retried', 'Retried'], ['rejected', 'Rejected'],
@@ -33,26 +37,6 @@ function failures(c) {
 
 function sample(view) {
   record(`handler:${view.name}`, { processed: view.counters.processed, acked: view.counters.acked });
-}
-
-function field(label, control, hint) {
-  return h('div', { class: 'field' }, h('label', { for: control.id, text: label }), control,
-    hint ? h('span', { class: 'hint', text: hint }) : null);
-}
-
-/** Runs `action` with the button disabled; shows its error or notice. */
-async function busy(button, errors, notice, action) {
-  button.disabled = true;
-  try {
-    const text = await action();
-    fill(errors);
-    if (text) fill(notice, h('div', { class: 'notice', 'data-testid': 'notice', text }));
-  } catch (e) {
-    fill(notice);
-    fill(errors, errorBanner(e));
-  } finally {
-    button.disabled = false;
-  }
 }
 
 export function list(root) {
@@ -284,16 +268,21 @@ export function detail(root, [name]) {
   const swapForm = h('form', { class: 'swap' },
     h('div', { class: 'field' }, h('label', { for: 'swap-file', text: 'New module (.wasm)' }), file), swap);
   const logs = logPanel(name);
+  const release = releases(name, { onChange: () => refresh() });
 
   fill(root,
     heading(['Handler ', h('span', { class: 'mono', text: name })], where,
       h('a', { href: '#/handlers', class: 'button-link', text: '← Handlers' })),
-    errors, actionErrors, notice, lastError, stats,
+    errors, actionErrors, notice, release.errors, release.notice, lastError, stats,
     h('section', { class: 'card controls', 'data-write': true, 'aria-label': 'Actions' },
       h('div', { class: 'buttons' }, pause, resume, rollback), swapForm),
+    release.canaryCard,
     plotBox,
     h('section', { class: 'card' }, h('h2', { text: 'Counters by version' }), versionTable),
-    logs.panel);
+    logs.panel,
+    release.canaryForm,
+    dryRun(name),
+    release.historyCard);
 
   const action = (button, verb, done) => button.addEventListener('click', () => busy(button, actionErrors, notice, async () => {
     const view = await api('POST', `${path}/${verb}`);
@@ -303,6 +292,7 @@ export function detail(root, [name]) {
   action(pause, 'pause', () => `Paused ${name}: deliveries stop after those in flight.`);
   action(resume, 'resume', () => `Resumed ${name}.`);
   action(rollback, 'rollback', (v) => `Rolled back ${name} to version ${v.version}.`);
+  // While a canary runs, a rollback stops the canary (docs/handlers.md#canaries).
   swapForm.addEventListener('submit', (e) => {
     e.preventDefault();
     busy(swap, actionErrors, notice, async () => {
@@ -314,7 +304,12 @@ export function detail(root, [name]) {
     });
   });
 
+  // The plots start from the server's samples (samples.js), read once.
+  let seeding = null;
+
   async function refresh() {
+    if (!seeding) seeding = seedFromServer({ handler: name });
+    await seeding;
     let view;
     let lag = null;
     try {
@@ -340,18 +335,28 @@ export function detail(root, [name]) {
       stat('Group lag', lag ? num(lag.lag) : '–', 'handler-lag'));
     pause.hidden = view.status === 'paused';
     resume.hidden = view.status !== 'paused';
-    rollback.disabled = !view.previous_version;
-    rollback.title = view.previous_version ? `Back to version ${view.previous_version}` : 'No previous version to roll back to';
-    fill(plotBox,
+    rollback.disabled = !view.previous_version && !view.canary;
+    rollback.title = view.canary
+      ? `Stop the canary (version ${view.canary.version}); version ${view.version} stays`
+      : view.previous_version ? `Back to version ${view.previous_version}` : 'No previous version to roll back to';
+    const seeded = seededCount(`handler:${name}`);
+    fill(plotBox, [
       chart('Throughput', [
         { label: 'processed', kind: 'b', points: rate(`handler:${name}`, 'processed') },
         { label: 'acked', kind: 'c', points: rate(`handler:${name}`, 'acked') },
       ], 'deliveries / s', 'plot-handler-throughput'),
-      chart('Group lag', [{ label: 'lag', kind: 'a', points: series(`group:${view.stream}/${view.group}`, 'lag') }], 'events', 'plot-handler-lag'));
+      chart('Group lag', [{ label: 'lag', kind: 'a', points: series(`group:${view.stream}/${view.group}`, 'lag') }], 'events', 'plot-handler-lag'),
+    ].map((figure) => {
+      figure.dataset.seeded = seeded;
+      return figure;
+    }));
+    await release.update(view);
     const rows = [{ version: 'all', counters: view.counters },
       ...Object.entries(view.versions).map(([v, counters]) => ({ version: v, counters })).reverse()];
     setRows(versionBody, rows, (r) => r.version, (r) => h('tr', { class: r.version === 'all' ? 'total' : undefined },
-      td(r.version === 'all' ? 'All versions' : [`v${r.version}`, Number(r.version) === view.version ? h('span', { class: 'badge running small', text: 'current' }) : null]),
+      td(r.version === 'all' ? 'All versions' : [`v${r.version}`,
+        Number(r.version) === view.version ? h('span', { class: 'badge running small', text: 'current' }) : null,
+        view.canary && Number(r.version) === view.canary.version ? h('span', { class: 'badge paused small', text: 'canary' }) : null]),
       ...COUNTERS.map(([k]) => td(num(r.counters[k]), 'num'))));
   }
 
