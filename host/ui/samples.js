@@ -1,7 +1,7 @@
 // The server's own samples of the last minutes (GET /v1/metrics/samples,
 // docs/console.md#plots): a page seeds its plots with them when it opens,
 // so a reload, or a page opened a while after the work began, still shows
-// the last five minutes. The server samples every --metrics-interval-ms
+// the last five minutes. The server samples every --metrics-interval
 // (5 s by default), the page every poll (1.5 s).
 
 import { api } from './api.js';

@@ -1386,7 +1386,7 @@ fn the_samples_keep_the_last_minutes_of_each_group_one_a_second_at_most() {
         dir.path(),
         &ServerOptions {
             test_clock: true,
-            args: vec!["--metrics-interval-ms".into(), "100".into()],
+            args: vec!["--metrics-interval".into(), "100ms".into()],
             ..ServerOptions::default()
         },
     );

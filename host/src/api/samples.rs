@@ -1,5 +1,5 @@
 //! `GET /v1/metrics/samples`: the last five minutes of what the server
-//! samples every `--metrics-interval-ms` (`crate::metrics::history`) — per
+//! samples every `--metrics-interval` (`crate::metrics::history`) — per
 //! group its lag, settled and appended counts, per handler its processed
 //! and acked counts — so the console's plots start from them and a reload
 //! keeps them (`docs/console.md#plots`).
@@ -42,7 +42,7 @@ pub(crate) struct SamplesBody {
     /// samples' times by the difference.
     #[schema(value_type = String, format = DateTime)]
     now: Timestamp,
-    /// How often the server samples (`rheo serve --metrics-interval-ms`);
+    /// How often the server samples (`rheo serve --metrics-interval`);
     /// `null` when it does not.
     interval_ms: Option<u64>,
     /// How far back the series reach.

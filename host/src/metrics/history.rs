@@ -4,7 +4,7 @@
 //! counts; per handler its processed and acked counts.
 //!
 //! Bounded twice: a series keeps [`WINDOW`] of points, at most one per
-//! [`SPACING`] (so a short `--metrics-interval-ms` keeps no more), and a
+//! [`SPACING`] (so a short `--metrics-interval` keeps no more), and a
 //! series not sampled for a whole window (a deleted group or handler)
 //! goes. Nothing is written to the store; a restart starts afresh.
 
