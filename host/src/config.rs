@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::api::tls::TlsFiles;
 use crate::api::{ApiSettings, NamedToken};
 use crate::handler_logs::{DEFAULT_LOG_LINES, MAX_LOG_LINES};
-use crate::model::{MAX_MAX_ATTEMPTS, validate_lease_ms};
+use crate::model::{MAX_MAX_ATTEMPTS, human_ms, validate_lease_ms};
 use crate::telemetry::LogFormat;
 
 /// Where Rheo keeps its data when no backend is given: a SQLite file in the
@@ -351,7 +351,7 @@ impl ServeConfig {
         let default_lease_ms = options
             .default_lease_ms
             .unwrap_or(defaults.default_lease_ms);
-        validate_lease_ms(default_lease_ms).map_err(|e| invalid("default_lease_ms", e.message))?;
+        validate_lease_ms(default_lease_ms).map_err(|e| invalid("default_lease", e.message))?;
         let default_max_attempts = options
             .default_max_attempts
             .unwrap_or(defaults.default_max_attempts);
@@ -383,14 +383,12 @@ impl ServeConfig {
         let node_timeout_ms = options
             .node_timeout_ms
             .unwrap_or(crate::cluster::DEFAULT_NODE_TIMEOUT.as_millis() as u64);
-        if !(MIN_NODE_TIMEOUT_MS..=MAX_NODE_TIMEOUT_MS).contains(&node_timeout_ms) {
-            return Err(invalid(
-                "node_timeout_ms",
-                format!(
-                    "must be between {MIN_NODE_TIMEOUT_MS} and {MAX_NODE_TIMEOUT_MS} (got {node_timeout_ms})"
-                ),
-            ));
-        }
+        millis(
+            "node_timeout",
+            Some(node_timeout_ms),
+            std::time::Duration::ZERO,
+            MIN_NODE_TIMEOUT_MS..=MAX_NODE_TIMEOUT_MS,
+        )?;
         if let Some(endpoint) = &options.otlp_endpoint {
             crate::telemetry::traces_url(endpoint)
                 .map_err(|e| invalid("otlp_endpoint", e.to_string()))?;
@@ -398,28 +396,26 @@ impl ServeConfig {
         let metrics_interval_ms = options
             .metrics_interval_ms
             .unwrap_or(crate::metrics::DEFAULT_SAMPLE_INTERVAL.as_millis() as u64);
-        if !(MIN_METRICS_INTERVAL_MS..=MAX_METRICS_INTERVAL_MS).contains(&metrics_interval_ms) {
-            return Err(invalid(
-                "metrics_interval_ms",
-                format!(
-                    "must be between {MIN_METRICS_INTERVAL_MS} and {MAX_METRICS_INTERVAL_MS} (got {metrics_interval_ms})"
-                ),
-            ));
-        }
+        millis(
+            "metrics_interval",
+            Some(metrics_interval_ms),
+            std::time::Duration::ZERO,
+            MIN_METRICS_INTERVAL_MS..=MAX_METRICS_INTERVAL_MS,
+        )?;
         let store_timeout = millis(
-            "store_timeout_ms",
+            "store_timeout",
             options.store_timeout_ms,
             crate::backend::DEFAULT_STORE_TIMEOUT,
             STORE_TIMEOUT_MS,
         )?;
         let retention_interval = millis(
-            "retention_interval_ms",
+            "retention_interval",
             options.retention_interval_ms,
             crate::retention::DEFAULT_INTERVAL,
             RETENTION_INTERVAL_MS,
         )?;
         let request_timeout = millis(
-            "request_timeout_ms",
+            "request_timeout",
             options.request_timeout_ms,
             crate::api::DEFAULT_REQUEST_TIMEOUT,
             REQUEST_TIMEOUT_MS,
@@ -477,9 +473,10 @@ fn millis(
         return Err(invalid(
             key,
             format!(
-                "must be between {} and {} (got {ms})",
-                range.start(),
-                range.end()
+                "must be between {} and {} (got {})",
+                human_ms(*range.start()),
+                human_ms(*range.end()),
+                human_ms(ms)
             ),
         ));
     }
@@ -698,7 +695,7 @@ mod tests {
         assert_eq!(key(given(|o| o.body_limit = Some(10))), "body_limit");
         assert_eq!(
             key(given(|o| o.default_lease_ms = Some(0))),
-            "default_lease_ms"
+            "default_lease"
         );
         assert_eq!(
             key(given(|o| o.default_max_attempts = Some(0))),
@@ -721,12 +718,20 @@ mod tests {
         assert_eq!(c.unwrap().handler_log_lines, MAX_LOG_LINES);
         assert_eq!(
             key(given(|o| o.store_timeout_ms = Some(499))),
-            "store_timeout_ms"
+            "store_timeout"
         );
         assert_eq!(
             key(given(|o| o.request_timeout_ms = Some(3_600_001))),
-            "request_timeout_ms"
+            "request_timeout"
         );
+        assert_eq!(key(given(|o| o.node_timeout_ms = Some(1))), "node_timeout");
+        match ServeConfig::resolve(given(|o| o.metrics_interval_ms = Some(5))) {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "invalid metrics_interval: must be between 100ms and 1h 00m (got 5ms)"
+            ),
+            Ok(_) => panic!("5ms is below the range"),
+        }
     }
 
     #[test]
