@@ -713,6 +713,169 @@ fn an_expired_lease_nobody_reclaimed_can_still_be_acked() {
     assert_eq!(status, 200);
 }
 
+/// `GET {g}/leases`, with `query` after a `?` if given; asserts 200 and
+/// returns the page.
+fn leases(http: &Agent, server: &Server, g: &str, query: &str) -> Value {
+    let path = match query {
+        "" => format!("{g}/leases"),
+        query => format!("{g}/leases?{query}"),
+    };
+    let (status, page) = get(http, server, &path);
+    assert_eq!(status, 200, "{page}");
+    page
+}
+
+/// `(event_id, consumer_id, attempt, expired)` of each lease of a page.
+fn held(page: &Value) -> Vec<(String, String, u64, bool)> {
+    (page["leases"].as_array().unwrap().iter())
+        .map(|l| {
+            (
+                l["event_id"].as_str().unwrap().to_owned(),
+                l["consumer_id"].as_str().unwrap().to_owned(),
+                l["attempt"].as_u64().unwrap(),
+                l["expired"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn leases_list_what_is_out_a_page_at_a_time_and_mark_the_expired() {
+    let (_dir, server, http) = fresh();
+    let g = one_partition_group(&http, &server, 1..=5);
+    let page = leases(&http, &server, g, "");
+    assert_eq!(page, json!({"now": T0, "leases": [], "next": null}));
+
+    // Three of five out: exactly those, with holder, attempt, age, expiry.
+    let out = fetch(
+        &http,
+        &server,
+        g,
+        json!({"limit": 3, "consumer_id": "w-1", "lease_ms": 5000}),
+    );
+    advance(&http, &server, 1000);
+    let page = leases(&http, &server, g, "");
+    assert_eq!(page["now"], "2026-01-01T00:00:01.000Z");
+    assert_eq!(page["next"], Value::Null);
+    let first = &page["leases"][0];
+    assert_eq!(
+        first,
+        &json!({
+            "lease_id": out[0]["lease_id"], "event_id": "e1", "partition": 0, "sequence": 1,
+            "consumer_id": "w-1", "attempt": 1,
+            "leased_at": T0, "expires_at": "2026-01-01T00:00:05.000Z",
+            "age_ms": 1000, "expires_in_ms": 4000, "expired": false,
+        })
+    );
+    let w1 = |id: &str| (id.to_owned(), "w-1".to_owned(), 1, false);
+    assert_eq!(held(&page), [w1("e1"), w1("e2"), w1("e3")]);
+    let (_, info) = get(&http, &server, g);
+    assert_eq!(info["inflight"], 3, "the ones group info counts");
+
+    // An ack takes one off; pages of one walk the rest.
+    let (status, _) = post(
+        &http,
+        &server,
+        &format!("{g}/ack"),
+        &lease_ref(&out[0], &json!({})),
+    );
+    assert_eq!(status, 200);
+    let one = leases(&http, &server, g, "limit=1");
+    assert_eq!(
+        (held(&one), one["next"].clone()),
+        (vec![w1("e2")], json!("0:2"))
+    );
+    let two = leases(&http, &server, g, "limit=1&after=0:2");
+    assert_eq!(
+        (held(&two), two["next"].clone()),
+        (vec![w1("e3")], json!(null))
+    );
+
+    // Expired, still out (its holder may settle it), until a fetch takes it.
+    advance(&http, &server, 4000);
+    let page = leases(&http, &server, g, "");
+    let expired = |id: &str| (id.to_owned(), "w-1".to_owned(), 1, true);
+    assert_eq!(held(&page), [expired("e2"), expired("e3")]);
+    assert_eq!(page["leases"][0]["expires_in_ms"], 0);
+    let again = fetch(&http, &server, g, json!({"limit": 1, "consumer_id": "w-2"}));
+    assert_eq!(again[0]["event_id"], "e2");
+    let page = leases(&http, &server, g, "");
+    assert_eq!(
+        held(&page),
+        [("e2".into(), "w-2".into(), 2, false), expired("e3")]
+    );
+    assert_ne!(page["leases"][0]["lease_id"], out[1]["lease_id"]);
+}
+
+#[test]
+fn leases_refuse_bad_pages_and_unknown_groups() {
+    let (_dir, server, http) = fresh();
+    let g = one_partition_group(&http, &server, 1..=1);
+    for query in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "after=7",
+        "after=0:x",
+        "nope=1",
+    ] {
+        let answer = get(&http, &server, &format!("{g}/leases?{query}"));
+        assert_error(&answer, 400, "invalid");
+    }
+    assert_eq!(
+        leases(&http, &server, g, "limit=1000&after=0:0")["leases"],
+        json!([])
+    );
+    let group_gone = get(&http, &server, "/v1/streams/s/groups/nope/leases");
+    assert_error(&group_gone, 404, "group_not_found");
+    let stream_gone = get(&http, &server, "/v1/streams/nope/groups/g/leases");
+    assert_error(&stream_gone, 404, "stream_not_found");
+}
+
+#[test]
+fn a_read_only_token_may_list_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, read) = ("leases-e2e-write", "leases-e2e-read");
+    let server = Server::start(
+        dir.path(),
+        &ServerOptions {
+            auth_token: Some(token.into()),
+            args: vec!["--read-token".into(), read.into()],
+            ..ServerOptions::default()
+        },
+    );
+    let http = agent();
+    let post_as = |path: &str, body: Value| {
+        let request = http.post(server.url(path));
+        rheo_e2e::answer(
+            request
+                .header("Authorization", &format!("Bearer {token}"))
+                .send_json(body),
+        )
+    };
+    let (status, body) = post_as("/v1/streams", json!({"name": "s", "partition_count": 1}));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post_as("/v1/streams/s/groups", json!({"name": "g"}));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post_as("/v1/streams/s/events", json!({"id": "e1"}));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post_as(
+        "/v1/streams/s/groups/g/fetch",
+        json!({"consumer_id": "w-1"}),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let path = "/v1/streams/s/groups/g/leases";
+    let read_get = http
+        .get(server.url(path))
+        .header("Authorization", &format!("Bearer {read}"));
+    let (status, page) = rheo_e2e::answer(read_get.call());
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(held(&page), [("e1".into(), "w-1".into(), 1, false)]);
+    let (status, _) = rheo_e2e::answer(http.get(server.url(path)).call());
+    assert_eq!(status, 401, "a token is needed");
+}
+
 #[test]
 fn the_poison_guard_dead_letters_an_event_whose_attempts_expired_or_were_nacked() {
     let (_dir, server, http) = fresh();

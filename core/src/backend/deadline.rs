@@ -35,14 +35,15 @@ use async_trait::async_trait;
 
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed, Wakeup,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::cluster::{ClusterStore, HandlerRecord, NodeRecord};
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
 };
 
 /// How long a store call may take when nothing else is configured
@@ -263,6 +264,10 @@ impl Backend for Bounded {
 
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         Bounded::read(self, "dead_letters", self.inner.dead_letters(req)).await
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        Bounded::read(self, "leases", self.inner.leases(req)).await
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {

@@ -39,10 +39,10 @@ pub use wakeup::{Notifier, Wakeup};
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupOrdering, GroupSpec, Lag, Lease, MAX_FETCH_LIMIT, MAX_PARTITIONS, MAX_QUERY_LIMIT,
-    MAX_SETTLE_BATCH, Page, Query, Retention, SettleOp, SettleTarget, Settlement, StartPosition,
-    Stream, StreamName, Timestamp, ValidationError, validate_lease_ms, validate_limit,
-    validate_sequence,
+    GroupOrdering, GroupSpec, Lag, Lease, LeaseCursor, LeasePage, MAX_FETCH_LIMIT, MAX_PARTITIONS,
+    MAX_QUERY_LIMIT, MAX_SETTLE_BATCH, Page, Query, Retention, SettleOp, SettleTarget, Settlement,
+    StartPosition, Stream, StreamName, Timestamp, ValidationError, validate_lease_ms,
+    validate_limit, validate_sequence,
 };
 
 /// What a backend can promise beyond the invariants every backend keeps.
@@ -271,6 +271,27 @@ pub struct DeadLettersRequest {
 
 impl DeadLettersRequest {
     /// Checks the limit.
+    pub fn validate(&self) -> Result<()> {
+        Ok(validate_limit(self.limit, MAX_QUERY_LIMIT)?)
+    }
+}
+
+/// List the leases a group has out (`docs/groups.md#what-is-out-leases`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasesRequest {
+    /// The stream.
+    pub stream: StreamName,
+    /// The group.
+    pub group: GroupName,
+    /// Page size (1..=1000).
+    pub limit: u32,
+    /// Continue after this position (the previous page's `next`).
+    pub after: Option<LeaseCursor>,
+}
+
+impl LeasesRequest {
+    /// Checks the limit (a cursor past the end is read as the end:
+    /// [`LeaseCursor::parse`]).
     pub fn validate(&self) -> Result<()> {
         Ok(validate_limit(self.limit, MAX_QUERY_LIMIT)?)
     }
@@ -552,6 +573,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// A page of dead letters in sequence order.
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage>;
+
+    /// A page of the leases the group has out now, in (partition,
+    /// sequence) order after `req.after`: every leased delivery, expired
+    /// ones included (marked, by this backend's clock) until a fetch claims
+    /// them again or dead-letters them — the same deliveries
+    /// [`GroupInfo::inflight`] counts (`docs/groups.md#what-is-out-leases`).
+    /// The page is built by [`policy::lease_page`].
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage>;
 
     /// Makes dead letters available again with attempts reset; returns how many.
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64>;

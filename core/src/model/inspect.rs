@@ -1,10 +1,10 @@
-//! Read-only views of a group: lag, group info and dead letters.
+//! Read-only views of a group: lag, group info, dead letters and leases.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Event, EventId, GroupName, StreamName, Timestamp};
+use super::{ConsumerId, Event, EventId, GroupName, LeaseId, StreamName, Timestamp};
 
 /// Lag of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,4 +102,144 @@ pub struct DeadLetterPage {
     pub dead_letters: Vec<DeadLetter>,
     /// Pass as `after` for the next page; `None` when this page was the last.
     pub next: Option<EventId>,
+}
+
+/// Where a page of a group's leases starts: after this partition and
+/// sequence, in (partition, sequence) order
+/// (`docs/groups.md#what-is-out-leases`). On the wire it is
+/// `"<partition>:<sequence>"`, e.g. `"0:41"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LeaseCursor {
+    /// The partition of the last lease of the previous page.
+    pub partition: u32,
+    /// Its sequence.
+    pub sequence: u64,
+}
+
+/// What a lease cursor on the wire looks like: two runs of digits around
+/// a colon (the OpenAPI document states it).
+pub const LEASE_CURSOR_PATTERN: &str = "^[0-9]{1,20}:[0-9]{1,20}$";
+
+impl LeaseCursor {
+    /// Its wire form, `"<partition>:<sequence>"`.
+    pub fn encode(&self) -> String {
+        format!("{}:{}", self.partition, self.sequence)
+    }
+
+    /// Reads `"<partition>:<sequence>"` ([`LEASE_CURSOR_PATTERN`]). A
+    /// number past what the stream can hold reads as the end of it: a
+    /// partition past `u32::MAX` as the last one there can be, a sequence
+    /// past [`MAX_SEQUENCE`](super::MAX_SEQUENCE) as that (nothing lies
+    /// beyond either), so every text of the pattern is a cursor.
+    pub fn parse(text: &str) -> Result<Self, super::ValidationError> {
+        let bad = || {
+            super::ValidationError::new(
+                "after",
+                format!(
+                    "a lease cursor is \"<partition>:<sequence>\", e.g. \"0:41\" \
+                     (pass the previous page's next; got {text:?})"
+                ),
+            )
+        };
+        let (p, seq) = text.split_once(':').ok_or_else(bad)?;
+        let digits = |s: &str| (1..=20).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(p) || !digits(seq) {
+            return Err(bad());
+        }
+        // Twenty digits hold any u64 but not every u128 of twenty digits
+        // is one: read wide, then saturate.
+        let wide = |s: &str| s.parse::<u128>().map_err(|_| bad());
+        Ok(LeaseCursor {
+            partition: u32::try_from(wide(p)?).unwrap_or(u32::MAX),
+            sequence: u64::try_from(wide(seq)?)
+                .unwrap_or(u64::MAX)
+                .min(super::MAX_SEQUENCE),
+        })
+    }
+}
+
+impl TryFrom<String> for LeaseCursor {
+    type Error = super::ValidationError;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Self::parse(&text)
+    }
+}
+
+impl From<LeaseCursor> for String {
+    fn from(at: LeaseCursor) -> String {
+        at.encode()
+    }
+}
+
+impl std::fmt::Display for LeaseCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.partition, self.sequence)
+    }
+}
+
+/// A lease a group has out now (`docs/groups.md#what-is-out-leases`): a
+/// delivery leased and not settled, claimed again or dead-lettered since.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    /// The fencing token.
+    pub lease_id: LeaseId,
+    /// The leased event's id.
+    pub event_id: EventId,
+    /// Its partition.
+    pub partition: u32,
+    /// Its sequence.
+    pub sequence: u64,
+    /// Who holds it: the `consumer_id` of the fetch that claimed it.
+    pub consumer_id: ConsumerId,
+    /// Claims of this delivery so far, this one included.
+    pub attempt: u32,
+    /// When it was claimed.
+    pub leased_at: Timestamp,
+    /// When others may claim it (a renewal moves it).
+    pub expires_at: Timestamp,
+    /// `expires_at` has passed on the store's clock: the next fetch may
+    /// claim the delivery again (or, on its last attempt, dead-letter it),
+    /// but until one does the holder may still settle or renew it.
+    pub expired: bool,
+}
+
+/// A page of a group's leases, in (partition, sequence) order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasePage {
+    /// The store clock's time the page was read at: what `expired` was
+    /// judged by.
+    pub now: Timestamp,
+    /// The leases.
+    pub leases: Vec<HeldLease>,
+    /// Pass as `after` for the next page; `None` when no lease follows.
+    pub next: Option<LeaseCursor>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_cursors_read_back_what_they_write_and_saturate_past_the_end() {
+        let at = LeaseCursor {
+            partition: 3,
+            sequence: 41,
+        };
+        assert_eq!(at.encode(), "3:41");
+        assert_eq!(LeaseCursor::parse("3:41").unwrap(), at);
+        assert_eq!(LeaseCursor::parse("003:0041").unwrap(), at);
+        let end = LeaseCursor::parse("99999999999999999999:99999999999999999999").unwrap();
+        assert_eq!(
+            (end.partition, end.sequence),
+            (u32::MAX, super::super::MAX_SEQUENCE)
+        );
+        for bad in ["", "3", "3:", ":4", "a:1", "1:-1", "1:2:3", " 1:2", "1:2 "] {
+            let e = LeaseCursor::parse(bad).unwrap_err();
+            assert_eq!(e.field, "after", "{bad:?}");
+        }
+        // Every text of the pattern is a cursor (twenty digits of nines included).
+        assert_eq!(LEASE_CURSOR_PATTERN, "^[0-9]{1,20}:[0-9]{1,20}$");
+    }
 }

@@ -21,7 +21,10 @@ pub use group::{
     DEFAULT_MAX_ATTEMPTS, Group, GroupOrdering, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS,
     MAX_MAX_ATTEMPTS, StartAfter, StartPosition, backoff_ms, validate_backoff,
 };
-pub use inspect::{DeadLetter, DeadLetterPage, GroupInfo, Lag, PartitionLag};
+pub use inspect::{
+    DeadLetter, DeadLetterPage, GroupInfo, HeldLease, LEASE_CURSOR_PATTERN, Lag, LeaseCursor,
+    LeasePage, PartitionLag,
+};
 pub use lease::{
     DEFAULT_FETCH_LIMIT, DEFAULT_LEASE_MS, Lease, MAX_FETCH_LIMIT, MAX_LEASE_MS, MAX_REASON_LEN,
     MAX_SETTLE_BATCH, SettleOp, SettleTarget, Settlement, clip_reason, validate_lease_ms,

@@ -15,13 +15,14 @@ use prometheus_client::registry::Registry;
 use super::timing::{CALL_BUCKETS, Timing};
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed, Wakeup,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed, Wakeup,
 };
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
 };
 
 /// Labels of a backend operation.
@@ -235,6 +236,11 @@ impl Backend for Measured {
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         let call = self.inner.dead_letters(req);
         self.metrics.time(self.kind, "dead_letters", call).await
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        let call = self.inner.leases(req);
+        self.metrics.time(self.kind, "leases", call).await
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {

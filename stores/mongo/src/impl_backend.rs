@@ -8,13 +8,14 @@ use async_trait::async_trait;
 use super::MongoBackend;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
 };
 
 #[async_trait]
@@ -136,6 +137,10 @@ impl Backend for MongoBackend {
 
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         self.gone(MongoBackend::dead_letters(self, req).await).await
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        self.gone(MongoBackend::held_leases(self, req).await).await
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {

@@ -1,7 +1,8 @@
 //! Read-only views (`docs/groups.md#frontier-and-lag`): lag, group info,
-//! dead letters and the next due time. The open deliveries of a group are
-//! summed per partition by one aggregation; the frontier and lag come from
-//! the shared policy.
+//! dead letters, leases (`docs/groups.md#what-is-out-leases`) and the next
+//! due time. The open deliveries of a group are summed per partition by
+//! one aggregation; the frontier, lag and a page of leases come from the
+//! shared policy.
 
 use std::collections::HashMap;
 
@@ -10,11 +11,14 @@ use mongodb::bson::{Document, doc};
 
 use super::claims::{AVAILABLE, DEAD, LEASED, PARKED, claimable, deliveries_of};
 use super::groups::GroupState;
-use super::{DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, text, uint};
-use rheo_core::backend::policy::{LagBuilder, OpenCounts};
-use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
+use super::{
+    DELIVERIES, MongoBackend, Phase, big, corrupt, int, map_error, opt_int, opt_text, text, uint,
+};
+use rheo_core::backend::policy::{LagBuilder, LeaseRow, OpenCounts, lease_page};
+use rheo_core::backend::{DeadLettersRequest, Error, LeasesRequest, Partitions, Result};
 use rheo_core::model::{
-    DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+    ConsumerId, DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, LeaseId, LeasePage,
+    StreamName, Timestamp,
 };
 
 impl MongoBackend {
@@ -206,6 +210,68 @@ impl MongoBackend {
             .then(|| dead_letters.last().map(|d| d.event_id.clone()))
             .flatten();
         Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    /// A page of the leases the group has out: its leased deliveries in
+    /// (partition, sequence) order after the cursor, read as the rest of
+    /// the cursor's partition and then the partitions after it (each
+    /// filter naming fields of the `work` index alone), one more than the
+    /// page so that the core knows whether one follows.
+    pub(crate) async fn held_leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        self.meta(s).await?;
+        self.group_config(s, g).await?;
+        let now = self.now();
+        let want = i64::from(req.limit) + 1;
+        let leased = || {
+            let mut filter = deliveries_of(s, g);
+            filter.insert("st", LEASED);
+            filter
+        };
+        let mut docs = Vec::new();
+        let later = match req.after {
+            None => leased(),
+            Some(at) => {
+                // No partition reaches i32::MAX: a cursor past it is past all.
+                let p = i32::try_from(at.partition).unwrap_or(i32::MAX);
+                let mut rest = leased();
+                rest.insert("p", p);
+                rest.insert("q", doc! {"$gt": big(at.sequence)});
+                docs = self
+                    .find_all(DELIVERIES, rest, Some(doc! {"q": 1}), want)
+                    .await?;
+                let mut later = leased();
+                later.insert("p", doc! {"$gt": p});
+                later
+            }
+        };
+        let missing = want - docs.len() as i64;
+        if missing > 0 {
+            let sort = Some(doc! {"p": 1, "q": 1});
+            docs.extend(self.find_all(DELIVERIES, later, sort, missing).await?);
+        }
+        if docs.is_empty() {
+            self.group_still_there(s, g).await?;
+        }
+        let mut rows = Vec::with_capacity(docs.len());
+        for d in &docs {
+            let held = |field: &str| {
+                opt_text(d, field).ok_or_else(|| corrupt(field, "absent while leased"))
+            };
+            rows.push(LeaseRow {
+                partition: u32::try_from(int(d, "p")?).map_err(|e| corrupt("partition", e))?,
+                sequence: uint(d, "q")?,
+                event_id: EventId::parse(text(d, "e")?).map_err(|e| corrupt("event id", e))?,
+                lease_id: LeaseId::parse(held("lid")?).map_err(|e| corrupt("lease id", e))?,
+                consumer_id: ConsumerId::parse(held("c")?)
+                    .map_err(|e| corrupt("consumer id", e))?,
+                attempt: u32::try_from(int(d, "a")?).map_err(|e| corrupt("attempt", e))?,
+                leased_at: Timestamp::from_millis(int(d, "lat")?),
+                expires_at: Timestamp::from_millis(int(d, "exp")?),
+            });
+        }
+        Ok(lease_page(rows, req.after, req.limit, now))
     }
 
     /// Where the dead letter of event `id` is, by its delivery (which

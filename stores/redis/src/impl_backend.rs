@@ -11,14 +11,14 @@ use async_trait::async_trait;
 use super::RedisBackend;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, ConsumerId, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, LeaseId, Page, Query, Retention, SettleTarget, Settlement, Stream,
-    StreamName, Timestamp,
+    GroupSpec, Lag, Lease, LeaseId, LeasePage, Page, Query, Retention, SettleTarget, Settlement,
+    Stream, StreamName, Timestamp,
 };
 
 #[async_trait]
@@ -145,6 +145,12 @@ impl Backend for RedisBackend {
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         let (s, g) = (req.stream.clone(), req.group.clone());
         let answer = RedisBackend::dead_letters(self, req).await;
+        self.or_gone(&s, Some(&g), answer).await
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        let (s, g) = (req.stream.clone(), req.group.clone());
+        let answer = RedisBackend::held_leases(self, req).await;
         self.or_gone(&s, Some(&g), answer).await
     }
 

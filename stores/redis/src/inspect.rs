@@ -1,13 +1,17 @@
-//! Lag, group info and the next due time on Redis
-//! (`docs/groups.md#frontier-and-lag`): counts come from the delivery
-//! indexes, the arithmetic from the policy's `LagBuilder`.
+//! Lag, group info, leases and the next due time on Redis
+//! (`docs/groups.md#frontier-and-lag`, `docs/groups.md#what-is-out-leases`):
+//! counts come from the delivery indexes, the arithmetic from the policy's
+//! `LagBuilder`, a page of leases from its `lease_page`.
 
 use std::collections::BTreeMap;
 
-use super::{Phase, RedisBackend};
-use rheo_core::backend::policy::{LagBuilder, OpenCounts};
-use rheo_core::backend::{Partitions, Result};
-use rheo_core::model::{GroupInfo, GroupName, Lag, StreamName, Timestamp};
+use super::claims::{Delivery, Status};
+use super::{Phase, RedisBackend, corrupt};
+use rheo_core::backend::policy::{LagBuilder, LeaseRow, OpenCounts, lease_page};
+use rheo_core::backend::{LeasesRequest, Partitions, Result};
+use rheo_core::model::{
+    ConsumerId, GroupInfo, GroupName, Lag, LeaseId, LeasePage, StreamName, Timestamp,
+};
 
 impl RedisBackend {
     pub(crate) async fn ping(&self) -> Result<()> {
@@ -127,6 +131,92 @@ impl RedisBackend {
             cursors,
             lag,
         })
+    }
+
+    /// A page of the leases the group has out: per partition from the
+    /// cursor's on, the members of its `leased` index (every leased
+    /// delivery, expired or not, scored by expiry) in sequence order, their
+    /// records read in batches until the page and one more are found (a
+    /// record settled since it was listed is passed over).
+    pub(crate) async fn held_leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        req.validate()?;
+        let (s, g) = (&req.stream, &req.group);
+        let (settings, _) = self.group_now(s, g, false).await?;
+        let now = self.clock.now();
+        let want = req.limit as usize + 1;
+        let mut rows = Vec::new();
+        let first = req.after.map_or(0, |a| a.partition);
+        for p in first..settings.stream.partitions {
+            if rows.len() >= want {
+                break;
+            }
+            let above = (req.after)
+                .filter(|a| a.partition == p)
+                .map_or(0, |a| a.sequence);
+            let cmd = redis::cmd("ZRANGE")
+                .arg(self.keys.leased(s, g, p))
+                .arg(0)
+                .arg(-1)
+                .clone();
+            let members: Vec<u64> = self.run(&cmd, Phase::Read).await?;
+            let mut seqs: Vec<u64> = members.into_iter().filter(|&q| q > above).collect();
+            seqs.sort_unstable();
+            let mut rest = seqs.as_slice();
+            while !rest.is_empty() && rows.len() < want {
+                let (batch, after) = rest.split_at((want - rows.len()).min(rest.len()));
+                rest = after;
+                rows.extend(self.leased_rows(s, g, p, batch).await?);
+            }
+        }
+        Ok(lease_page(rows, req.after, req.limit, now))
+    }
+
+    /// The deliveries at `seqs` of partition `p` that are leased, as a
+    /// page of leases lists them, with their events' ids.
+    async fn leased_rows(
+        &self,
+        s: &StreamName,
+        g: &GroupName,
+        p: u32,
+        seqs: &[u64],
+    ) -> Result<Vec<LeaseRow>> {
+        let cmd = redis::cmd("HMGET")
+            .arg(self.keys.deliveries(s, g, p))
+            .arg(seqs)
+            .clone();
+        let raws: Vec<Option<String>> = self.run(&cmd, Phase::Read).await?;
+        let mut held = Vec::new();
+        for (&seq, raw) in seqs.iter().zip(raws) {
+            let Some(raw) = raw else { continue };
+            let d = Delivery::decode(&raw)?;
+            if d.status == Status::Leased {
+                held.push((seq, d));
+            }
+        }
+        let positions: Vec<(u32, u64)> = held.iter().map(|(seq, _)| (p, *seq)).collect();
+        let mut events = self.events_at(s, &positions).await?;
+        let mut rows = Vec::with_capacity(held.len());
+        for (seq, d) in held {
+            // Retention closes the deliveries of what it removes.
+            let Some(event) = events.remove(&(p, seq)) else {
+                continue;
+            };
+            let lease_id = LeaseId::parse(d.lease_id.unwrap_or_default())
+                .map_err(|e| corrupt("lease id", e))?;
+            let consumer_id = ConsumerId::parse(d.consumer.unwrap_or_default())
+                .map_err(|e| corrupt("consumer id", e))?;
+            rows.push(LeaseRow {
+                partition: p,
+                sequence: seq,
+                event_id: event.id.clone(),
+                lease_id,
+                consumer_id,
+                attempt: d.attempt,
+                leased_at: Timestamp::from_millis(d.leased_at.unwrap_or_default()),
+                expires_at: Timestamp::from_millis(d.expires_at.unwrap_or_default()),
+            });
+        }
+        Ok(rows)
     }
 
     /// When the next delivery becomes claimable by time alone: `now` when

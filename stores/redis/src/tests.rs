@@ -1463,6 +1463,7 @@ async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing
         "group_info",
         "next_due",
         "dead_letters",
+        "leases",
         "redrive",
         "replay",
         "reset",
@@ -1546,6 +1547,15 @@ async fn a_node_that_keeps_what_another_deleted_finds_it_gone_and_writes_nothing
                         after: None,
                     };
                     Backend::dead_letters(&b, req).await.map(drop)
+                }
+                "leases" => {
+                    let req = rheo_core::backend::LeasesRequest {
+                        stream: s.clone(),
+                        group: g.clone(),
+                        limit: 10,
+                        after: None,
+                    };
+                    Backend::leases(&b, req).await.map(drop)
                 }
                 "redrive" => Backend::redrive(&b, &s, &g, Redrive::All).await.map(drop),
                 "replay" => {

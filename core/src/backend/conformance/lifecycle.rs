@@ -2,8 +2,8 @@
 
 use super::{Harness, code, eid, gn, sn};
 use crate::backend::{
-    Backend, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Partitions, ReadRequest,
-    Replay, Result,
+    Backend, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, LeasesRequest,
+    Partitions, ReadRequest, Replay, Result,
 };
 use crate::model::{EventInput, GroupName, GroupSpec, Query, StartPosition, StreamName};
 
@@ -27,6 +27,16 @@ pub async fn delete_group(
         confirm,
     })
     .await
+}
+
+/// The first page of the group's leases.
+fn leases_req(s: &StreamName, g: &GroupName) -> LeasesRequest {
+    LeasesRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit: 10,
+        after: None,
+    }
 }
 
 fn with_id(id: &str) -> EventInput {
@@ -111,6 +121,7 @@ pub async fn a_deleted_stream_is_gone_everywhere(h: &Harness) {
     gone(b.read(read).await.map(drop));
     gone(b.query(&s, &Query::default()).await.map(drop));
     gone(b.group_info(&s, &g).await.map(drop));
+    gone(b.leases(leases_req(&s, &g)).await.map(drop));
     gone(b.fetch(h.fetch_req(&s, &g, 10)).await.map(drop));
     gone(b.ack(&s, &g, leases[0].target()).await);
     let names: Vec<_> = (b.list_streams().await.expect("list").into_iter())
@@ -179,6 +190,7 @@ pub async fn deleting_a_group_leaves_the_stream_and_other_groups(h: &Harness) {
     gone(h.b().group_info(&s, &g).await.map(drop));
     gone(h.b().fetch(h.fetch_req(&s, &g, 10)).await.map(drop));
     gone(h.b().lag(&s, &g, &Partitions::All).await.map(drop));
+    gone(h.b().leases(leases_req(&s, &g)).await.map(drop));
     gone(h.ack(&mine[1]).await);
     let dead = DeadLettersRequest {
         stream: s.clone(),

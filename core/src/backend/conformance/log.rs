@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use super::{Harness, START, code, eid, gn, obj, sn};
 use crate::backend::{
-    CreateStream, DeadLettersRequest, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
-    ResetRequest, Result,
+    CreateStream, DeadLettersRequest, LeasesRequest, Partitions, ReadRequest, Redrive,
+    RenewRequest, Replay, ResetRequest, Result,
 };
 use crate::model::{
     Direction, Event, EventInput, GroupName, GroupSpec, JsonObject, LeaseId, MAX_KEY_LEN,
@@ -137,6 +137,12 @@ async fn group_op_codes(
         limit: 10,
         after: None,
     };
+    let leases = LeasesRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit: 10,
+        after: None,
+    };
     let reset = ResetRequest::to_the_beginning(s, g);
     let replay = Replay::FromSequence {
         after: 0,
@@ -150,6 +156,7 @@ async fn group_op_codes(
         ("settle_empty", code(b.settle(s, g, Vec::new()).await)),
         ("renew", code(b.renew(renew).await)),
         ("dead_letters", code(b.dead_letters(dead).await)),
+        ("leases", code(b.leases(leases).await)),
         ("replay", code(b.replay(s, g, replay).await)),
         ("redrive", code(b.redrive(s, g, Redrive::All).await)),
         ("reset", code(b.reset(reset).await)),

@@ -20,6 +20,7 @@ pub mod concurrency;
 pub mod frontier;
 pub mod groups;
 pub mod inputs;
+pub mod leases;
 pub mod lifecycle;
 pub mod log;
 pub mod model;
@@ -450,6 +451,14 @@ macro_rules! __conformance_list {
             groups::redrive_selected_dead_letters_with_fresh_attempts,
             groups::redrive_all_dead_letters,
             groups::an_event_named_twice_is_reopened_once,
+            // what is out: a group's leases
+            leases::leases_list_what_is_out_with_holder_attempt_and_expiry,
+            leases::settled_leases_leave_the_list,
+            leases::leases_page_in_partition_then_sequence_order,
+            leases::an_expired_lease_is_listed_as_expired_until_claimed_again,
+            leases::a_poisoned_lease_leaves_the_list_when_dead_lettered,
+            leases::replay_reset_and_parked_deliveries_are_not_out,
+            leases::leases_validate_the_limit_and_find_the_group,
             // frontier, lag, start points, replay, reset
             frontier::hole_blocks_the_frontier_until_filled,
             frontier::frontier_stops_before_the_only_unsettled_event,

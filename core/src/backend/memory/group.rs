@@ -28,13 +28,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, GroupConfig, Held as Fenced, OpenCounts, POISON_REASON, Share, WALK_PER_CLAIM, Write,
-    claim_capacity, fence, poisoned, regate, settle_write, skipped_by_trim,
+    GateView, GroupConfig, Held as Fenced, LeaseRow, OpenCounts, POISON_REASON, Share,
+    WALK_PER_CLAIM, Write, claim_capacity, fence, poisoned, regate, settle_write, skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
-    ConsumerId, EventId, Group, GroupOrdering, LeaseId, SettleOp, SettleTarget, Timestamp,
-    clip_reason,
+    ConsumerId, EventId, Group, GroupOrdering, LeaseCursor, LeaseId, SettleOp, SettleTarget,
+    Timestamp, clip_reason,
 };
 
 /// The key of the event at a sequence of the partition being claimed.
@@ -860,6 +860,49 @@ impl GroupState {
             .iter()
             .map(|p| (p.leases.len() + p.expired.len()) as u64)
             .sum()
+    }
+
+    /// The first `want` leased deliveries after `after` in (partition,
+    /// sequence) order, expired ones included: those in `leases` and in
+    /// `expired`, the ones [`GroupState::inflight`] counts. `id_of` gives
+    /// an event's id (a leased delivery's event is always in the log).
+    pub(super) fn leases_after(
+        &self,
+        after: Option<LeaseCursor>,
+        want: usize,
+        id_of: &dyn Fn(u32, u64) -> Option<EventId>,
+    ) -> Vec<LeaseRow> {
+        let mut out = Vec::new();
+        let first = after.map_or(0, |a| a.partition);
+        for (p, part) in self.parts.iter().enumerate().skip(first as usize) {
+            let p = p as u32;
+            let above = after.filter(|a| a.partition == p).map_or(0, |a| a.sequence);
+            let mut seqs: Vec<u64> = (part.leases.iter().map(|&(_, seq)| seq))
+                .chain(part.expired.iter().copied())
+                .filter(|&seq| seq > above)
+                .collect();
+            seqs.sort_unstable();
+            for seq in seqs {
+                if out.len() >= want {
+                    return out;
+                }
+                let Some(slot) = part.slot(seq) else { continue };
+                let (Some(held), Some(event_id)) = (slot.lease.as_deref(), id_of(p, seq)) else {
+                    continue;
+                };
+                out.push(LeaseRow {
+                    partition: p,
+                    sequence: seq,
+                    event_id,
+                    lease_id: held.lease_id.clone(),
+                    consumer_id: held.consumer_id.clone(),
+                    attempt: slot.attempt,
+                    leased_at: held.leased_at,
+                    expires_at: held.expires_at,
+                });
+            }
+        }
+        out
     }
 
     pub(super) fn dead_count(&self) -> u64 {

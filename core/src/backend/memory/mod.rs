@@ -18,18 +18,19 @@ use parking_lot::{Mutex, RwLock};
 use self::group::{GroupState, Settled};
 use self::log::Log;
 use super::policy::{
-    LagBuilder, Marks, clamp_starts, route_batch, start_lookup, start_points, unknown_event,
+    LagBuilder, Marks, clamp_starts, lease_page, route_batch, start_lookup, start_points,
+    unknown_event,
 };
 use super::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed, validate_renewals, validate_settlements,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed, validate_renewals, validate_settlements,
 };
 use crate::clock::SharedClock;
 use crate::model::{
     Appended, DeadLetter, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupSpec, Lag, Lease, Page, Query, Retention, SettleTarget, Settlement, StartPosition, Stream,
-    StreamName, Timestamp,
+    GroupSpec, Lag, Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement,
+    StartPosition, Stream, StreamName, Timestamp,
 };
 
 /// Streams and groups kept in process memory.
@@ -448,6 +449,18 @@ impl Backend for MemoryBackend {
             .then(|| dead_letters.last().map(|d| d.event_id.clone()))
             .flatten();
         Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        req.validate()?;
+        let (state, group) = self.stream_and_group(&req.stream, &req.group)?;
+        let now = self.clock.now();
+        let g = group.lock();
+        let log = state.log.read();
+        let rows = g.leases_after(req.after, req.limit as usize + 1, &|p, seq| {
+            log.get(p, seq).map(|e| e.id.clone())
+        });
+        Ok(lease_page(rows, req.after, req.limit, now))
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {

@@ -5,12 +5,14 @@
 //! what an ack, nack or reject writes, when an expired lease is poison, how
 //! claims are shared among partitions ([`Share`]), which delivery heads a
 //! gate ([`regate`], [`GateWalk`]), whether a lease still holds
-//! ([`fence`]), where the frontier stands and how lag adds up: each is
+//! ([`fence`]), where the frontier stands and how lag adds up, what a
+//! page of leases shows ([`lease_page`]): each is
 //! decided here once, table-tested here, and called by every store.
 //! The rules themselves are described in `docs/groups.md` and `docs/log.md`.
 
 mod fence;
 mod gates;
+mod leases;
 mod retention;
 mod share;
 
@@ -19,6 +21,7 @@ use std::sync::Arc;
 
 pub use fence::{Held, fence};
 pub use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
+pub use leases::{LeaseRow, lease_expired, lease_page};
 pub use retention::{TrimInputs, skipped_by_trim, trim_point};
 pub use share::{Share, claim_capacity, round_robin};
 

@@ -436,3 +436,61 @@ fn a_walk_whose_share_grew_before_it_started_reads_it_in_one_window() {
     let mut walk = GateWalk::new(GroupOrdering::Key, 1, 3);
     assert_eq!(walk.window(1_000), Some((1, 16)), "at least 16");
 }
+
+mod lease_pages {
+    use super::*;
+    use crate::model::{ConsumerId, LeaseCursor, LeaseId};
+
+    fn row(partition: u32, sequence: u64, expires_at: i64) -> LeaseRow {
+        LeaseRow {
+            partition,
+            sequence,
+            event_id: EventId::parse(format!("e{partition}-{sequence}")).unwrap(),
+            lease_id: LeaseId::parse(format!("l{partition}-{sequence}")).unwrap(),
+            consumer_id: ConsumerId::parse("c1").unwrap(),
+            attempt: 1,
+            leased_at: Timestamp::from_millis(0),
+            expires_at: Timestamp::from_millis(expires_at),
+        }
+    }
+
+    fn at(partition: u32, sequence: u64) -> LeaseCursor {
+        LeaseCursor {
+            partition,
+            sequence,
+        }
+    }
+
+    fn positions(page: &crate::model::LeasePage) -> Vec<(u32, u64)> {
+        page.leases
+            .iter()
+            .map(|l| (l.partition, l.sequence))
+            .collect()
+    }
+
+    #[test]
+    fn a_page_is_in_partition_then_sequence_order_after_its_cursor() {
+        let rows = || vec![row(1, 2, 9), row(0, 7, 9), row(1, 1, 9), row(0, 3, 9)];
+        let now = Timestamp::from_millis(5);
+        let page = lease_page(rows(), None, 10, now);
+        assert_eq!(positions(&page), [(0, 3), (0, 7), (1, 1), (1, 2)]);
+        assert_eq!((page.next, page.now), (None, now));
+        let page = lease_page(rows(), Some(at(0, 7)), 10, now);
+        assert_eq!(positions(&page), [(1, 1), (1, 2)]);
+        let page = lease_page(rows(), Some(at(0, 5)), 2, now);
+        assert_eq!(positions(&page), [(0, 7), (1, 1)]);
+        assert_eq!(page.next, Some(at(1, 1)), "a lease follows");
+        let page = lease_page(rows(), Some(at(1, 1)), 1, now);
+        assert_eq!((positions(&page), page.next), (vec![(1, 2)], None));
+        let page = lease_page(rows(), Some(at(u32::MAX, 0)), 5, now);
+        assert!(page.leases.is_empty() && page.next.is_none());
+    }
+
+    #[test]
+    fn a_lease_has_expired_from_its_expiry_on() {
+        let rows = vec![row(0, 1, 4), row(0, 2, 5), row(0, 3, 6)];
+        let page = lease_page(rows, None, 10, Timestamp::from_millis(5));
+        let expired: Vec<bool> = page.leases.iter().map(|l| l.expired).collect();
+        assert_eq!(expired, [true, true, false]);
+    }
+}

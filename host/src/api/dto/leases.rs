@@ -1,14 +1,14 @@
-//! Fetching, settling and renewing leases on the wire.
+//! Fetching, settling, renewing and listing leases on the wire.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::events::EventBody;
 use crate::api::error::{ApiError, ErrorDetail};
 use crate::backend;
 use crate::model::{
-    ConsumerId, EventId, GroupName, Lease, LeaseId, SettleOp, SettleTarget, Settlement, StreamName,
-    Timestamp,
+    ConsumerId, EventId, GroupName, HeldLease, Lease, LeaseCursor, LeaseId, LeasePage, SettleOp,
+    SettleTarget, Settlement, StreamName, Timestamp,
 };
 
 /// Claim leases. Every field is optional; an empty body means the defaults.
@@ -276,5 +276,104 @@ impl SettleResultsBody {
             })
             .collect();
         Self { results }
+    }
+}
+
+/// A page of the leases a group has out (`docs/groups.md#what-is-out-leases`).
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LeasePageParams {
+    /// Page size (default 100, max 1000).
+    pub(crate) limit: Option<u32>,
+    /// The previous page's `next`, `<partition>:<sequence>` (e.g. `0:41`):
+    /// the page starts after that position.
+    pub(crate) after: Option<String>,
+}
+
+impl LeasePageParams {
+    /// Where the page starts (`None`: at the first lease).
+    pub(crate) fn after(&self) -> Result<Option<LeaseCursor>, ApiError> {
+        Ok(self.after.as_deref().map(LeaseCursor::parse).transpose()?)
+    }
+}
+
+/// A lease a group has out now: a delivery leased and not settled,
+/// claimed again or dead-lettered since.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HeldLeaseBody {
+    /// The fencing token.
+    #[schema(value_type = String)]
+    lease_id: LeaseId,
+    /// The leased event's id.
+    #[schema(value_type = String)]
+    event_id: EventId,
+    /// Its partition.
+    partition: u32,
+    /// Its sequence.
+    sequence: u64,
+    /// Who holds it: the `consumer_id` of the fetch that claimed it.
+    #[schema(value_type = String)]
+    consumer_id: ConsumerId,
+    /// Claims of this delivery so far, this one included.
+    attempt: u32,
+    /// When it was claimed.
+    #[schema(value_type = String, format = DateTime)]
+    leased_at: Timestamp,
+    /// When others may claim it (a renewal moves it).
+    #[schema(value_type = String, format = DateTime)]
+    expires_at: Timestamp,
+    /// Milliseconds from `leased_at` to the page's `now`.
+    age_ms: u64,
+    /// Milliseconds from the page's `now` to `expires_at`; 0 once expired.
+    expires_in_ms: u64,
+    /// `expires_at` has passed: the next fetch may claim the delivery again
+    /// (or dead-letter it on its last attempt), but until one does the
+    /// holder may still ack, nack, reject or renew it.
+    expired: bool,
+}
+
+impl HeldLeaseBody {
+    fn new(l: HeldLease, now: Timestamp) -> Self {
+        Self {
+            age_ms: now.ms_since(l.leased_at),
+            expires_in_ms: l.expires_at.ms_since(now),
+            lease_id: l.lease_id,
+            event_id: l.event_id,
+            partition: l.partition,
+            sequence: l.sequence,
+            consumer_id: l.consumer_id,
+            attempt: l.attempt,
+            leased_at: l.leased_at,
+            expires_at: l.expires_at,
+            expired: l.expired,
+        }
+    }
+}
+
+/// A page of a group's leases, in (partition, sequence) order.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeasePageBody {
+    /// The server's clock when the page was read: what `age_ms`,
+    /// `expires_in_ms` and `expired` are measured against.
+    #[schema(value_type = String, format = DateTime)]
+    now: Timestamp,
+    /// The leases.
+    leases: Vec<HeldLeaseBody>,
+    /// Pass as `after` for the next page; null when no lease follows.
+    #[schema(value_type = Option<String>)]
+    next: Option<LeaseCursor>,
+}
+
+impl From<LeasePage> for LeasePageBody {
+    fn from(page: LeasePage) -> Self {
+        let now = page.now;
+        Self {
+            now,
+            leases: (page.leases.into_iter())
+                .map(|l| HeldLeaseBody::new(l, now))
+                .collect(),
+            next: page.next,
+        }
     }
 }

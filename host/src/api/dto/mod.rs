@@ -37,8 +37,8 @@ pub(crate) use handlers::{
     LogLineBody, LogsParams, SwapParams, TrialBody, TrialForm, WasmModule,
 };
 pub(crate) use leases::{
-    AckBody, FetchBody, LeaseBody, LeaseListBody, NackBody, RejectBody, RenewBody, SettleBody,
-    SettleResultsBody,
+    AckBody, FetchBody, LeaseBody, LeaseListBody, LeasePageBody, LeasePageParams, NackBody,
+    RejectBody, RenewBody, SettleBody, SettleResultsBody,
 };
 
 use super::error::ApiError;

@@ -17,9 +17,9 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{OneOfBuilder, Ref, RefOr};
 
 use crate::model::{
-    ID_PATTERN, MAX_BACKOFF_STEPS, MAX_DELAY_MS, MAX_FETCH_LIMIT, MAX_ID_LEN, MAX_KEY_LEN,
-    MAX_LEASE_MS, MAX_MAX_ATTEMPTS, MAX_NAME_LEN, MAX_PARTITIONS, MAX_PATH_DEPTH, MAX_QUERY_LIMIT,
-    MAX_SEQUENCE, MAX_SETTLE_BATCH, MAX_TYPE_LEN, NAME_PATTERN,
+    ID_PATTERN, LEASE_CURSOR_PATTERN, MAX_BACKOFF_STEPS, MAX_DELAY_MS, MAX_FETCH_LIMIT, MAX_ID_LEN,
+    MAX_KEY_LEN, MAX_LEASE_MS, MAX_MAX_ATTEMPTS, MAX_NAME_LEN, MAX_PARTITIONS, MAX_PATH_DEPTH,
+    MAX_QUERY_LIMIT, MAX_SEQUENCE, MAX_SETTLE_BATCH, MAX_TYPE_LEN, NAME_PATTERN,
 };
 
 /// `type` alone, or with `null` for an optional request field.
@@ -140,6 +140,15 @@ pub(crate) fn sequence() -> Object {
 /// An optional sequence.
 pub(crate) fn sequence_or_null() -> Object {
     integer(KnownFormat::Int64, 0, MAX_SEQUENCE, true)
+}
+
+/// The `after` of a page of leases (`crate::model::LeaseCursor::parse`:
+/// every text of the pattern is a cursor).
+pub(crate) fn lease_cursor_or_null() -> Object {
+    ObjectBuilder::new()
+        .schema_type(types(Type::String, true))
+        .pattern(Some(LEASE_CURSOR_PATTERN))
+        .build()
 }
 
 /// A page limit of a read, a query or a dead-letter list.
@@ -444,6 +453,8 @@ pub(crate) fn rules() -> Vec<(Target, Value)> {
         (Prop("RedriveBody", "event_ids"), v(ids_or_null())),
         (Param("dead_letter_list", "limit"), v(query_limit_or_null())),
         (Param("dead_letter_list", "after"), v(id_or_null())),
+        (Param("group_leases", "limit"), v(query_limit_or_null())),
+        (Param("group_leases", "after"), v(lease_cursor_or_null())),
         (Prop("ClockMoveBody", "set"), v(timestamp_or_null())),
     ];
     #[cfg(feature = "wasm")]

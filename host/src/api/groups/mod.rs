@@ -1,6 +1,7 @@
 //! `/v1/streams/{stream}/groups…`: consumer groups.
 //!
-//! This file has the group lifecycle and inspection routes; leases live in
+//! This file has the group lifecycle and inspection routes (info, lag, and
+//! the leases a group has out); claiming and settling leases live in
 //! [`fetch`] (claiming, with long polls) and [`settle`] (ack, nack, reject,
 //! renew, batch settle), and the ways to send work back through a group in
 //! [`recovery`] (replay, reset, dead letters, redrive).
@@ -19,11 +20,13 @@ use utoipa_axum::routes;
 
 use super::dto::{
     self, CreateGroupBody, GroupBody, GroupInfoBody, GroupListBody, LagBody, LagParams,
+    LeasePageBody, LeasePageParams,
 };
 use super::error::{ApiError, ErrorBody};
 use super::extract::{AppJson, AppQuery, GroupPath, StreamPath};
 use super::state::AppState;
-use crate::model::GroupSpec;
+use crate::backend::LeasesRequest;
+use crate::model::{DEFAULT_QUERY_LIMIT, GroupSpec};
 
 /// The group routes.
 pub(crate) fn router() -> OpenApiRouter<AppState> {
@@ -31,6 +34,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(group_create, group_list))
         .routes(routes!(group_info))
         .routes(routes!(group_lag))
+        .routes(routes!(group_leases))
         .merge(fetch::router())
         .merge(settle::router())
         .merge(recovery::router())
@@ -125,4 +129,38 @@ async fn group_lag(
             .await?
             .into(),
     ))
+}
+
+/// The leases the group has out now, a page at a time.
+///
+/// In (partition, sequence) order: who holds what, on which attempt, since
+/// when and until when. Expired leases nobody has claimed again are
+/// listed, marked `expired` (`docs/groups.md#what-is-out-leases`).
+#[utoipa::path(get, path = "/v1/streams/{stream}/groups/{group}/leases", tag = "groups",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+        LeasePageParams,
+    ),
+    responses(
+        (status = 200, body = LeasePageBody),
+        (status = 400, description = "Bad limit or `after`", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn group_leases(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AppQuery(params): AppQuery<LeasePageParams>,
+) -> Result<Json<LeasePageBody>, ApiError> {
+    let after = params.after()?;
+    let page = state
+        .backend
+        .leases(LeasesRequest {
+            stream,
+            group,
+            limit: params.limit.unwrap_or(DEFAULT_QUERY_LIMIT),
+            after,
+        })
+        .await?;
+    Ok(Json(page.into()))
 }

@@ -15,13 +15,14 @@ use super::{START, TestApp, code};
 use crate::api::ApiSettings;
 use crate::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed,
 };
 use crate::clock::{FrozenClock, SharedClock};
 use crate::model::{
     Appended, DeadLetterPage, Event, EventInput, Group, GroupInfo, GroupName, GroupSpec, Lag,
-    Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName, Timestamp,
+    Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
+    Timestamp,
 };
 
 #[derive(Debug)]
@@ -118,6 +119,9 @@ impl Backend for DownBackend {
         self.fail().await
     }
     async fn dead_letters(&self, _: DeadLettersRequest) -> Result<DeadLetterPage> {
+        self.fail().await
+    }
+    async fn leases(&self, _: LeasesRequest) -> Result<LeasePage> {
         self.fail().await
     }
     async fn redrive(&self, _: &StreamName, _: &GroupName, _: Redrive) -> Result<u64> {

@@ -234,3 +234,67 @@ async fn the_configured_default_max_attempts_applies_to_new_groups() {
     let info = app.get("/v1/streams/s/groups/g").await;
     assert_eq!(info.body["max_attempts"], 2);
 }
+
+/// `GET …/leases`: what the group has out, with holder, attempt, age and
+/// expiry, a page at a time; expired leases stay listed, marked.
+#[tokio::test]
+async fn leases_answer_what_is_out_a_page_at_a_time() {
+    let app = TestApp::new();
+    app.stream_with_group(3).await;
+    let leases = app
+        .fetch(
+            "s",
+            "g",
+            json!({"limit": 2, "consumer_id": "w-1", "lease_ms": 5000}),
+        )
+        .await;
+    app.clock.advance(1_000);
+    let a = app.get("/v1/streams/s/groups/g/leases").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let listed = |i: usize, expired: bool, left: u64| {
+        json!({
+            "lease_id": leases[i]["lease_id"], "event_id": format!("e{}", i + 1),
+            "partition": 0, "sequence": i + 1, "consumer_id": "w-1", "attempt": 1,
+            "leased_at": "2026-01-01T00:00:00.000Z",
+            "expires_at": "2026-01-01T00:00:05.000Z",
+            "age_ms": 5_000 - left, "expires_in_ms": left, "expired": expired,
+        })
+    };
+    assert_eq!(
+        a.body,
+        json!({
+            "now": "2026-01-01T00:00:01.000Z",
+            "leases": [listed(0, false, 4_000), listed(1, false, 4_000)],
+            "next": null,
+        })
+    );
+    let first = app.get("/v1/streams/s/groups/g/leases?limit=1").await;
+    assert_eq!(first.body["next"], "0:1");
+    assert_eq!(first.body["leases"], json!([listed(0, false, 4_000)]));
+    let second = app
+        .get("/v1/streams/s/groups/g/leases?limit=1&after=0:1")
+        .await;
+    assert_eq!(
+        (second.body["leases"].clone(), second.body["next"].clone()),
+        (json!([listed(1, false, 4_000)]), json!(null))
+    );
+    app.clock.advance(4_000);
+    let a = app.get("/v1/streams/s/groups/g/leases").await;
+    assert_eq!(
+        a.body["leases"],
+        json!([listed(0, true, 0), listed(1, true, 0)])
+    );
+
+    for (uri, status, expected) in [
+        ("/v1/streams/s/groups/g/leases?limit=0", 400, "invalid"),
+        ("/v1/streams/s/groups/g/leases?limit=1001", 400, "invalid"),
+        ("/v1/streams/s/groups/g/leases?after=1", 400, "invalid"),
+        ("/v1/streams/s/groups/g/leases?after=a:1", 400, "invalid"),
+        ("/v1/streams/s/groups/g/leases?other=1", 400, "invalid"),
+        ("/v1/streams/s/groups/nope/leases", 404, "group_not_found"),
+        ("/v1/streams/nope/groups/g/leases", 404, "stream_not_found"),
+    ] {
+        let a = app.get(uri).await;
+        assert_eq!((a.status.as_u16(), code(&a)), (status, expected), "{uri}");
+    }
+}

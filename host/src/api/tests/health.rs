@@ -69,6 +69,7 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
         ("/v1/streams/{stream}/groups", &["get", "post"]),
         ("/v1/streams/{stream}/groups/{group}", &["delete", "get"]),
         ("/v1/streams/{stream}/groups/{group}/lag", &["get"]),
+        ("/v1/streams/{stream}/groups/{group}/leases", &["get"]),
         ("/v1/streams/{stream}/groups/{group}/fetch", &["post"]),
         ("/v1/streams/{stream}/groups/{group}/ack", &["post"]),
         ("/v1/streams/{stream}/groups/{group}/nack", &["post"]),

@@ -16,14 +16,14 @@ use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::GroupConfig;
 use rheo_core::backend::{
     Backend, Capabilities, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Error,
-    FetchRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
-    Result, TrimRequest, Trimmed,
+    FetchRequest, LeasesRequest, Notifier, Partitions, ReadRequest, Redrive, RenewRequest, Replay,
+    ResetRequest, Result, TrimRequest, Trimmed,
 };
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName, GroupSpec,
-    JsonObject, Lag, Lease, Page, Query, Retention, SettleTarget, Settlement, Stream, StreamName,
-    Timestamp,
+    JsonObject, Lag, Lease, LeasePage, Page, Query, Retention, SettleTarget, Settlement, Stream,
+    StreamName, Timestamp,
 };
 
 /// Streams and groups in a SQL database of dialect `D`. Public as the
@@ -622,6 +622,10 @@ impl<D: Dialect> Backend for SqlBackend<D> {
 
     async fn dead_letters(&self, req: DeadLettersRequest) -> Result<DeadLetterPage> {
         self.dead_letters_tx(req).await
+    }
+
+    async fn leases(&self, req: LeasesRequest) -> Result<LeasePage> {
+        again_on_conflict(|| self.leases_tx(&req)).await
     }
 
     async fn redrive(&self, stream: &StreamName, group: &GroupName, which: Redrive) -> Result<u64> {

@@ -1,15 +1,17 @@
-//! Read-only views: lag, group info, dead letters, the next due time
-//! (`docs/groups.md#frontier-and-lag`), each read in one snapshot.
+//! Read-only views: lag, group info, dead letters, leases, the next due
+//! time (`docs/groups.md#frontier-and-lag`,
+//! `docs/groups.md#what-is-out-leases`), each read in one snapshot.
 
 use std::collections::HashMap;
 
 use super::engine::{StreamMeta, one, rows};
 use super::log::{Position, count};
 use super::{Access, Arg, Conn, Dialect, SqlBackend, Statement, args, big, partitions, small};
-use rheo_core::backend::policy::{LagBuilder, OpenCounts};
-use rheo_core::backend::{DeadLettersRequest, Error, Partitions, Result};
+use rheo_core::backend::policy::{LagBuilder, LeaseRow, OpenCounts, lease_page};
+use rheo_core::backend::{DeadLettersRequest, Error, LeasesRequest, Partitions, Result};
 use rheo_core::model::{
-    DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, StreamName, Timestamp,
+    ConsumerId, DeadLetter, DeadLetterPage, EventId, GroupInfo, GroupName, Lag, LeaseId, LeasePage,
+    StreamName, Timestamp,
 };
 
 impl<D: Dialect> SqlBackend<D> {
@@ -162,6 +164,48 @@ impl<D: Dialect> SqlBackend<D> {
             .then(|| dead_letters.last().map(|d| d.event_id.clone()))
             .flatten();
         Ok(DeadLetterPage { dead_letters, next })
+    }
+
+    pub(super) async fn leases_tx(&self, req: &LeasesRequest) -> Result<LeasePage> {
+        req.validate()?;
+        self.meta(&req.stream).await?;
+        let (s, g) = (&req.stream, &req.group);
+        let now = self.now();
+        let mut tx = self.begin(Access::Read).await?;
+        self.group_config(&mut tx, s, g).await?;
+        // From the start: before partition 0.
+        let (after_p, after_seq) = match req.after {
+            None => (Arg::I32(-1), big(0)),
+            Some(at) => (small(at.partition), big(at.sequence)),
+        };
+        // One more than the page, so that the core knows whether one follows.
+        let want = big(u64::from(req.limit) + 1);
+        let args = args![s, g, after_p, after_seq, want];
+        let mut leases = Vec::new();
+        for row in rows::<D>(&mut tx, Statement::leases, args).await? {
+            let id = |i: usize, what: &str| -> Result<String> {
+                row.opt_text(i)?
+                    .ok_or_else(|| super::corrupt(what, "NULL while leased"))
+            };
+            leases.push(LeaseRow {
+                partition: row.u32(0)?,
+                sequence: row.u64(1)?,
+                event_id: EventId::parse(row.text(2)?)
+                    .map_err(|e| super::corrupt("event id", e))?,
+                lease_id: LeaseId::parse(id(3, "lease id")?)
+                    .map_err(|e| super::corrupt("lease id", e))?,
+                consumer_id: ConsumerId::parse(id(4, "consumer id")?)
+                    .map_err(|e| super::corrupt("consumer id", e))?,
+                attempt: row.u32(5)?,
+                leased_at: row.ts(6)?,
+                expires_at: row.ts(7)?,
+            });
+        }
+        if leases.is_empty() {
+            // None, or a group deleted since this node read it.
+            self.confirm_group(&mut tx, s, g).await?;
+        }
+        Ok(lease_page(leases, req.after, req.limit, now))
     }
 
     pub(super) async fn next_due_tx(

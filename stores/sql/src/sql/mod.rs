@@ -3,7 +3,7 @@
 //!
 //! [`SqlBackend<D>`] implements [`Backend`](rheo_core::backend::Backend) for
 //! any dialect. Its transactions (append, fetch/claim, settle, renew,
-//! replay/redrive/reset, lag, group info, dead letters, query, deletes,
+//! replay/redrive/reset, lag, group info, dead letters, leases, query, deletes,
 //! retention trims) live in this folder and call the shared rules of [`policy`](rheo_core::backend::policy); they
 //! never name a driver type. A dialect supplies the rest:
 //!
@@ -109,7 +109,7 @@ macro_rules! with_statements {
             fetch_window, gates_busy, fetch_park, release_gates, regate,
             advance_cursors, delivery_by_event, renew,
             settle_acks, settle_retry, settle_dead,
-            lag_open, dead_count, dead_letters, claimable_now, next_due,
+            lag_open, dead_count, dead_letters, leases, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
             lower_floors, reset_partitions, set_cursors, set_ordering,
             catalog_generation, bump_generation, lock_stream, lock_group, lock_group_reset,

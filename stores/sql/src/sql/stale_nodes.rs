@@ -14,8 +14,8 @@ use super::racing::{self, Chore, Load, Settle, Writers};
 use super::{Dialect, SqlBackend};
 use rheo_core::backend::conformance::{Harness, code, gn, sn};
 use rheo_core::backend::{
-    Backend, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, Partitions, ReadRequest,
-    Redrive, RenewRequest, Replay, ResetRequest,
+    Backend, CreateStream, DeadLettersRequest, DeleteGroup, DeleteStream, LeasesRequest,
+    Partitions, ReadRequest, Redrive, RenewRequest, Replay, ResetRequest,
 };
 use rheo_core::clock::FrozenClock;
 use rheo_core::model::{EventInput, GroupName, GroupSpec, Lease, Query, StreamName};
@@ -38,12 +38,13 @@ enum Call {
     Lag,
     NextDue,
     DeadLetters,
+    Leases,
     Replay,
     Redrive,
     Reset,
 }
 
-const STREAM_CALLS: [Call; 18] = [
+const STREAM_CALLS: [Call; 19] = [
     Call::Append,
     Call::GetStream,
     Call::Read,
@@ -59,6 +60,7 @@ const STREAM_CALLS: [Call; 18] = [
     Call::Lag,
     Call::NextDue,
     Call::DeadLetters,
+    Call::Leases,
     Call::Replay,
     Call::Redrive,
     Call::Reset,
@@ -126,6 +128,15 @@ async fn call(
                 after: None,
             };
             b.dead_letters(req).await.map(drop)
+        }
+        Call::Leases => {
+            let req = LeasesRequest {
+                stream: s.clone(),
+                group: g.clone(),
+                limit: 10,
+                after: None,
+            };
+            b.leases(req).await.map(drop)
         }
         Call::Replay => {
             let how = Replay::FromSequence {

@@ -155,6 +155,10 @@ pub(super) struct Model {
 /// `(event id, partition, sequence, attempt, reason, at)` of a dead letter.
 pub(super) type DeadRow = (EventId, u32, u64, u32, String, Timestamp);
 
+/// `(event id, partition, sequence, lease id, attempt, leased at, expires
+/// at, expired)` of a lease a group has out.
+pub(super) type OutRow = (EventId, u32, u64, LeaseId, u32, Timestamp, Timestamp, bool);
+
 /// The gate of an event with `key` under `ordering`
 /// (docs/groups.md#ordering): its key under `key` (none for a keyless
 /// event: not ordered), one gate for the whole partition under
@@ -724,6 +728,37 @@ impl Model {
             }
         }
         out.sort_by_key(|d| (d.2, d.1));
+        out
+    }
+
+    /// The leases group `g` has out at `now`, in (partition, sequence)
+    /// order: every leased delivery, expired or not
+    /// (docs/groups.md#what-is-out-leases).
+    pub(super) fn leases(&self, g: usize, now: Timestamp) -> Vec<OutRow> {
+        let mut out = Vec::new();
+        for (p, part) in self.groups[g].parts.iter().enumerate() {
+            for (seq, d) in &part.deliveries {
+                if let State::Leased {
+                    lease_id,
+                    leased_at,
+                    expires_at,
+                    ..
+                } = &d.state
+                {
+                    let p = p as u32;
+                    out.push((
+                        self.event_id(p, *seq).clone(),
+                        p,
+                        *seq,
+                        lease_id.clone(),
+                        d.attempt,
+                        *leased_at,
+                        *expires_at,
+                        *expires_at <= now,
+                    ));
+                }
+            }
+        }
         out
     }
 

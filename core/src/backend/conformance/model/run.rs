@@ -10,12 +10,13 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 
 use super::super::{Harness, gn};
-use super::reference::{Code, DeadRow, Model};
+use super::reference::{Code, DeadRow, Model, OutRow};
 use crate::backend::{
-    Backend, DeadLettersRequest, Partitions, Redrive, RenewRequest, Replay, ResetRequest, Result,
+    Backend, DeadLettersRequest, LeasesRequest, Partitions, Redrive, RenewRequest, Replay,
+    ResetRequest, Result,
 };
 use crate::model::{
-    Appended, EventId, EventInput, GroupName, GroupOrdering, Lease, LeaseId, SettleOp,
+    Appended, EventId, EventInput, GroupName, GroupOrdering, HeldLease, Lease, LeaseId, SettleOp,
     SettleTarget, Settlement, StartAfter, StartPosition, StreamName, Timestamp,
 };
 
@@ -691,11 +692,41 @@ impl Run<'_> {
         }
     }
 
-    /// After every step: group info and dead letters of both groups.
-    /// After every step: group info and dead letters of both groups. After
-    /// a fetch of an ordered group the model first follows the cursors the
-    /// backend reports, as long as every event it passed without a lease
-    /// waits behind an open delivery of its gate.
+    /// Every lease group `gname` has out, walking its pages: `limit` a page.
+    async fn leases_of(
+        &self,
+        gname: &GroupName,
+        limit: u32,
+    ) -> std::result::Result<Vec<HeldLease>, Divergence> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .b()
+                .leases(LeasesRequest {
+                    stream: self.stream.clone(),
+                    group: gname.clone(),
+                    limit,
+                    after,
+                })
+                .await
+                .map_err(|e| format!("leases {gname} failed: {e:?}"))?;
+            if page.now != self.now() {
+                return Err(format!("leases {gname}: judged at {:?}", page.now));
+            }
+            out.extend(page.leases);
+            match page.next {
+                Some(next) if out.len() <= 10_000 => after = Some(next),
+                Some(_) => return Err(format!("leases {gname}: paging never ends")),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// After every step: group info, dead letters and leases of both
+    /// groups. After a fetch of an ordered group the model first follows
+    /// the cursors the backend reports, as long as every event it passed
+    /// without a lease waits behind an open delivery of its gate.
     async fn compare(&mut self) -> std::result::Result<(), Divergence> {
         let now = self.now();
         let passed = self.passed.take();
@@ -757,6 +788,48 @@ impl Run<'_> {
                     "dead letter {} carries event {:?}",
                     d.event_id, d.event
                 ));
+            }
+            // Now and then in pages of two, to walk the cursors.
+            let limit = if self.steps.len().is_multiple_of(5) {
+                2
+            } else {
+                1000
+            };
+            let leases = self.leases_of(&gname, limit).await?;
+            let got: Vec<OutRow> = leases
+                .iter()
+                .map(|l| {
+                    (
+                        l.event_id.clone(),
+                        l.partition,
+                        l.sequence,
+                        l.lease_id.clone(),
+                        l.attempt,
+                        l.leased_at,
+                        l.expires_at,
+                        l.expired,
+                    )
+                })
+                .collect();
+            same(
+                &format!(
+                    "leases of {gname} (event, partition, sequence, lease id, attempt, \
+                     leased at, expires at, expired)"
+                ),
+                &got,
+                &self.model.leases(g, now),
+            )?;
+            // The holder is the consumer of the fetch that handed it out.
+            for l in &leases {
+                let issued = (self.issued.iter().rev()).find(|(_, i)| i.lease_id == l.lease_id);
+                if issued.map(|(_, i)| &i.consumer_id) != Some(&l.consumer_id) {
+                    return Err(format!(
+                        "lease {} of {gname} is held by {}, but was handed to {:?}",
+                        l.lease_id,
+                        l.consumer_id,
+                        issued.map(|(_, i)| i.consumer_id.as_str())
+                    ));
+                }
             }
         }
         Ok(())
