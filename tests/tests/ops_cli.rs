@@ -1533,3 +1533,64 @@ fn an_embedded_example_deploys_without_a_build() {
         unknown.stderr
     );
 }
+
+/// `rheo group leases` lists what a group has out, with the attempt and
+/// expiry; `-o wide` adds the holder and the lease id, `--limit` pages
+/// with a hint to the next page.
+#[test]
+fn leases_show_what_a_group_has_out() {
+    let (_dir, server) = start();
+    pay_with_five_events(&server);
+    ok(&server, &["group", "create", "pay", "billing"]);
+    assert!(
+        ok(&server, &["group", "leases", "pay", "billing"]).contains("has nothing out"),
+        "nothing fetched yet"
+    );
+    let leases = fetch(&server, "billing", &[0, 1], 3);
+    assert_eq!(leases.len(), 3);
+    settle(&server, "billing", "ack", &leases[0]);
+
+    let table = ok(&server, &["group", "leases", "pay", "billing"]);
+    assert_eq!(
+        table.lines().count(),
+        3,
+        "a header and two leases:\n{table}"
+    );
+    let event = leases[1]["event_id"].as_str().unwrap();
+    let second: Vec<&str> = (table.lines())
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.get(2) == Some(&event))
+        .unwrap_or_else(|| panic!("no lease of {event}:\n{table}"));
+    assert_eq!(second[3], "1", "the first attempt: {table}");
+    assert!(second.join(" ").contains("in "), "expires in …: {table}");
+
+    let wide = ok(
+        &server,
+        &["group", "leases", "pay", "billing", "-o", "wide"],
+    );
+    let lease_id = leases[2]["lease_id"].as_str().unwrap();
+    assert!(wide.contains(lease_id), "{wide}");
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[header.len() - 2..], ["HOLDER", "LEASE"], "{wide}");
+
+    let page = ok(
+        &server,
+        &["group", "leases", "pay", "billing", "--limit", "1"],
+    );
+    let hint = page.lines().last().unwrap();
+    let after = hint
+        .strip_prefix("more: rheo group leases pay billing --after ")
+        .unwrap_or_else(|| panic!("a hint to the next page: {page}"));
+    let rest = ok_json(
+        &server,
+        &["group", "leases", "pay", "billing", "--after", after],
+    );
+    assert_eq!(
+        rest["leases"][0]["lease_id"], leases[2]["lease_id"],
+        "{rest}"
+    );
+    assert_eq!(rest["next"], Value::Null, "{rest}");
+
+    let missing = rheo(&server, &["group", "leases", "pay", "nope"]);
+    assert_eq!(missing.code, Some(4), "{}", missing.stderr);
+}

@@ -320,7 +320,6 @@ fn render_leases(target: &GroupRef, page: &Value, wide: bool) -> String {
             target.group, target.stream
         );
     }
-    let now = time(&page["now"]);
     let mut columns = vec![
         ("PARTITION", Align::Right),
         ("SEQUENCE", Align::Right),
@@ -333,32 +332,20 @@ fn render_leases(target: &GroupRef, page: &Value, wide: bool) -> String {
         columns.extend([("HOLDER", Align::Left), ("LEASE", Align::Left)]);
     }
     let mut table = Table::new(&columns);
-    let since = |at: &Value| -> String {
-        match (now, time(at)) {
-            (Some(now), Some(at)) => human_ms((now - at).num_milliseconds().max(0) as u64),
-            _ => "-".to_owned(),
-        }
-    };
     for lease in leases {
-        let expires = if lease["expired"].as_bool() == Some(true) {
-            "expired".to_owned()
-        } else {
-            match (now, time(&lease["expires_at"])) {
-                (Some(now), Some(at)) => {
-                    format!(
-                        "in {}",
-                        human_ms((at - now).num_milliseconds().max(0) as u64)
-                    )
-                }
-                _ => cell(&lease["expires_at"]),
-            }
+        let expires = match lease["expires_in_ms"].as_u64() {
+            _ if lease["expired"].as_bool() == Some(true) => "expired".to_owned(),
+            Some(ms) => format!("in {}", human_ms(ms)),
+            None => cell(&lease["expires_at"]),
         };
         let mut row = vec![
             cell(&lease["partition"]),
             cell(&lease["sequence"]),
             cell(&lease["event_id"]),
             cell(&lease["attempt"]),
-            since(&lease["leased_at"]),
+            lease["age_ms"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), human_ms),
             expires,
         ];
         if wide {
@@ -374,11 +361,6 @@ fn render_leases(target: &GroupRef, page: &Value, wide: bool) -> String {
         ));
     }
     out
-}
-
-/// An RFC 3339 time of an answer.
-fn time(value: &Value) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-    chrono::DateTime::parse_from_rfc3339(value.as_str()?).ok()
 }
 
 /// Arguments of `rheo group info`.
