@@ -5,7 +5,7 @@
 //
 //   RHEO_URL              the server, e.g. http://127.0.0.1:41234
 //   RHEO_SCENARIO         drain | redrive | swap | write | recovery |
-//                         canary | readonly | token
+//                         inflight | canary | readonly | token
 //   RHEO_SCREENSHOTS_DIR  where to write PNGs of the pages (optional)
 //   RHEO_SWAP_WASM        swap, canary: the .wasm to upload
 //   RHEO_TOKEN            token, readonly: the server's --auth-token
@@ -419,6 +419,36 @@ const scenarios = {
     await dataOf(page, 'history-step', (d) => d.action === 'promote', 'the promotion in the history');
     const actions = await page.locator('[data-testid="history-step"]').evaluateAll((rows) => rows.map((r) => r.dataset.action));
     step(`handler page: promoted; the history, newest first: ${actions.join(', ')}`);
+  },
+
+  /** A group's leases, page by page: each one's holder, attempt and expiry, as the server lists them. */
+  async inflight(page) {
+    await go(page, '#/groups/queue/workers');
+    await textOf(page, 'group-inflight', (t) => number(t) === 30, '30 deliveries in flight');
+    await textOf(page, 'leases-info', (t) => t === 'page 1 · 25 leases', 'the first page of leases');
+    const rows = () => page.locator('[data-testid="leases-table"] tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.testid));
+    const first = await server(page, '/v1/streams/queue/groups/workers/leases?limit=25');
+    const shown = await rows();
+    const listed = first.leases.map((l) => `lease-${l.event_id}`);
+    if (JSON.stringify(shown) !== JSON.stringify(listed)) throw new Error(`page 1 shows ${shown}, the server lists ${listed}`);
+    const cell = (event, id) => page.locator(`[data-testid="lease-${event}"] [data-testid="${id}"]`).textContent();
+    if ((await cell('q-1', 'lease-holder')) !== 'worker-7' || (await cell('q-1', 'lease-attempt')) !== '1') {
+      throw new Error(`q-1: ${await page.locator('[data-testid="lease-q-1"]').innerText()}`);
+    }
+    if (!(await cell('q-1', 'lease-expiry')).startsWith('in ')) throw new Error(`q-1 expires ${await cell('q-1', 'lease-expiry')}`);
+    step(`group page: in flight, page 1 — the server's first 25 leases, q-1 held by worker-7 on attempt 1, expiring ${await cell('q-1', 'lease-expiry')}`);
+    await byId(page, 'leases-next').click();
+    await textOf(page, 'leases-info', (t) => t === 'page 2 · 5 leases', 'the second page of leases');
+    const second = await server(page, `/v1/streams/queue/groups/workers/leases?limit=25&after=${first.next}`);
+    const listed2 = second.leases.map((l) => `lease-${l.event_id}`);
+    if (JSON.stringify(await rows()) !== JSON.stringify(listed2)) throw new Error(`page 2 shows ${await rows()}, the server lists ${listed2}`);
+    if (second.next !== null || !(await byId(page, 'leases-next').isDisabled())) throw new Error('a page after the last');
+    await until('q-30 held by slow-1, expired', async () => (await cell('q-30', 'lease-holder')) === 'slow-1'
+      && (await cell('q-30', 'lease-expiry')) === 'expired');
+    step('group page: in flight, page 2 — the last 5, the two of slow-1 expired and still listed');
+    await byId(page, 'leases-prev').click();
+    await textOf(page, 'leases-info', (t) => t === 'page 1 · 25 leases', 'back on the first page');
+    step('group page: in flight, back to page 1');
   },
 
   /** A read-only token sees the pages and no control it may not use; the full token sees them. */

@@ -156,7 +156,7 @@ fn console_shows_streams_events_and_a_group_draining_to_zero_lag() {
     let server = Server::start(
         dir.path(),
         &ServerOptions {
-            args: vec!["--metrics-interval-ms".into(), "250".into()],
+            args: vec!["--metrics-interval".into(), "250ms".into()],
             ..ServerOptions::default()
         },
     );
@@ -412,6 +412,49 @@ fn console_replays_and_resets_a_group() {
         (&json!(5), &json!(0)),
         "{info}"
     );
+}
+
+/// A group's leases in the in-flight table, page by page, each with its
+/// holder, attempt and expiry, as `GET …/leases` lists them.
+#[test]
+fn console_lists_a_groups_leases_page_by_page() {
+    if browser_ready().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    let http = agent();
+    stream(&http, &server, "queue", 1);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/queue/groups",
+        &json!({"name": "workers"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    append(
+        &http,
+        &server,
+        "queue",
+        (1..=30).map(|i| json!({"id": format!("q-{i}")})).collect(),
+    );
+    // 28 held for ten minutes by worker-7, two for a second by slow-1.
+    for (consumer, limit, lease_ms) in [("worker-7", 28, 600_000), ("slow-1", 2, 1000)] {
+        let (status, body) = post(
+            &http,
+            &server,
+            "/v1/streams/queue/groups/workers/fetch",
+            &json!({"limit": limit, "consumer_id": consumer, "lease_ms": lease_ms}),
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["leases"].as_array().unwrap().len(), limit, "{body}");
+    }
+
+    run_scenario(&server, "inflight", &[]);
+
+    // Reading changed nothing: all 30 still out.
+    let (status, info) = support::get(&http, &server, "/v1/streams/queue/groups/workers");
+    assert_eq!((status, &info["inflight"]), (200, &json!(30)), "{info}");
 }
 
 /// A dry run of a candidate shown as a comparison, a canary started,

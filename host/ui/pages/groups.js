@@ -1,7 +1,7 @@
 // Consumer groups (docs/groups.md): every group with its lag (one
 // request, GET /v1/groups) and a form to create one; one group's lag per
-// partition, frontier and hole, pending work, dead letters with redrive,
-// replay and reset, and a plot of lag and throughput over the last minutes
+// partition, frontier and hole, pending work, the leases out, dead letters
+// with redrive, replay and reset, and a plot of lag and throughput over the last minutes
 // (seeded from the server's samples, samples.js).
 
 import { api, seg } from '../api.js';
@@ -263,8 +263,85 @@ function resetSection(group, path, done) {
     h('summary', { text: 'Reset this group…' }), form);
 }
 
+/** Rows of the in-flight table per page. */
+const LEASE_PAGE = 25;
+
+/**
+ * What is out (GET …/leases, docs/groups.md#what-is-out-leases): the
+ * group's leases, paged by the route's `after` cursor and refreshed with
+ * the page. Expired leases stay until a fetch takes them again.
+ */
+function inFlightSection(path) {
+  const { table: leaseTable, body } = table(
+    [['Lease'], ['Event'], ['Partition', 'num'], ['Sequence', 'num'], ['Holder'], ['Attempt', 'num'], ['Age', 'num'], ['Expires']],
+    { 'data-testid': 'leases-table' });
+  const info = h('span', { class: 'muted', 'data-testid': 'leases-info' });
+  const prev = h('button', { type: 'button', class: 'secondary', disabled: true, 'data-testid': 'leases-prev', text: '← Previous page' });
+  const next = h('button', { type: 'button', class: 'secondary', disabled: true, 'data-testid': 'leases-next', text: 'Next page →' });
+  const errors = h('div');
+  const pager = h('div', { class: 'pager', hidden: true }, prev, next);
+  const section = h('section', { class: 'card', 'data-testid': 'leases-section' },
+    h('div', { class: 'section-head' }, h('h2', { text: 'In flight' }), info),
+    h('p', { class: 'muted small', text: 'The leases the group has out: who holds which delivery, on which attempt, since when and until when. An expired lease stays its holder’s until a fetch claims the delivery again.' }),
+    errors, leaseTable, pager);
+
+  // afters[i] is the cursor that fetched page i (null for the first).
+  let afters = [null];
+  let page = 0;
+
+  async function load() {
+    const query = new URLSearchParams({ limit: String(LEASE_PAGE) });
+    if (afters[page]) query.set('after', afters[page]);
+    let answer;
+    try {
+      answer = await api('GET', `${path}/leases?${query}`);
+      fill(errors);
+    } catch (e) {
+      fill(errors, errorBanner(e));
+      return;
+    }
+    const leases = answer.leases || [];
+    if (!leases.length && page > 0) {
+      // Settled since: back to the page before.
+      page -= 1;
+      afters = afters.slice(0, page + 1);
+      await load();
+      return;
+    }
+    if (!leases.length) {
+      fill(body, emptyRow(8, 'Nothing in flight: no delivery is leased now.'));
+    } else {
+      if (body.querySelector('.empty-row')) fill(body);
+      setRows(body, leases, (l) => l.lease_id, (l) => h('tr', { 'data-testid': `lease-${l.event_id}`, class: l.expired ? 'expired' : undefined },
+        td(h('span', { class: 'mono', title: l.lease_id, text: l.lease_id.slice(0, 8) })),
+        td(h('span', { class: 'mono', text: l.event_id })),
+        td(num(l.partition), 'num'),
+        td(num(l.sequence), 'num'),
+        td(h('span', { class: 'mono', 'data-testid': 'lease-holder', text: l.consumer_id })),
+        td(h('span', { 'data-testid': 'lease-attempt', text: num(l.attempt) }), 'num'),
+        td(duration(l.age_ms), 'num'),
+        td(l.expired
+          ? h('span', { class: 'bad', title: l.expires_at, 'data-testid': 'lease-expiry', text: 'expired' })
+          : h('span', { title: l.expires_at, 'data-testid': 'lease-expiry', text: `in ${duration(l.expires_in_ms)}` }))));
+    }
+    if (answer.next) afters[page + 1] = answer.next;
+    else afters = afters.slice(0, page + 1);
+    prev.disabled = page === 0;
+    next.disabled = !answer.next;
+    // One page only: no pager.
+    pager.hidden = page === 0 && !answer.next;
+    info.textContent = leases.length
+      ? `page ${page + 1} · ${num(leases.length)} lease${leases.length === 1 ? '' : 's'}`
+      : '';
+  }
+  prev.addEventListener('click', () => { if (page > 0) { page -= 1; load(); } });
+  next.addEventListener('click', () => { if (afters[page + 1]) { page += 1; load(); } });
+  return { section, refresh: load };
+}
+
 export function detail(root, [stream, group]) {
   const path = groupPath(stream, group);
+  const inFlight = inFlightSection(path);
   const errors = h('div');
   const actionErrors = h('div');
   const notice = h('div', { role: 'status', class: 'notice-slot' });
@@ -289,6 +366,7 @@ export function detail(root, [stream, group]) {
     h('section', { class: 'card' }, h('h2', { text: 'Partitions' }),
       h('p', { class: 'muted small', text: 'Everything up to the frontier is settled; the hole is the first sequence after it still unsettled, which holds the frontier back.' }),
       partTable),
+    inFlight.section,
     h('section', { class: 'card' },
       h('div', { class: 'section-head' }, h('h2', { text: 'Dead letters' }), redriveAll),
       deadTable, deadMore),
@@ -376,6 +454,7 @@ export function detail(root, [stream, group]) {
           'aria-label': `Redrive ${d.event_id}`, onclick: () => redrive({ event_ids: [d.event_id] }, `Event ${d.event_id}`), text: 'Redrive' }), 'row-actions')));
     }
     deadMore.textContent = dead.next ? `Showing the first ${num(letters.length)}; redrive them to see the rest.` : '';
+    await inFlight.refresh();
   }
 
   return { refresh };
