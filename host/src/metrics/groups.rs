@@ -23,7 +23,7 @@ use crate::model::GroupInfo;
 /// name); past it, a warning says so once per round.
 pub const MAX_SAMPLED_GROUPS: usize = 1000;
 
-/// How often groups are sampled unless `rheo serve --metrics-interval-ms`
+/// How often groups are sampled unless `rheo serve --metrics-interval`
 /// says otherwise.
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
