@@ -134,6 +134,23 @@ fn post_with_token(
     )
 }
 
+/// A fresh server on SQLite in a temporary folder and an HTTP agent, or
+/// `None` where the browser cannot run (the test then returns;
+/// `browser_ready` says why, or fails when the browser is required).
+fn fresh() -> Option<(tempfile::TempDir, Server, ureq::Agent)> {
+    browser_ready()?;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &ServerOptions::default());
+    Some((dir, server, agent()))
+}
+
+/// Creates a group on `stream` as `body` (name and settings) says.
+fn group(http: &ureq::Agent, server: &Server, stream: &str, body: Value) {
+    let path = format!("/v1/streams/{stream}/groups");
+    let (status, answer) = post(http, server, &path, &body);
+    assert_eq!(status, 201, "{answer}");
+}
+
 /// Appends `events` (JSON event inputs) to `stream` in one batch.
 fn append(http: &ureq::Agent, server: &Server, stream: &str, events: Vec<Value>) {
     let (status, body) = post(
@@ -213,20 +230,16 @@ fn update_screenshots(pages: &[&str]) {
 
 #[test]
 fn console_redrives_dead_letters_and_deletes_the_group() {
-    if browser_ready().is_none() {
+    let Some((_dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
     stream(&http, &server, "payments", 1);
-    let (status, body) = post(
+    group(
         &http,
         &server,
-        "/v1/streams/payments/groups",
-        &json!({"name": "audit", "max_attempts": 5}),
+        "payments",
+        json!({"name": "audit", "max_attempts": 5}),
     );
-    assert_eq!(status, 201, "{body}");
     let events = (1..=3)
         .map(|i| json!({"id": format!("p-{i}"), "type": "payment.captured", "payload": {"amount": i * 25}}))
         .collect();
@@ -268,12 +281,9 @@ fn console_redrives_dead_letters_and_deletes_the_group() {
 
 #[test]
 fn console_swaps_a_handler_module_from_a_file() {
-    if browser_ready().is_none() {
+    let Some((dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
     stream(&http, &server, "jobs", 1);
     let manifest = json!({"stream": "jobs", "group": "workers"});
     let (status, body) = deploy(&http, &server, "swapper", &manifest, &guest("echo"));
@@ -302,12 +312,9 @@ fn console_swaps_a_handler_module_from_a_file() {
 /// server holds what the page said; the groups page polls one route.
 #[test]
 fn console_creates_a_stream_appends_events_and_creates_groups() {
-    if browser_ready().is_none() {
+    let Some((_dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
 
     run_scenario(&server, "write", &[]);
 
@@ -361,20 +368,11 @@ fn console_creates_a_stream_appends_events_and_creates_groups() {
 /// back at the start.
 #[test]
 fn console_replays_and_resets_a_group() {
-    if browser_ready().is_none() {
+    let Some((_dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
     stream(&http, &server, "orders", 1);
-    let (status, body) = post(
-        &http,
-        &server,
-        "/v1/streams/orders/groups",
-        &json!({"name": "billing"}),
-    );
-    assert_eq!(status, 201, "{body}");
+    group(&http, &server, "orders", json!({"name": "billing"}));
     append(
         &http,
         &server,
@@ -418,20 +416,11 @@ fn console_replays_and_resets_a_group() {
 /// holder, attempt and expiry, as `GET …/leases` lists them.
 #[test]
 fn console_lists_a_groups_leases_page_by_page() {
-    if browser_ready().is_none() {
+    let Some((_dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
     stream(&http, &server, "queue", 1);
-    let (status, body) = post(
-        &http,
-        &server,
-        "/v1/streams/queue/groups",
-        &json!({"name": "workers"}),
-    );
-    assert_eq!(status, 201, "{body}");
+    group(&http, &server, "queue", json!({"name": "workers"}));
     append(
         &http,
         &server,
@@ -461,12 +450,9 @@ fn console_lists_a_groups_leases_page_by_page() {
 /// stopped, started again and promoted, and the deploy history.
 #[test]
 fn console_dry_runs_a_module_and_runs_a_canary() {
-    if browser_ready().is_none() {
+    let Some((dir, server, http)) = fresh() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &ServerOptions::default());
-    let http = agent();
+    };
     stream(&http, &server, "jobs", 1);
     let manifest = json!({"stream": "jobs", "group": "workers"});
     let (status, body) = deploy(&http, &server, "worker", &manifest, &guest("echo"));

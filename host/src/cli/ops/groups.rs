@@ -413,16 +413,7 @@ fn lag_table(lag: &Value, cursors: Option<&Value>) -> String {
         ("LAG", Align::Right),
     ]);
     let mut table = Table::new(&columns);
-    let mut partitions: Vec<(u64, &Value)> = lag["partitions"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
-                .collect()
-        })
-        .unwrap_or_default();
-    partitions.sort_by_key(|(p, _)| *p);
-    for (partition, p) in partitions {
+    for (partition, p) in super::by_partition(&lag["partitions"]) {
         let mut row = vec![partition.to_string()];
         if let Some(cursors) = cursors {
             row.push(cell(&cursors[partition.to_string()]));

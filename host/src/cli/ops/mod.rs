@@ -322,6 +322,16 @@ fn join(partitions: &[u32]) -> String {
         .join(",")
 }
 
+/// The entries of an answer's map of partition to figures
+/// (`{"0": {…}, "1": {…}}`), in partition order.
+fn by_partition(map: &Value) -> Vec<(u32, &Value)> {
+    let mut partitions: Vec<(u32, &Value)> = (map.as_object().into_iter().flatten())
+        .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
+        .collect();
+    partitions.sort_by_key(|(p, _)| *p);
+    partitions
+}
+
 /// Writes pretty JSON and a newline to stdout.
 fn print_json(value: &Value) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value).context("formatting JSON")?;

@@ -250,15 +250,7 @@ fn render_one(stream: &Value) -> String {
         ("HIGH-WATERMARK", Align::Right),
         ("EVENTS", Align::Right),
     ]);
-    let mut partitions: Vec<(u32, &Value)> = (stream["partitions"].as_object())
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.parse().ok()?, v)))
-                .collect()
-        })
-        .unwrap_or_default();
-    partitions.sort_by_key(|(p, _)| *p);
-    for (partition, p) in partitions {
+    for (partition, p) in super::by_partition(&stream["partitions"]) {
         let high = p["high_watermark"].as_u64().unwrap_or(0);
         let first = p["first_sequence"].as_u64().unwrap_or(1);
         table.row([
