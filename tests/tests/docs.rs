@@ -1,4 +1,5 @@
-//! The shell blocks of README.md and docs/ (docs/testing.md#documentation-blocks):
+//! The shell blocks of the READMEs, CONTRIBUTING.md and docs/
+//! (docs/testing.md#documentation-blocks):
 //! a command a reader pastes must work, so each block is run or checked.
 //!
 //! - ```` ```sh ````: run with `bash -euo pipefail` in a fresh folder, with
@@ -67,17 +68,28 @@ fn blocks(path: &Path) -> Vec<Block> {
     blocks
 }
 
-/// README.md, CONTRIBUTING.md and every page under docs/.
+/// Every page a reader of the repository meets: CONTRIBUTING.md, every
+/// page under docs/ and every README.md (the root's, the examples', the
+/// guests' …), but not the handler project template (host/templates),
+/// whose README is written into a new project, nor what tools put in
+/// build and environment folders.
 fn pages() -> Vec<PathBuf> {
     let root = repo_root();
-    let mut pages = vec![root.join("README.md"), root.join("CONTRIBUTING.md")];
-    let mut stack = vec![root.join("docs")];
+    let mut pages = vec![root.join("CONTRIBUTING.md")];
+    let mut stack = vec![root.clone()];
     while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read docs/") {
+        for entry in std::fs::read_dir(&dir).expect("read a folder") {
             let path = entry.expect("entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
             if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
+                let skipped = name.starts_with('.')
+                    || ["target", "node_modules", "templates"].contains(&name.as_ref());
+                if !skipped {
+                    stack.push(path);
+                }
+            } else if name == "README.md"
+                || (path.starts_with(root.join("docs")) && name.ends_with(".md"))
+            {
                 pages.push(path);
             }
         }
