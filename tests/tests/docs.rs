@@ -224,7 +224,7 @@ fn check(words: &[String], packages: &BTreeSet<String>) -> Result<(), String> {
         }
         return Ok(());
     }
-    let local = ["scripts/", "tests/", "guests/", ".ci/", "./"];
+    let local = ["scripts/", "tests/", "guests/", "examples/", ".ci/", "./"];
     if local.iter().any(|p| program.starts_with(p)) && !program.contains("/target/") {
         let path = repo_root().join(program.trim_start_matches("./"));
         if !path.exists() {
