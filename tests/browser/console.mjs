@@ -475,8 +475,9 @@ const scenarios = {
     await textOf(page, 'stream-events', (t) => t === '1', 'the streams list');
     await hidden('streams page', ['create-stream']);
     await go(page, '#/streams/payments/events');
-    // (The read token may not query: a query is a POST, docs/http.md.)
     await textOf(page, 'stream-summary', (t) => t.startsWith('1 events'), 'the event browser');
+    // A history query is a POST the read token may make (docs/http.md#authentication).
+    await textOf(page, 'event-open', (t) => t === 'p-1', 'the event browser lists the event');
     await hidden('event browser', ['append', 'delete-stream-section']);
     await go(page, '#/handlers/reader');
     await textOf(page, 'handler-version', (t) => t === '1', 'the handler page');

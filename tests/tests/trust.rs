@@ -143,9 +143,15 @@ fn the_cli_talks_to_an_https_server_with_its_ca_and_a_read_token_only_reads() {
     );
     assert_eq!(appended.code, Some(0), "{}", appended.stderr);
 
-    // The read token lists and reads…
+    // The read token lists and reads, history queries included…
     let listed = json(&cli("read-token", &["streams", "--json"]));
     assert_eq!(listed["streams"][0]["name"], "orders", "{listed}");
+    let found = json(&cli("read-token", &["event", "query", "orders", "--json"]));
+    assert_eq!(
+        found["events"][0]["payload"],
+        serde_json::json!({"n": 1}),
+        "{found}"
+    );
     // …and changes nothing.
     let refused = cli("read-token", &["streams", "create", "other"]);
     assert_ne!(refused.code, Some(0));

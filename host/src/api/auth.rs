@@ -7,8 +7,10 @@
 //!
 //! Two scopes (docs/http.md#authentication): the auth token may do
 //! everything; the read token, when the server has one, may only read —
-//! `GET` and `HEAD` — and any other method answers 403 `forbidden`. A
-//! fetch is a `POST`: it takes leases, so a consumer needs the auth token.
+//! `GET` and `HEAD`, and a history query (`POST …/query`, a `POST` only
+//! because its filters are a body; it never touches group state) — and
+//! anything else answers 403 `forbidden`. A fetch is a `POST`: it takes
+//! leases, so a consumer needs the auth token.
 //! Named tokens (`--token NAME=SECRET`, `NAME:read=SECRET`) have one of
 //! the two scopes and a name: a change made with one is recorded as made
 //! by that name (a handler's deploy history), through the request's
@@ -45,9 +47,9 @@ pub(crate) async fn require_token(
     let Some((scope, name)) = scope_of(given, settings) else {
         return ApiError::Unauthorized("invalid bearer token").into_response();
     };
-    if scope == Scope::Read && !reads_only(request.method()) {
+    if scope == Scope::Read && !reads_only(request.method(), request.uri().path()) {
         return ApiError::Forbidden(
-            "this token may only read (GET); this request needs a token that may change things",
+            "this token may only read (GET, and POST …/query); this request needs a token that may change things",
         )
         .into_response();
     }
@@ -128,9 +130,14 @@ fn scope_of(given: &str, settings: &ApiSettings) -> Option<(Scope, Option<String
     found
 }
 
-/// Methods that change nothing on the server.
-fn reads_only(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD)
+/// Requests that change nothing on the server: `GET`, `HEAD`, and a
+/// stream's history query, `POST /v1/streams/{stream}/query`.
+fn reads_only(method: &Method, path: &str) -> bool {
+    let query = || {
+        let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+        matches!(segments[..], ["", "v1", "streams", stream, "query"] if !stream.is_empty())
+    };
+    matches!(*method, Method::GET | Method::HEAD) || (*method == Method::POST && query())
 }
 
 fn is_protected(path: &str) -> bool {
@@ -204,9 +211,20 @@ mod tests {
             Some((Scope::Read, Some("dash".into())))
         );
         assert_eq!(scope_of("ci-secre", &settings), None);
-        assert!(reads_only(&Method::GET) && reads_only(&Method::HEAD));
+        assert!(reads_only(&Method::GET, "/v1/x") && reads_only(&Method::HEAD, "/v1/x"));
         for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
-            assert!(!reads_only(&method), "{method}");
+            assert!(!reads_only(&method, "/v1/streams/s/events"), "{method}");
+        }
+        // A history query reads; a fetch (a POST too) takes leases.
+        assert!(reads_only(&Method::POST, "/v1/streams/orders/query"));
+        assert!(!reads_only(&Method::DELETE, "/v1/streams/orders/query"));
+        for path in [
+            "/v1/streams/orders/groups/g/fetch",
+            "/v1/streams//query",
+            "/v1/streams/orders/query/x",
+            "/v1/streams/query",
+        ] {
+            assert!(!reads_only(&Method::POST, path), "{path}");
         }
     }
 

@@ -52,9 +52,10 @@ pub(crate) struct ServeArgs {
     )]
     auth_token: Option<String>,
 
-    /// A second token that may only read: GET and HEAD on /v1 routes (a
-    /// fetch is a POST and needs --auth-token). Needs --auth-token, or a
-    /// --token that may change things.
+    /// A second token that may only read: GET and HEAD on /v1 routes and
+    /// history queries (POST …/query); a fetch takes leases and needs
+    /// --auth-token. Needs --auth-token, or a --token that may change
+    /// things.
     #[arg(
         long,
         env = "RHEO_READ_TOKEN",
