@@ -141,6 +141,18 @@ pub struct ServerOptions {
     pub args: Vec<String>,
 }
 
+impl ServerOptions {
+    /// A server that needs `token` to change anything and also takes
+    /// `read`, a token that may only read (`--read-token`).
+    pub fn with_read_token(token: &str, read: &str) -> Self {
+        ServerOptions {
+            auth_token: Some(token.into()),
+            args: vec!["--read-token".into(), read.into()],
+            ..ServerOptions::default()
+        }
+    }
+}
+
 /// A running `rheo serve` child process. Killed when dropped.
 #[derive(Debug)]
 pub struct Server {

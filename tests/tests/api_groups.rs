@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use rheo_e2e::{Server, ServerOptions, agent};
 use serde_json::{Value, json};
 use support::{
-    assert_error, get, lease_ref, post, post_empty, stream, strings, wait_for_in_flight,
+    assert_error, get, get_with_token, lease_ref, post, post_empty, post_with_token, stream,
+    strings, wait_for_in_flight,
 };
 use ureq::Agent;
 
@@ -836,23 +837,9 @@ fn leases_refuse_bad_pages_and_unknown_groups() {
 fn a_read_only_token_may_list_leases() {
     let dir = tempfile::tempdir().unwrap();
     let (token, read) = ("leases-e2e-write", "leases-e2e-read");
-    let server = Server::start(
-        dir.path(),
-        &ServerOptions {
-            auth_token: Some(token.into()),
-            args: vec!["--read-token".into(), read.into()],
-            ..ServerOptions::default()
-        },
-    );
+    let server = Server::start(dir.path(), &ServerOptions::with_read_token(token, read));
     let http = agent();
-    let post_as = |path: &str, body: Value| {
-        let request = http.post(server.url(path));
-        rheo_e2e::answer(
-            request
-                .header("Authorization", &format!("Bearer {token}"))
-                .send_json(body),
-        )
-    };
+    let post_as = |path: &str, body: Value| post_with_token(&http, &server, token, path, &body);
     let (status, body) = post_as("/v1/streams", json!({"name": "s", "partition_count": 1}));
     assert_eq!(status, 201, "{body}");
     let (status, body) = post_as("/v1/streams/s/groups", json!({"name": "g"}));
@@ -1416,15 +1403,6 @@ fn a_redrive_refuses_bad_options_and_unknown_groups() {
     );
 }
 
-/// `GET …` with `Authorization: Bearer <token>`.
-fn get_with_token(http: &Agent, server: &Server, token: &str, path: &str) -> (u16, Value) {
-    rheo_e2e::answer(
-        http.get(server.url(path))
-            .header("Authorization", &format!("Bearer {token}"))
-            .call(),
-    )
-}
-
 #[test]
 fn every_group_of_every_stream_comes_in_one_answer_as_each_group_reads() {
     let (_dir, server, http) = fresh();
@@ -1512,25 +1490,22 @@ fn every_group_of_every_stream_comes_in_one_answer_as_each_group_reads() {
 fn the_read_token_lists_every_group_and_the_samples() {
     let dir = tempfile::tempdir().unwrap();
     let (token, read) = ("groups-write-token", "groups-read-token");
-    let server = Server::start(
-        dir.path(),
-        &ServerOptions {
-            auth_token: Some(token.into()),
-            args: vec!["--read-token".into(), read.into()],
-            ..ServerOptions::default()
-        },
-    );
+    let server = Server::start(dir.path(), &ServerOptions::with_read_token(token, read));
     let http = agent();
-    let (status, body) = rheo_e2e::answer(
-        http.post(server.url("/v1/streams"))
-            .header("Authorization", &format!("Bearer {token}"))
-            .send_json(json!({"name": "s", "partition_count": 1})),
+    let (status, body) = post_with_token(
+        &http,
+        &server,
+        token,
+        "/v1/streams",
+        &json!({"name": "s", "partition_count": 1}),
     );
     assert_eq!(status, 201, "{body}");
-    let (status, body) = rheo_e2e::answer(
-        http.post(server.url("/v1/streams/s/groups"))
-            .header("Authorization", &format!("Bearer {token}"))
-            .send_json(json!({"name": "g"})),
+    let (status, body) = post_with_token(
+        &http,
+        &server,
+        token,
+        "/v1/streams/s/groups",
+        &json!({"name": "g"}),
     );
     assert_eq!(status, 201, "{body}");
     for path in ["/v1/groups", "/v1/metrics/samples"] {

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use rheo_e2e::{Server, ServerOptions, agent, answer, repo_root};
 use serde_json::{Value, json};
-use support::{deploy, eventually, guest, lag, lease_ref, multipart, post, post_empty, stream};
+use support::{
+    deploy, eventually, guest, lag, lease_ref, multipart, post, post_empty, post_with_token, stream,
+};
 
 /// Where the system browser is (`CHROMIUM` overrides).
 fn chromium() -> PathBuf {
@@ -117,21 +119,6 @@ fn run_scenario(server: &Server, name: &str, env: &[(&str, &OsStr)]) {
         "browser scenario {name} failed:\n{stdout}{stderr}\n--- server log ---\n{}",
         server.log_text()
     );
-}
-
-/// POSTs `body` to `path` with `Authorization: Bearer <token>`.
-fn post_with_token(
-    http: &ureq::Agent,
-    server: &Server,
-    token: &str,
-    path: &str,
-    body: &Value,
-) -> (u16, Value) {
-    answer(
-        http.post(server.url(path))
-            .header("Authorization", &format!("Bearer {token}"))
-            .send_json(body),
-    )
 }
 
 /// A fresh server on SQLite in a temporary folder and an HTTP agent, or
@@ -508,14 +495,7 @@ fn console_hides_write_controls_from_a_read_only_token() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (token, read) = ("console-e2e-write-7c2d", "console-e2e-read-3b9e");
-    let server = Server::start(
-        dir.path(),
-        &ServerOptions {
-            auth_token: Some(token.into()),
-            args: vec!["--read-token".into(), read.into()],
-            ..ServerOptions::default()
-        },
-    );
+    let server = Server::start(dir.path(), &ServerOptions::with_read_token(token, read));
     let http = agent();
     let authed = |path: &str, body: Value| post_with_token(&http, &server, token, path, &body);
     let (status, body) = authed(

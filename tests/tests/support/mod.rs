@@ -24,6 +24,30 @@ pub(crate) fn post(http: &Agent, server: &Server, path: &str, body: &Value) -> A
     answer(http.post(server.url(path)).send_json(body))
 }
 
+/// `POST path` with `Authorization: Bearer <token>`.
+pub(crate) fn post_with_token(
+    http: &Agent,
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: &Value,
+) -> Answer {
+    answer(
+        http.post(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send_json(body),
+    )
+}
+
+/// `GET path` with `Authorization: Bearer <token>`.
+pub(crate) fn get_with_token(http: &Agent, server: &Server, token: &str, path: &str) -> Answer {
+    answer(
+        http.get(server.url(path))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call(),
+    )
+}
+
 /// `POST path` with no body at all.
 pub(crate) fn post_empty(http: &Agent, server: &Server, path: &str) -> Answer {
     answer(http.post(server.url(path)).send_empty())
