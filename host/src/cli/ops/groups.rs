@@ -295,13 +295,7 @@ pub(crate) struct LeasesArgs {
 impl LeasesArgs {
     pub(crate) fn run(self) -> anyhow::Result<()> {
         let client = self.server.client()?;
-        let mut query = Vec::new();
-        if let Some(limit) = self.limit {
-            query.push(("limit", limit.to_string()));
-        }
-        if let Some(after) = &self.after {
-            query.push(("after", after.clone()));
-        }
+        let query = super::page_query(self.limit, self.after.as_deref());
         let answer = client.get(&self.target.path("/leases"), &query)?;
         let wide = self.server.wide();
         self.server

@@ -322,6 +322,19 @@ fn join(partitions: &[u32]) -> String {
         .join(",")
 }
 
+/// The query of a paged route: `limit` and where the page starts
+/// (`after`, the previous page's `next`), each only when given.
+fn page_query(limit: Option<u32>, after: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut query = Vec::new();
+    if let Some(limit) = limit {
+        query.push(("limit", limit.to_string()));
+    }
+    if let Some(after) = after {
+        query.push(("after", after.to_owned()));
+    }
+    query
+}
+
 /// The entries of an answer's map of partition to figures
 /// (`{"0": {…}, "1": {…}}`), in partition order.
 fn by_partition(map: &Value) -> Vec<(u32, &Value)> {
