@@ -6,10 +6,14 @@
 //! interval (two minutes by default), not per commit as Rheo's stores do.
 
 use anyhow::Context;
-use async_nats::jetstream::consumer::{AckPolicy, pull};
+use std::time::Instant;
+
+use async_nats::jetstream::consumer::{AckPolicy, Consumer, pull};
 use async_nats::jetstream::stream::{Config, StorageType};
 use futures::StreamExt;
 use rheo::bench::WorkloadResult;
+
+use crate::clients::{self, Tally};
 
 /// Publishes `payloads` to a fresh stream (not timed), then consumes them
 /// (timed) until the consumer has every one acked. The stream is deleted
@@ -18,6 +22,7 @@ pub(crate) async fn pull_ack(
     url: &str,
     payloads: &[String],
     batch: usize,
+    clients: usize,
 ) -> anyhow::Result<WorkloadResult> {
     let client = async_nats::connect(url)
         .await
@@ -34,7 +39,7 @@ pub(crate) async fn pull_ack(
         })
         .await
         .with_context(|| format!("cannot create stream {name} (is JetStream enabled?)"))?;
-    let result = consume(&js, &stream, &subject, payloads, batch).await;
+    let result = consume(&js, &stream, &subject, payloads, (batch, clients)).await;
     js.delete_stream(&name)
         .await
         .with_context(|| format!("cannot delete stream {name}"))?;
@@ -46,7 +51,7 @@ async fn consume(
     stream: &async_nats::jetstream::stream::Stream,
     subject: &str,
     payloads: &[String],
-    batch: usize,
+    (batch, clients): (usize, usize),
 ) -> anyhow::Result<WorkloadResult> {
     for chunk in payloads.chunks(1000) {
         let mut acks = Vec::with_capacity(chunk.len());
@@ -60,7 +65,7 @@ async fn consume(
             ack.await?;
         }
     }
-    let mut consumer = stream
+    let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some("bench".into()),
             ack_policy: AckPolicy::Explicit,
@@ -68,8 +73,24 @@ async fn consume(
         })
         .await?;
 
-    let (mut empty, mut consumed) = (0u32, 0);
-    let round = async || loop {
+    let total = payloads.len();
+    clients::timed("pull fetch + ack", total, clients, |tally| {
+        let consumer = consumer.clone();
+        async move { client(tally, consumer, batch, total).await }
+    })
+    .await
+}
+
+/// One client: fetches and acks until every message is acked.
+async fn client(
+    mut tally: Tally,
+    consumer: Consumer<pull::Config>,
+    batch: usize,
+    total: usize,
+) -> anyhow::Result<Tally> {
+    let mut empty = 0u32;
+    while tally.more() {
+        let since = Instant::now();
         let mut messages = consumer.fetch().max_messages(batch).messages().await?;
         let mut got = 0;
         while let Some(message) = messages.next().await {
@@ -83,21 +104,25 @@ async fn consume(
         }
         if got > 0 {
             empty = 0;
-            consumed += got;
-            if consumed >= payloads.len() {
+            tally.record(since, got);
+            if !tally.more() {
                 // The last round ends when every ack has reached the
                 // server and been applied.
-                while consumer.info().await?.num_ack_pending > 0 {
+                while consumer.get_info().await?.num_ack_pending > 0 {
                     tokio::task::yield_now().await;
                 }
             }
-            return anyhow::Ok(got);
+            continue;
         }
         // Nothing handed out right now (e.g. too many acks still on their
-        // way): ask again shortly, but not forever.
+        // way, or the rest held by other clients): ask again shortly, but
+        // not forever.
         empty += 1;
-        anyhow::ensure!(empty < 5000, "JetStream stopped delivering messages");
+        anyhow::ensure!(
+            empty < 5000,
+            "JetStream stopped delivering messages ({total} to consume)"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    };
-    crate::timed_rounds("pull fetch + ack", payloads.len(), round).await
+    }
+    Ok(tally)
 }

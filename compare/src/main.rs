@@ -3,7 +3,7 @@
 //! (`docs/benchmarks.md#rheo-against-its-peers`).
 //!
 //! Every pair consumes the same number of events, appended beforehand
-//! (not timed), with one client, claims of `--batch` and one ack call per
+//! (not timed), by each client in turn claims of `--batch` and one ack call per
 //! claim, each a durable commit where the store has them:
 //!
 //! * **SQLite**: Rheo's embedded default against a claim/delete loop on
@@ -17,22 +17,32 @@
 //!   (`redis-append`), Rheo's batched append against `n` `XADD`s sent as
 //!   one pipeline (the appends are what is timed there).
 //! * **JetStream**: a NATS pull consumer fetching `--batch` and acking each
-//!   message, against Rheo on SQLite.
+//!   message, against Rheo on SQLite (`jetstream`) and on Redis
+//!   (`jetstream-redis`).
+//!
+//! `--clients 1,4,16` measures every pair once per count: that many
+//! concurrent consumers on each side, on one group (or queue, or consumer).
 //!
 //! Rounds alternate which side goes first; the median round of each side
 //! is reported, with the ratio Rheo / peer.
 
+mod clients;
 mod jetstream;
 mod postgres;
 mod sqlite;
 mod streams;
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use clients::Tally;
+use rheo::backend::{FetchRequest, Partitions};
 use rheo::bench::{self, WorkloadResult};
 use rheo::clock::SystemClock;
+use rheo::model::{ConsumerId, SettleOp, Settlement};
 use serde::Serialize;
 
 /// The allocator `rheo` ships with, so that Rheo's side is measured as it
@@ -53,6 +63,11 @@ struct Args {
     #[arg(long, default_value_t = 50)]
     batch: usize,
 
+    /// Concurrent consumers (appenders for `redis-append`) on each side:
+    /// every pair is measured once per count given.
+    #[arg(long, value_delimiter = ',', default_values_t = [1])]
+    clients: Vec<usize>,
+
     /// Rounds per pair; each side's median round is reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -72,7 +87,7 @@ struct Args {
     nats: String,
 
     /// Which pairs to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Redis, Peer::RedisAppend, Peer::Jetstream])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Sqlite, Peer::Postgres, Peer::Redis, Peer::RedisAppend, Peer::Jetstream, Peer::JetstreamRedis])]
     only: Vec<Peer>,
 
     /// Print the results as JSON.
@@ -94,6 +109,8 @@ enum Peer {
     RedisAppend,
     /// Rheo on SQLite vs a NATS JetStream pull consumer.
     Jetstream,
+    /// Rheo on Redis vs a NATS JetStream pull consumer.
+    JetstreamRedis,
 }
 
 impl Peer {
@@ -104,6 +121,7 @@ impl Peer {
             Self::Redis => "Redis",
             Self::RedisAppend => "Redis (append)",
             Self::Jetstream => "JetStream",
+            Self::JetstreamRedis => "JetStream",
         }
     }
 
@@ -113,7 +131,7 @@ impl Peer {
             Self::Postgres => "SKIP LOCKED queue table",
             Self::Redis => "XREADGROUP + XACK",
             Self::RedisAppend => "XADD, one pipeline a batch",
-            Self::Jetstream => "pull consumer, fetch + ack",
+            Self::Jetstream | Self::JetstreamRedis => "pull consumer, fetch + ack",
         }
     }
 
@@ -121,7 +139,7 @@ impl Peer {
         match self {
             Self::Sqlite | Self::Jetstream => "Rheo on SQLite",
             Self::Postgres => "Rheo on PostgreSQL",
-            Self::Redis | Self::RedisAppend => "Rheo on Redis",
+            Self::Redis | Self::RedisAppend | Self::JetstreamRedis => "Rheo on Redis",
         }
     }
 }
@@ -130,6 +148,8 @@ impl Peer {
 #[derive(Debug, Serialize)]
 struct Pair {
     peer: Peer,
+    /// Concurrent clients on each side.
+    clients: usize,
     rheo: String,
     raw: String,
     /// Median rounds, or why the pair was not measured.
@@ -153,18 +173,31 @@ async fn main() -> anyhow::Result<()> {
         rheo::model::MAX_FETCH_LIMIT
     );
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
+    anyhow::ensure!(
+        args.clients.iter().all(|c| (1..=MAX_CLIENTS).contains(c)),
+        "--clients must be between 1 and {MAX_CLIENTS}"
+    );
     let mut pairs = Vec::new();
     for &peer in &args.only {
-        let result = pair(&args, peer).await.map_err(|e| format!("{e:#}"));
-        if let Err(e) = &result {
-            eprintln!("{}: not measured: {e}", peer.title());
+        for &clients in &args.clients {
+            let result = pair(&args, peer, clients)
+                .await
+                .map_err(|e| format!("{e:#}"));
+            if let Err(e) = &result {
+                let with = match clients {
+                    1 => String::new(),
+                    n => format!(" with {n} clients"),
+                };
+                eprintln!("{}{with}: not measured: {e}", peer.title());
+            }
+            pairs.push(Pair {
+                peer,
+                clients,
+                rheo: peer.rheo().to_owned(),
+                raw: peer.raw().to_owned(),
+                result,
+            });
         }
-        pairs.push(Pair {
-            peer,
-            rheo: peer.rheo().to_owned(),
-            raw: peer.raw().to_owned(),
-            result,
-        });
     }
     if args.json {
         let doc: Vec<_> = pairs
@@ -172,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|p| {
                 serde_json::json!({
                     "peer": p.peer,
+                    "clients": p.clients,
                     "rheo": p.rheo,
                     "raw": p.raw,
                     "rheo_result": p.result.as_ref().ok().map(|r| &r.0),
@@ -192,8 +226,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The most concurrent clients a side runs (PostgreSQL's raw side opens a
+/// connection per client).
+const MAX_CLIENTS: usize = 64;
+
 /// Measures one pair `args.rounds` times, alternating which side goes first.
-async fn pair(args: &Args, peer: Peer) -> anyhow::Result<(WorkloadResult, WorkloadResult)> {
+async fn pair(
+    args: &Args,
+    peer: Peer,
+    clients: usize,
+) -> anyhow::Result<(WorkloadResult, WorkloadResult)> {
     let (mut rheo, mut raw) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
         let sides = if round % 2 == 0 {
@@ -204,12 +246,12 @@ async fn pair(args: &Args, peer: Peer) -> anyhow::Result<(WorkloadResult, Worklo
         for is_rheo in sides {
             let started = Instant::now();
             let result = if is_rheo {
-                rheo_side(args, peer).await?
+                rheo_side(args, peer, clients).await?
             } else {
-                raw_side(args, peer).await?
+                raw_side(args, peer, clients).await?
             };
             eprintln!(
-                "{} round {}/{}: {:<28} {:>9.0} events/s ({:.1} s)",
+                "{} ×{clients} round {}/{}: {:<28} {:>9.0} events/s ({:.1} s)",
                 peer.title(),
                 round + 1,
                 args.rounds,
@@ -229,29 +271,29 @@ async fn pair(args: &Args, peer: Peer) -> anyhow::Result<(WorkloadResult, Worklo
 
 /// Rheo's side: a fresh stream, `events` appended in batches, then timed
 /// fetch+ack in batches until all are consumed.
-async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
+async fn rheo_side(args: &Args, peer: Peer, clients: usize) -> anyhow::Result<WorkloadResult> {
     match peer {
         Peer::Sqlite | Peer::Jetstream => {
             let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
             let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
-            rheo_fetch_ack(&url, args).await
+            rheo_fetch_ack(&url, args, clients).await
         }
         Peer::Postgres => {
             let schema = postgres::Schema::create(&args.postgres, "rheo").await?;
             let url = postgres::with_schema(&args.postgres, schema.name())?;
-            let result = rheo_fetch_ack(&url, args).await;
+            let result = rheo_fetch_ack(&url, args, clients).await;
             schema.drop().await?;
             result
         }
-        Peer::Redis | Peer::RedisAppend => {
+        Peer::Redis | Peer::RedisAppend | Peer::JetstreamRedis => {
             streams::connect(&args.redis).await?;
             let prefix = format!("rheo_compare_{:08x}", rand::random::<u32>());
             let sep = if args.redis.contains('?') { '&' } else { '?' };
             let url = format!("{}{sep}prefix={prefix}", args.redis);
             let result = if peer == Peer::RedisAppend {
-                rheo_append(&url, args).await
+                rheo_append(&url, args, clients).await
             } else {
-                rheo_fetch_ack(&url, args).await
+                rheo_fetch_ack(&url, args, clients).await
             };
             streams::delete_prefix(&args.redis, &prefix).await?;
             result
@@ -259,19 +301,76 @@ async fn rheo_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
     }
 }
 
-/// Rheo's batched append, timed (the same events as the fetch+ack pairs).
-async fn rheo_append(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
+/// Rheo's batched append, timed (the same events as the fetch+ack pairs),
+/// each client appending the next batch.
+async fn rheo_append(url: &str, args: &Args, clients: usize) -> anyhow::Result<WorkloadResult> {
     let backend = rheo::backend::open(url, SystemClock::shared()).await?;
     let (stream, _) = bench::bench_stream(&*backend, 1).await?;
-    Ok(bench::append_batched(&*backend, &stream, (args.events, 1000), args.batch, |_| {}).await?)
+    let (events, batch) = (args.events, args.batch);
+    let batches = events.div_ceil(batch);
+    let next = Arc::new(AtomicUsize::new(0));
+    clients::timed("append", events, clients, |tally| {
+        let (backend, stream, next) = (backend.clone(), stream.clone(), next.clone());
+        async move {
+            let (backend, stream, next) = (&backend, &stream, &next);
+            let append = move || async move {
+                let Some(i) = Tally::take(next, batches) else {
+                    return Ok(0);
+                };
+                let range = i * batch..((i + 1) * batch).min(events);
+                let inputs: Vec<_> = range.map(bench::input).collect();
+                let n = inputs.len();
+                backend.append(stream, inputs).await?;
+                anyhow::Ok(n)
+            };
+            clients::rounds(tally, append).await
+        }
+    })
+    .await
 }
 
-async fn rheo_fetch_ack(url: &str, args: &Args) -> anyhow::Result<WorkloadResult> {
+/// Rheo's fetch+ack, timed: each client fetches a batch as a consumer of
+/// its own and acks it in one settle call.
+async fn rheo_fetch_ack(url: &str, args: &Args, clients: usize) -> anyhow::Result<WorkloadResult> {
     let backend = rheo::backend::open(url, SystemClock::shared()).await?;
     let (stream, group) = bench::bench_stream(&*backend, 1).await?;
     bench::append_batched(&*backend, &stream, (args.events, 1000), args.batch, |_| {}).await?;
-    let result =
-        bench::fetch_ack(&*backend, &stream, &group, args.events, args.batch, |_| {}).await?;
+    let limit = u32::try_from(args.batch)?;
+    let result = clients::timed("fetch+ack", args.events, clients, |tally| {
+        let (backend, stream, group) = (backend.clone(), stream.clone(), group.clone());
+        let consumer = ConsumerId::parse(format!("compare-{}", tally.client));
+        async move {
+            let consumer = consumer?;
+            let (backend, stream, group, consumer) = (&backend, &stream, &group, &consumer);
+            let round = move || async move {
+                let fetch = FetchRequest {
+                    stream: stream.clone(),
+                    group: group.clone(),
+                    limit,
+                    consumer_id: consumer.clone(),
+                    lease_ms: 60_000,
+                    partitions: Partitions::All,
+                };
+                let leases = backend.fetch(fetch).await?;
+                let n = leases.len();
+                let acks = leases
+                    .into_iter()
+                    .map(|l| Settlement {
+                        target: l.into_target(),
+                        op: SettleOp::Ack,
+                    })
+                    .collect();
+                if n > 0 {
+                    for r in backend.settle(stream, group, acks).await? {
+                        r?;
+                    }
+                }
+                anyhow::Ok(n)
+            };
+            clients::rounds(tally, round).await
+        }
+    })
+    .await?;
     anyhow::ensure!(
         result.events == args.events,
         "Rheo consumed {} of {} events",
@@ -282,16 +381,20 @@ async fn rheo_fetch_ack(url: &str, args: &Args) -> anyhow::Result<WorkloadResult
 }
 
 /// The peer's side, on the same events.
-async fn raw_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
+async fn raw_side(args: &Args, peer: Peer, clients: usize) -> anyhow::Result<WorkloadResult> {
     let payloads: Vec<String> = (0..args.events)
         .map(|i| serde_json::to_string(&bench::input(i).payload))
         .collect::<Result<_, _>>()?;
     let result = match peer {
-        Peer::Sqlite => sqlite::claim_delete(&payloads, args.batch).await?,
-        Peer::Postgres => postgres::skip_locked(&args.postgres, &payloads, args.batch).await?,
-        Peer::Redis => streams::read_ack(&args.redis, &payloads, args.batch).await?,
-        Peer::RedisAppend => streams::add(&args.redis, &payloads, args.batch).await?,
-        Peer::Jetstream => jetstream::pull_ack(&args.nats, &payloads, args.batch).await?,
+        Peer::Sqlite => sqlite::claim_delete(&payloads, args.batch, clients).await?,
+        Peer::Postgres => {
+            postgres::skip_locked(&args.postgres, &payloads, args.batch, clients).await?
+        }
+        Peer::Redis => streams::read_ack(&args.redis, &payloads, args.batch, clients).await?,
+        Peer::RedisAppend => streams::add(&args.redis, &payloads, args.batch, clients).await?,
+        Peer::Jetstream | Peer::JetstreamRedis => {
+            jetstream::pull_ack(&args.nats, &payloads, args.batch, clients).await?
+        }
     };
     anyhow::ensure!(
         result.events == args.events,
@@ -300,29 +403,6 @@ async fn raw_side(args: &Args, peer: Peer) -> anyhow::Result<WorkloadResult> {
         args.events
     );
     Ok(result)
-}
-
-/// Times claim-and-ack rounds until `total` events are consumed or a
-/// round finds nothing; `round` claims one batch, acks it and says how
-/// many it consumed. Each round is one latency sample.
-pub(crate) async fn timed_rounds(
-    name: &str,
-    total: usize,
-    mut round: impl AsyncFnMut() -> anyhow::Result<usize>,
-) -> anyhow::Result<WorkloadResult> {
-    let mut samples = bench::Samples::default();
-    let mut done = 0;
-    let start = Instant::now();
-    while done < total {
-        let t = Instant::now();
-        let n = round().await?;
-        if n == 0 {
-            break;
-        }
-        samples.push(t.elapsed());
-        done += n;
-    }
-    Ok(samples.result(name, done, start.elapsed()))
 }
 
 /// The round with the median throughput.
@@ -337,14 +417,23 @@ fn print_table(args: &Args, pairs: &[Pair]) {
         args.events, args.batch, args.rounds
     );
     println!(
-        "{:<14} {:<20} {:>10} {:>17}   {:<27} {:>10} {:>17} {:>7}",
-        "store", "Rheo", "events/s", "p50 / p99", "peer", "events/s", "p50 / p99", "ratio"
+        "{:<14} {:>7} {:<20} {:>10} {:>17}   {:<27} {:>10} {:>17} {:>7}",
+        "store",
+        "clients",
+        "Rheo",
+        "events/s",
+        "p50 / p99",
+        "peer",
+        "events/s",
+        "p50 / p99",
+        "ratio"
     );
     for p in pairs {
         match &p.result {
             Ok((rheo, raw)) => println!(
-                "{:<14} {:<20} {:>10.0} {:>17}   {:<27} {:>10.0} {:>17} {:>6.2}×",
+                "{:<14} {:>7} {:<20} {:>10.0} {:>17}   {:<27} {:>10.0} {:>17} {:>6.2}×",
                 p.peer.title(),
+                p.clients,
                 p.rheo,
                 rheo.events_per_sec,
                 latency(rheo),
@@ -353,7 +442,7 @@ fn print_table(args: &Args, pairs: &[Pair]) {
                 latency(raw),
                 p.ratio().unwrap_or_default()
             ),
-            Err(e) => println!("{:<14} not measured: {e}", p.peer.title()),
+            Err(e) => println!("{:<14} {:>7} not measured: {e}", p.peer.title(), p.clients),
         }
     }
 }

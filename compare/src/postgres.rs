@@ -9,6 +9,8 @@ use rheo::bench::WorkloadResult;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::clients;
+
 /// A schema of its own for one side of one round, dropped afterwards.
 pub(crate) struct Schema {
     pool: PgPool,
@@ -62,17 +64,20 @@ pub(crate) async fn skip_locked(
     url: &str,
     payloads: &[String],
     batch: usize,
+    clients: usize,
 ) -> anyhow::Result<WorkloadResult> {
     let schema = Schema::create(url, "raw").await?;
-    let result = consume(&schema, payloads, batch).await;
+    let result = consume(&schema, url, payloads, batch, clients).await;
     schema.drop().await?;
     result
 }
 
 async fn consume(
     schema: &Schema,
+    url: &str,
     payloads: &[String],
     batch: usize,
+    clients: usize,
 ) -> anyhow::Result<WorkloadResult> {
     let (pool, s) = (&schema.pool, schema.name());
     let create = format!(
@@ -110,24 +115,43 @@ async fn consume(
     );
     let ack = format!("DELETE FROM {s}.queue WHERE msg_id = ANY($1)");
     let limit = i64::try_from(batch)?;
-    let round = async || {
-        let rows = sqlx::query(AssertSqlSafe(claim.as_str()))
-            .bind(limit)
-            .fetch_all(pool)
+    // A connection per client, as Rheo's pool gives each call its own.
+    let clients_pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(clients)?)
+        .connect(url)
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {url}"))?;
+    let result = clients::timed(
+        "skip locked claim + delete",
+        payloads.len(),
+        clients,
+        |tally| {
+            let (pool, claim, ack) = (clients_pool.clone(), claim.clone(), ack.clone());
+            async move { clients::rounds(tally, || round(&pool, &claim, &ack, limit)).await }
+        },
+    )
+    .await;
+    clients_pool.close().await;
+    result
+}
+
+/// Claims up to `limit` messages and deletes them; how many.
+async fn round(pool: &PgPool, claim: &str, ack: &str, limit: i64) -> anyhow::Result<usize> {
+    let rows = sqlx::query(AssertSqlSafe(claim))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+    let mut ids = Vec::with_capacity(rows.len());
+    for row in &rows {
+        ids.push(row.try_get::<i64, _>(0)?);
+        let _attempt: i32 = row.try_get(1)?;
+        let _message: serde_json::Value = row.try_get(2)?;
+    }
+    if !ids.is_empty() {
+        sqlx::query(AssertSqlSafe(ack))
+            .bind(&ids)
+            .execute(pool)
             .await?;
-        let mut ids = Vec::with_capacity(rows.len());
-        for row in &rows {
-            ids.push(row.try_get::<i64, _>(0)?);
-            let _attempt: i32 = row.try_get(1)?;
-            let _message: serde_json::Value = row.try_get(2)?;
-        }
-        if !ids.is_empty() {
-            sqlx::query(AssertSqlSafe(ack.as_str()))
-                .bind(&ids)
-                .execute(pool)
-                .await?;
-        }
-        Ok(ids.len())
-    };
-    crate::timed_rounds("skip locked claim + delete", payloads.len(), round).await
+    }
+    Ok(ids.len())
 }

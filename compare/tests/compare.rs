@@ -133,3 +133,62 @@ fn jetstream_pair_is_measured() {
     assert_eq!(pairs[0]["peer"], "jetstream");
     assert_measured(&pairs[0]);
 }
+
+#[test]
+fn each_client_count_is_a_pair_of_its_own() {
+    let pairs = compare(&["--only", "sqlite", "--clients", "1,3"]);
+    assert_eq!(pairs.len(), 2);
+    for (pair, clients) in pairs.iter().zip([1, 3]) {
+        assert_eq!(pair["peer"], "sqlite");
+        assert_eq!(pair["clients"], clients);
+        assert_measured(pair);
+    }
+    let name = pairs[1]["rheo_result"]["name"].as_str().unwrap();
+    assert!(name.ends_with("3 clients"), "{name}");
+}
+
+#[test]
+fn a_client_count_out_of_range_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rheo-compare"))
+        .args(["--only", "sqlite", "--clients", "0"])
+        .output()
+        .expect("rheo-compare runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--clients must be between 1 and 64"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn jetstream_against_redis_is_measured_with_several_clients() {
+    let Ok(redis) = std::env::var("TEST_REDIS_URL") else {
+        assert!(
+            !required("redis"),
+            "TEST_REDIS_URL is unset but Redis is required"
+        );
+        eprintln!("skipped: TEST_REDIS_URL is not set");
+        return;
+    };
+    let url = std::env::var("TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let addr = url.trim_start_matches("nats://");
+    if std::net::TcpStream::connect(addr).is_err() {
+        eprintln!("skipped: no NATS server answers at {url}");
+        return;
+    }
+    let pairs = compare(&[
+        "--only",
+        "jetstream-redis",
+        "--clients",
+        "2",
+        "--nats",
+        &url,
+        "--redis",
+        &redis,
+    ]);
+    assert_eq!(pairs[0]["peer"], "jetstream-redis");
+    assert_eq!(pairs[0]["rheo"], "Rheo on Redis");
+    assert_eq!(pairs[0]["clients"], 2);
+    assert_measured(&pairs[0]);
+}
