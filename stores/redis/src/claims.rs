@@ -389,6 +389,8 @@ impl RedisBackend {
         if selected.is_empty() {
             return Ok(Vec::new());
         }
+        let turn = self.fetch_turn(&req.stream, &req.group);
+        let _turn = turn.lock().await;
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed.
@@ -408,6 +410,7 @@ impl RedisBackend {
                 {
                     return Ok(leases);
                 }
+                (self.lost_fetch_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -420,6 +423,7 @@ impl RedisBackend {
             if let Some(leases) = self.fetch_once(&req, &settings, &selected, first).await? {
                 return Ok(leases);
             }
+            (self.lost_fetch_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tokio::task::yield_now().await;
         }
         Err(Error::Failed(format!(

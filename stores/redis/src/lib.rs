@@ -650,6 +650,10 @@ pub struct RedisBackend {
     cluster: Arc<cluster::RedisCluster>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
+    /// Fetch attempts that found what they read changed and read again.
+    lost_fetch_races: Arc<std::sync::atomic::AtomicU64>,
+    /// One fetch of a group at a time in this process ([`Self::fetch_turn`]).
+    fetch_turns: Arc<parking_lot::Mutex<FetchTurns>>,
     /// What this process keeps of streams and groups (never a negative
     /// answer). A stream changes only by its deletion, a group's settings
     /// by a reset that changes its ordering or by its deletion: the kept
@@ -676,6 +680,9 @@ pub struct RedisBackend {
     #[cfg(test)]
     janitor: Option<Arc<tests::Janitor>>,
 }
+
+/// Each group's turn to fetch in this process (`RedisBackend::fetch_turn`).
+type FetchTurns = HashMap<(StreamName, GroupName), Arc<tokio::sync::Mutex<()>>>;
 
 /// [`claims::View`]s by stream, group and partition.
 type Views = HashMap<(StreamName, GroupName, u32), planned::View>;
@@ -1011,6 +1018,8 @@ impl RedisBackend {
             _listener: Arc::new(listener),
             cluster,
             rotation: Arc::default(),
+            fetch_turns: Arc::default(),
+            lost_fetch_races: Arc::default(),
             catalog: Arc::new(Catalog::shared()),
             positions: Arc::default(),
             crowded: Arc::default(),
@@ -1061,6 +1070,18 @@ impl RedisBackend {
         let current = *next;
         *next = next.wrapping_add(1);
         current
+    }
+
+    /// The turn a fetch of group `g` waits for. A fetch reads what it
+    /// claims and writes it guarded on what it read (`claims.rs`): fetches
+    /// of one group from one process, taking turns, never make each other
+    /// read again, where sixteen at once on one partition each lost the
+    /// race to the others over and over (`rheo-compare --clients 16`
+    /// failed with "lost 64 races in a row", docs/benchmarks.md). Other
+    /// processes' fetches still race, and the guards still hold.
+    fn fetch_turn(&self, s: &StreamName, g: &GroupName) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.fetch_turns.lock();
+        Arc::clone(turns.entry((s.clone(), g.clone())).or_default())
     }
 
     /// `EVALSHA` of `cas.lua` with a batch's arguments, built in one
