@@ -203,11 +203,11 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
-        first.starts_with("postgres: applied 7 migration(s)"),
+        first.starts_with("postgres: applied 8 migration(s)"),
         "{first}"
     );
     assert!(first.contains("0004 cluster"), "{first}");
-    assert!(first.contains("0007 retention"), "{first}");
+    assert!(first.contains("0008 ack by event"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert_eq!(

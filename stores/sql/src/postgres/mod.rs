@@ -438,6 +438,7 @@ impl Dialect for PostgresDialect {
     /// A consistent snapshot for multi-statement reads.
     const BEGIN_READ: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const FETCH_IN_TWO_STATEMENTS: bool = true;
 
     /// Binds our arguments: a list as one array, rows as one array per column.
     fn bind<'q>(sql: impl SqlSafeStr, args: Vec<Arg<'q>>) -> Query<'q> {

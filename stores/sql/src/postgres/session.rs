@@ -15,7 +15,7 @@
 //! | `statement_timeout` | 9⁄10 | 9 s | The server stops a statement before the client abandons it at `T`. |
 //! | `tcp_keepalives_idle` / `_interval` / `_count` | ½, ⅒, 3 | 5 s, 1 s, 3 | The server drops an idle session whose client stopped answering after about 8 s (a real network; a cut behind a proxy that keeps the socket open is only caught by the timeouts above). |
 //! | `tcp_user_timeout` | 1 | 10 s | The server drops a session whose client has not acknowledged what it sent for `T` (a statement blocked writing its result to a cut node, which no statement timeout interrupts). |
-//! | pool acquire timeout | ½ | 5 s | A call that cannot get a working connection (each is pinged on its way out) answers `backend_unavailable` in half the store timeout: a cut node answers new calls within 5 s. |
+//! | pool acquire timeout | ½ | 5 s | A call that cannot get a working connection (each is pinged on its way out, unless it answered its release ping within the last 100 ms) answers `backend_unavailable` in half the store timeout: a cut node answers new calls within 5 s. |
 //! | release check | ½ | 5 s | A connection going back to the pool must answer a ping within this, else it is closed: a call dropped at its deadline leaves its connection mid-statement or mid-transaction, and such a connection never serves another call. |
 //!
 //! All are session settings any user may set, sent as startup options
@@ -28,6 +28,11 @@ use std::time::Duration;
 
 use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// A connection that answered its release ping this recently goes out
+/// again without another ([`Timeouts::pool`]): a call made within this
+/// long of a cut may wait for the store timeout rather than half of it.
+pub(crate) const FRESH: Duration = Duration::from_millis(100);
 
 /// The timeouts of a backend's sessions and pool (module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,17 +93,29 @@ impl Timeouts {
         ]
     }
 
-    /// The pool: at most `max` connections; each one is pinged before it
-    /// goes out (sqlx's check, within the acquire timeout: a call on a cut
-    /// node fails in `T/2`), and must answer a ping within
-    /// [`release`](Self::release) when it comes back, or be closed. sqlx
-    /// pings a connection coming back too, but without a deadline; the
-    /// check here costs one more round trip per call.
+    /// The pool: at most `max` connections; each one must answer a ping
+    /// within [`release`](Self::release) when it comes back, or be closed,
+    /// and is pinged again before it goes out (within the acquire timeout:
+    /// a call on a cut node fails in `T/2`) unless it came back less than
+    /// [`FRESH`] ago. sqlx pings a connection coming back too, but without
+    /// a deadline; under load a connection goes out again within
+    /// microseconds of its release ping, and a second ping then was one
+    /// round trip per call for nothing (`docs/benchmarks.md`).
     pub(crate) fn pool(&self, max: u32) -> PgPoolOptions {
         let release = self.release;
         PgPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(self.acquire)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < FRESH {
+                        return Ok(true);
+                    }
+                    // An error closes the connection; acquire tries another.
+                    conn.ping().await.map(|()| true)
+                })
+            })
             .after_release(move |conn, _| {
                 Box::pin(async move {
                     match tokio::time::timeout(release, conn.ping()).await {

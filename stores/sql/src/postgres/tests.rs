@@ -534,3 +534,120 @@ async fn a_statistics_refresh_skips_a_table_a_vacuum_holds() {
         .await
         .expect("refresh");
 }
+
+/// The generic plan PostgreSQL makes of `sql` with `args` (SQL literals),
+/// on a fresh migrated schema whose tables are empty and were never
+/// analyzed — the plan a connection caches when a store is new.
+async fn generic_plan(url: &str, schema: &str, sql: &str, args: &str) -> Vec<String> {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    for setup in [
+        format!("SET search_path = \"{schema}\""),
+        "SET plan_cache_mode = force_generic_plan".to_owned(),
+        format!("PREPARE hot AS {sql}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let explain = format!("EXPLAIN EXECUTE hot({args})");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| sqlx::Row::get::<String, _>(row, 0))
+        .collect()
+}
+
+/// The two statements of an unordered group's fetch reach the group's
+/// deliveries and the stream's events by key in their generic plans, made
+/// on empty tables without statistics (or read nothing, behind a one-time
+/// filter, when a batch has nothing for them): a cached plan that walked
+/// the group made each call of a growing group slower than the last until
+/// the next ANALYZE replaced it (docs/benchmarks.md). Acks go through
+/// `rheo_ack`, whose one statement is an equality on a unique key.
+#[tokio::test]
+async fn hot_statements_reach_rows_by_key_in_generic_plans() {
+    use crate::sql::{Dialect, Statement};
+    let Some(url) = url() else { return };
+    let schema = fresh_schema(&url).await;
+    let mut backend = PostgresBackend::connect_with(&url, options(&schema), frozen(), true)
+        .await
+        .expect("connect to TEST_POSTGRES_URL and migrate");
+    backend.janitor = Some(janitor(&url, &schema));
+    let (s, g, ts) = ("'s'", "'g'", "'2026-01-01T00:00:00Z'");
+    let hot = [
+        (
+            Statement::fetch_open,
+            format!("{s}, {g}, {ts}, 3, ARRAY[0,1], 'poison', 50"),
+        ),
+        (
+            Statement::fetch_lease,
+            format!(
+                "{s}, {g}, 'c', {ts}, {ts}, 'none', ARRAY[0,1,2], ARRAY[0,0,0], \
+                 ARRAY[1,2,3]::bigint[], ARRAY['l1','l2','']"
+            ),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (statement, args) in hot {
+        let sql = super::PostgresDialect::statement(statement);
+        let plan = generic_plan(&url, &schema, sql, &args).await;
+        let text = plan.join("\n");
+        let mut scans = 0;
+        for (i, line) in plan.iter().enumerate() {
+            let on_history = line.contains("Scan using rheo_deliveries")
+                || line.contains("Scan using rheo_events")
+                || line.contains("Seq Scan on rheo_deliveries")
+                || line.contains("Seq Scan on rheo_events");
+            if !on_history || gated(&plan, i) {
+                continue;
+            }
+            scans += 1;
+            // The scan's condition: the first after it, before the next node.
+            let cond = plan[i + 1..]
+                .iter()
+                .take_while(|l| !l.contains("->"))
+                .find(|l| l.contains("Index Cond:"));
+            let by_key = !line.contains("Seq Scan")
+                && cond.is_some_and(|cond| {
+                    ["partition", "sequence", "event_id", "(id "]
+                        .iter()
+                        .any(|key| cond.contains(key))
+                });
+            if !by_key {
+                wrong.push(format!(
+                    "{statement:?} reaches rows by stream and group alone:\n{text}"
+                ));
+            }
+        }
+        if scans == 0 {
+            wrong.push(format!("{statement:?}: no index scan in\n{text}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+/// Whether the plan node at `line` runs only when a one-time filter above
+/// it passes (a `Result` gating its subtree on an init plan's answer).
+fn gated(plan: &[String], line: usize) -> bool {
+    let depth = |l: &str| l.len() - l.trim_start().len();
+    let mut at = depth(&plan[line]);
+    for i in (0..line).rev() {
+        let l = &plan[i];
+        if depth(l) >= at || l.trim_start().starts_with("InitPlan") {
+            continue;
+        }
+        at = depth(l);
+        let gate = plan[i + 1..line]
+            .iter()
+            .take_while(|n| !n.contains("->"))
+            .any(|n| n.contains("One-Time Filter"));
+        if gate {
+            return true;
+        }
+    }
+    false
+}

@@ -106,6 +106,7 @@ macro_rules! with_statements {
             group_config, create_group, create_group_partitions, list_groups, group_positions,
             first_at_or_after, events_at, locate_events,
             fetch_poison, fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
+            fetch_open, fetch_lease,
             fetch_window, gates_busy, fetch_park, release_gates, regate,
             advance_cursors, delivery_by_event, renew,
             settle_acks, settle_retry, settle_dead,
@@ -312,6 +313,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
 
     /// The text of a statement in this dialect.
     fn statement(s: Statement) -> &'static str;
+
+    /// Whether an unordered group's fetch runs as `fetch_open.sql` and
+    /// `fetch_lease.sql` (statements that write several tables each, and
+    /// save a network round trip per statement they stand for) instead of
+    /// the statements one at a time (`sql/claim.rs`).
+    const FETCH_IN_TWO_STATEMENTS: bool = false;
 
     /// How a read snapshot begins.
     const BEGIN_READ: &'static str;

@@ -1,0 +1,2 @@
+-- Only where the dialect writes several tables in one statement
+-- (Dialect::FETCH_IN_TWO_STATEMENTS): see fetch_open.sql.

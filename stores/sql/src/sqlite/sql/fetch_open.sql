@@ -1,0 +1,5 @@
+-- Only where the dialect writes several tables in one statement
+-- (Dialect::FETCH_IN_TWO_STATEMENTS); SQLite runs fetch_poison,
+-- fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
+-- advance_cursors and events_at one at a time, each a call on its own
+-- thread, not a network round trip.
