@@ -410,7 +410,7 @@ impl RedisBackend {
                 {
                     return Ok(leases);
                 }
-                (self.lost_fetch_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (self.lost_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -423,7 +423,7 @@ impl RedisBackend {
             if let Some(leases) = self.fetch_once(&req, &settings, &selected, first).await? {
                 return Ok(leases);
             }
-            (self.lost_fetch_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (self.lost_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tokio::task::yield_now().await;
         }
         Err(Error::Failed(format!(

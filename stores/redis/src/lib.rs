@@ -650,10 +650,13 @@ pub struct RedisBackend {
     cluster: Arc<cluster::RedisCluster>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
-    /// Fetch attempts that found what they read changed and read again.
-    lost_fetch_races: Arc<std::sync::atomic::AtomicU64>,
+    /// Fetch and append attempts that found what they read changed and
+    /// read again.
+    lost_races: Arc<std::sync::atomic::AtomicU64>,
     /// One fetch of a group at a time in this process ([`Self::fetch_turn`]).
-    fetch_turns: Arc<parking_lot::Mutex<FetchTurns>>,
+    fetch_turns: Arc<Turns<(StreamName, GroupName)>>,
+    /// One append to a stream at a time in this process ([`Self::append`]).
+    append_turns: Arc<Turns<StreamName>>,
     /// What this process keeps of streams and groups (never a negative
     /// answer). A stream changes only by its deletion, a group's settings
     /// by a reset that changes its ordering or by its deletion: the kept
@@ -681,8 +684,23 @@ pub struct RedisBackend {
     janitor: Option<Arc<tests::Janitor>>,
 }
 
-/// Each group's turn to fetch in this process (`RedisBackend::fetch_turn`).
-type FetchTurns = HashMap<(StreamName, GroupName), Arc<tokio::sync::Mutex<()>>>;
+/// Turns per key: callers that would write the same guarded keys wait for
+/// one another in this process instead of racing (`RedisBackend::fetch_turn`).
+#[derive(Debug)]
+struct Turns<K>(parking_lot::Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>);
+
+impl<K> Default for Turns<K> {
+    fn default() -> Self {
+        Self(parking_lot::Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Turns<K> {
+    /// The turn of `key`, to lock for the length of the call.
+    fn of(&self, key: &K) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(self.0.lock().entry(key.clone()).or_default())
+    }
+}
 
 /// [`claims::View`]s by stream, group and partition.
 type Views = HashMap<(StreamName, GroupName, u32), planned::View>;
@@ -1019,7 +1037,8 @@ impl RedisBackend {
             cluster,
             rotation: Arc::default(),
             fetch_turns: Arc::default(),
-            lost_fetch_races: Arc::default(),
+            append_turns: Arc::default(),
+            lost_races: Arc::default(),
             catalog: Arc::new(Catalog::shared()),
             positions: Arc::default(),
             crowded: Arc::default(),
@@ -1080,8 +1099,7 @@ impl RedisBackend {
     /// failed with "lost 64 races in a row", docs/benchmarks.md). Other
     /// processes' fetches still race, and the guards still hold.
     fn fetch_turn(&self, s: &StreamName, g: &GroupName) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = self.fetch_turns.lock();
-        Arc::clone(turns.entry((s.clone(), g.clone())).or_default())
+        self.fetch_turns.of(&(s.clone(), g.clone()))
     }
 
     /// `EVALSHA` of `cas.lua` with a batch's arguments, built in one
@@ -1313,10 +1331,16 @@ impl RedisBackend {
             return Ok(Vec::new());
         }
         let routed = route_batch(events, facts.partitions)?;
+        // Appends to one stream take turns in this process: each is guarded
+        // on the high watermarks it read, so concurrent ones made each
+        // other read again (as fetches did, `Self::fetch_turn`).
+        let turn = self.append_turns.of(stream);
+        let _turn = turn.lock().await;
         for attempt in 0..MAX_ATTEMPTS {
             if let Some(appended) = self.append_once(stream, &facts, &routed).await? {
                 return Ok(appended);
             }
+            (self.lost_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             back_off(attempt).await;
         }
         Err(Error::Failed(format!(
