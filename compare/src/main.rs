@@ -39,10 +39,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use clients::Tally;
-use rheo::backend::{FetchRequest, Partitions};
 use rheo::bench::{self, WorkloadResult};
 use rheo::clock::SystemClock;
-use rheo::model::{ConsumerId, SettleOp, Settlement};
+use rheo::model::ConsumerId;
 use serde::Serialize;
 
 /// The allocator `rheo` ships with, so that Rheo's side is measured as it
@@ -343,29 +342,7 @@ async fn rheo_fetch_ack(url: &str, args: &Args, clients: usize) -> anyhow::Resul
             let consumer = consumer?;
             let (backend, stream, group, consumer) = (&backend, &stream, &group, &consumer);
             let round = move || async move {
-                let fetch = FetchRequest {
-                    stream: stream.clone(),
-                    group: group.clone(),
-                    limit,
-                    consumer_id: consumer.clone(),
-                    lease_ms: 60_000,
-                    partitions: Partitions::All,
-                };
-                let leases = backend.fetch(fetch).await?;
-                let n = leases.len();
-                let acks = leases
-                    .into_iter()
-                    .map(|l| Settlement {
-                        target: l.into_target(),
-                        op: SettleOp::Ack,
-                    })
-                    .collect();
-                if n > 0 {
-                    for r in backend.settle(stream, group, acks).await? {
-                        r?;
-                    }
-                }
-                anyhow::Ok(n)
+                Ok(bench::fetch_and_ack(&**backend, (stream, group), consumer, limit).await?)
             };
             clients::rounds(tally, round).await
         }

@@ -191,35 +191,50 @@ pub async fn fetch_ack(
     let mut done = 0;
     while done < count {
         let t = Instant::now();
-        let leases = backend
-            .fetch(FetchRequest {
-                stream: stream.clone(),
-                group: group.clone(),
-                limit: batch as u32,
-                consumer_id: consumer.clone(),
-                lease_ms: 60_000,
-                partitions: Partitions::All,
-            })
-            .await?;
-        if leases.is_empty() {
+        let n = fetch_and_ack(backend, (stream, group), &consumer, batch as u32).await?;
+        if n == 0 {
             break;
-        }
-        let n = leases.len();
-        let acks = leases
-            .into_iter()
-            .map(|l| Settlement {
-                target: l.into_target(),
-                op: SettleOp::Ack,
-            })
-            .collect();
-        for r in backend.settle(stream, group, acks).await? {
-            r?;
         }
         samples.push(t.elapsed());
         done += n;
         progress(done);
     }
     Ok(samples.result(&format!("fetch+ack (batch {batch})"), done, start.elapsed()))
+}
+
+/// One round of [`fetch_ack`]: fetches up to `limit` leases as `consumer`
+/// (leases of a minute) and acks them in one batch settle; how many.
+pub async fn fetch_and_ack(
+    backend: &dyn Backend,
+    (stream, group): (&StreamName, &GroupName),
+    consumer: &ConsumerId,
+    limit: u32,
+) -> Result<usize> {
+    let leases = backend
+        .fetch(FetchRequest {
+            stream: stream.clone(),
+            group: group.clone(),
+            limit,
+            consumer_id: consumer.clone(),
+            lease_ms: 60_000,
+            partitions: Partitions::All,
+        })
+        .await?;
+    let n = leases.len();
+    if n == 0 {
+        return Ok(0);
+    }
+    let acks = leases
+        .into_iter()
+        .map(|l| Settlement {
+            target: l.into_target(),
+            op: SettleOp::Ack,
+        })
+        .collect();
+    for r in backend.settle(stream, group, acks).await? {
+        r?;
+    }
+    Ok(n)
 }
 
 /// How to run the end-to-end handler workload.

@@ -368,6 +368,15 @@ async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
     }
     // 20 rounds × 5 shared ids + 40 generated ids.
     assert_eq!(stored, 140, "each shared id stored once");
+    assert_eq!(
+        sequences(&b, &s).await,
+        (1..=140).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+}
+
+/// The sequences partition 0 of `s` holds (its first 1,000).
+async fn sequences(b: &RedisBackend, s: &StreamName) -> Vec<u64> {
     let read = b
         .read(ReadRequest {
             stream: s.clone(),
@@ -377,12 +386,7 @@ async fn concurrent_appends_leave_no_gap_and_no_duplicate() {
         })
         .await
         .unwrap();
-    let sequences: Vec<u64> = read.iter().map(|e| e.sequence).collect();
-    assert_eq!(
-        sequences,
-        (1..=140).collect::<Vec<_>>(),
-        "no gap, no repeat"
-    );
+    read.iter().map(|e| e.sequence).collect()
 }
 
 #[tokio::test]
@@ -1928,18 +1932,8 @@ async fn sixteen_appenders_to_one_stream_take_turns() {
     }
     let lost = b.lost_races.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(lost, 0, "appends of one process took turns");
-    let read = b
-        .read(ReadRequest {
-            stream: s.clone(),
-            partition: 0,
-            after: 0,
-            limit: 1000,
-        })
-        .await
-        .unwrap();
-    let sequences: Vec<u64> = read.iter().map(|e| e.sequence).collect();
     assert_eq!(
-        sequences,
+        sequences(&b, &s).await,
         (1..=800).collect::<Vec<_>>(),
         "no gap, no repeat"
     );

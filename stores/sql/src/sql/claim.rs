@@ -48,6 +48,17 @@ impl Claims {
         self.lease_id.push(LeaseId::generate().as_str().to_owned());
     }
 
+    /// Takes up to `ask` of partition `p`'s `claimable` deliveries after
+    /// the `taken` ones taken before; how many it took.
+    fn take(&mut self, p: u32, claimable: &[u64], taken: &mut usize, ask: usize) -> usize {
+        let take = ask.min(claimable.len() - *taken);
+        for &seq in &claimable[*taken..*taken + take] {
+            self.push(p, seq);
+        }
+        *taken += take;
+        take
+    }
+
     fn rows(&self) -> Arg<'static> {
         Arg::Rows(vec![
             Column::I32(self.partition.clone()),
@@ -151,12 +162,7 @@ impl<D: Dialect> SqlBackend<D> {
                 (Vec::new(), Vec::new()),
             )
         } else {
-            let bound: Vec<usize> = claimable
-                .iter()
-                .zip(&cursors)
-                .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
-                .collect();
-            let mut share = Share::new(bound, limit, first);
+            let mut share = share(&claimable, &cursors, limit, first);
             let mut reclaimed = vec![0; selected.len()];
             let mut walks: Vec<Option<GateWalk>> = selected.iter().map(|_| None).collect();
             let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
@@ -166,11 +172,7 @@ impl<D: Dialect> SqlBackend<D> {
                         continue;
                     }
                     let p = selected[i];
-                    let take = ask.min(claimable[i].len() - reclaimed[i]);
-                    for &seq in &claimable[i][reclaimed[i]..reclaimed[i] + take] {
-                        reclaim.push(p, seq);
-                    }
-                    reclaimed[i] += take;
+                    let take = reclaim.take(p, &claimable[i], &mut reclaimed[i], ask);
                     let want = ask - take;
                     let (cursor, hw) = cursors[i];
                     let walked = if want == 0 {
@@ -602,6 +604,17 @@ impl<D: Dialect> SqlBackend<D> {
     }
 }
 
+/// A fetch's limit shared among its partitions round-robin from `first`,
+/// each bounded by what it can give ([`claim_capacity`]).
+fn share(claimable: &[Vec<u64>], cursors: &[(u64, u64)], limit: usize, first: usize) -> Share {
+    let bound = claimable
+        .iter()
+        .zip(cursors)
+        .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
+        .collect();
+    Share::new(bound, limit, first)
+}
+
 /// An unordered fetch's leases by the shared rule (`docs/groups.md#fairness`,
 /// [`Share`]): each partition's share of `limit`, its claimable deliveries
 /// (sorted, lowest first) before the events past its cursor. Returns the
@@ -614,12 +627,7 @@ fn plan_unordered(
     limit: usize,
     first: usize,
 ) -> (Claims, Claims, Vec<u64>) {
-    let bound = claimable
-        .iter()
-        .zip(cursors)
-        .map(|(c, (cursor, hw))| claim_capacity(c.len(), *cursor, *hw))
-        .collect();
-    let mut share = Share::new(bound, limit, first);
+    let mut share = share(claimable, cursors, limit, first);
     let (mut reclaim, mut fresh) = (Claims::default(), Claims::default());
     let mut reclaimed = vec![0; selected.len()];
     let mut fresh_to: Vec<u64> = cursors.iter().map(|(cursor, _)| *cursor).collect();
@@ -629,11 +637,7 @@ fn plan_unordered(
                 continue;
             }
             let p = selected[i];
-            let take = ask.min(claimable[i].len() - reclaimed[i]);
-            for &seq in &claimable[i][reclaimed[i]..reclaimed[i] + take] {
-                reclaim.push(p, seq);
-            }
-            reclaimed[i] += take;
+            let take = reclaim.take(p, &claimable[i], &mut reclaimed[i], ask);
             let hw = cursors[i].1;
             let unseen = hw.saturating_sub(fresh_to[i].saturating_sub(1));
             let n = ((ask - take) as u64).min(unseen);
