@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rheo::backend::memory::MemoryBackend;
-use rheo::backend::{Backend, CreateStream, FetchRequest, Partitions};
+use rheo::backend::{Backend, CreateStream};
 use rheo::clock::SystemClock;
-use rheo::model::{ConsumerId, EventInput, GroupName, GroupSpec, SettleOp, Settlement, StreamName};
+use rheo::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName};
 use serde_json::json;
 
 const BATCH: usize = 50;
@@ -70,29 +70,10 @@ async fn fixture(history: usize) -> Fixture {
 
 /// Fetches up to `limit` leases and acks them in one batch settle.
 async fn consume_batch(f: &Fixture, limit: u32) -> usize {
-    let leases = f
-        .backend
-        .fetch(FetchRequest {
-            stream: f.stream.clone(),
-            group: f.group.clone(),
-            limit,
-            consumer_id: ConsumerId::parse("bench").unwrap(),
-            lease_ms: 30_000,
-            partitions: Partitions::All,
-        })
+    let consumer = ConsumerId::parse("bench").unwrap();
+    rheo::bench::fetch_and_ack(&*f.backend, (&f.stream, &f.group), &consumer, limit)
         .await
-        .unwrap();
-    let n = leases.len();
-    let acks = leases
-        .into_iter()
-        .map(|l| Settlement {
-            target: l.into_target(),
-            op: SettleOp::Ack,
-        })
-        .collect();
-    let results = f.backend.settle(&f.stream, &f.group, acks).await.unwrap();
-    debug_assert!(results.iter().all(Result::is_ok));
-    n
+        .unwrap()
 }
 
 /// Times fetch+ack of `iters` batches; appending them is not timed.
