@@ -19,6 +19,7 @@ mod migrations;
 pub mod policy;
 mod redact;
 pub mod retention;
+pub mod turns;
 mod wakeup;
 
 #[cfg(any(test, feature = "conformance"))]

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::future::join_all;
+use futures::future::{join_all, try_join_all};
 use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 use mongodb::error::ErrorKind;
 use mongodb::options::ReturnDocument;
@@ -292,18 +292,31 @@ impl MongoBackend {
         let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
         let deliveries = self.coll(DELIVERIES);
 
-        // The poison guard: a read first, as there is rarely anything to
-        // write.
+        // What the claim decides on, read at once (one round trip's wait,
+        // not four, where they were read one after another): the poison
+        // guard's read (there is rarely anything to write), the claimable
+        // deliveries, and the watermarks. The cursors were read first, so
+        // the watermarks read here are at least as new as they are.
         let mut poison = deliveries_of(s, g);
         poison.insert("st", LEASED);
         poison.insert("p", doc! {"$in": &in_selected});
         poison.insert("exp", doc! {"$lte": now.as_millis()});
         poison.insert("a", doc! {"$gte": i64::from(max_attempts)});
-        let any = deliveries
-            .find_one(poison.clone())
-            .projection(doc! {"_id": 1})
-            .await
-            .map_err(|e| map_error(e, Phase::Read))?;
+        let poisoned = async {
+            deliveries
+                .find_one(poison.clone())
+                .projection(doc! {"_id": 1})
+                .await
+                .map_err(|e| map_error(e, Phase::Read))
+        };
+        let filters = claimable(s, g, &in_selected, now, max_attempts);
+        let claimable_reads = try_join_all(
+            filters
+                .into_iter()
+                .map(|filter| self.lowest_claimable(filter, &in_selected, req.limit)),
+        );
+        let (any, found, (hw, firsts)) =
+            tokio::try_join!(poisoned, claimable_reads, self.marks(s))?;
         if any.is_some() {
             deliveries
                 .update_many(
@@ -316,46 +329,17 @@ impl MongoBackend {
                 .await
                 .map_err(|e| map_error(e, Phase::Write))?;
         }
-
-        // Claimable deliveries, lowest sequences first in each partition.
-        // One read over every selected partition, lowest sequences first;
-        // when it fills its window it may have cut some partitions short
-        // (a partition with many low sequences takes it all), so then each
-        // partition is read on its own, up to the most it can be given.
-        let window = (i64::from(req.limit) * selected.len() as i64).min(10_000);
         let mut per_partition: BTreeMap<u32, Vec<Document>> = BTreeMap::new();
-        for filter in claimable(s, g, &in_selected, now, max_attempts) {
-            let mut found = self
-                .find_all(
-                    DELIVERIES,
-                    filter.clone(),
-                    Some(doc! {"q": 1, "p": 1}),
-                    window,
-                )
-                .await?;
-            if found.len() as i64 >= window && selected.len() > 1 {
-                found.clear();
-                for p in &in_selected {
-                    let mut one = filter.clone();
-                    one.insert("p", *p);
-                    let lowest = self
-                        .find_all(DELIVERIES, one, Some(doc! {"q": 1}), i64::from(req.limit))
-                        .await?;
-                    found.extend(lowest);
-                }
-            }
-            for d in found {
-                let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
-                per_partition.entry(p).or_default().push(d);
-            }
+        for d in found.into_iter().flatten() {
+            let p = u32::try_from(int(&d, "p")?).map_err(|e| corrupt("partition", e))?;
+            per_partition.entry(p).or_default().push(d);
         }
         for list in per_partition.values_mut() {
             list.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
         }
 
-        // The same read as the watermarks alone: a cursor below the log
-        // start (a reset that raced a trim) starts at it.
-        let (hw, firsts) = self.marks(s).await?;
+        // A cursor below the log start (a reset that raced a trim) starts
+        // at it.
         let mut state = state;
         state.at_log_start(&firsts);
         let capacity: Vec<usize> = selected
@@ -384,18 +368,22 @@ impl MongoBackend {
                 attempts.push(self.reclaim(d, consumer, (now, expires_at), max.into()));
             }
         }
-        for outcome in join_all(attempts).await {
+        // The partitions' new deliveries are made at once, and beside the
+        // re-claims: each writes only its own partition's documents.
+        let lease = (consumer, now, expires_at);
+        let creations = fresh.into_iter().filter(|(_, n)| *n > 0).map(|(p, n)| {
+            let (cursor, hw) = (state.cursors[p as usize], hw[p as usize]);
+            self.create_leased((s, g), p, cursor, n, hw, lease, state.epoch)
+        });
+        let (reclaimed, created) = tokio::join!(join_all(attempts), join_all(creations));
+        for outcome in reclaimed {
             match outcome? {
                 Some(c) => claimed.push(c),
                 None => lost = true,
             }
         }
-        for (p, n) in fresh.into_iter().filter(|(_, n)| *n > 0) {
-            let cursor = state.cursors[p as usize];
-            let lease = (consumer, now, expires_at);
-            let (mut created, raced) = self
-                .create_leased((s, g), p, cursor, n, hw[p as usize], lease, state.epoch)
-                .await?;
+        for outcome in created {
+            let (mut created, raced) = outcome?;
             lost |= raced;
             claimed.append(&mut created);
         }
@@ -405,6 +393,34 @@ impl MongoBackend {
             .leases_of(s, g, &req.consumer_id, claimed, times)
             .await?;
         Ok((leases, lost))
+    }
+
+    /// The claimable deliveries `filter` selects (one of [`claimable`]),
+    /// lowest sequences first in each partition. One read over every
+    /// selected partition; when it fills its window it may have cut some
+    /// partitions short (a partition with many low sequences takes it
+    /// all), so then each partition is read on its own (at once), up to
+    /// the most it can be given.
+    async fn lowest_claimable(
+        &self,
+        filter: Document,
+        partitions: &[i32],
+        limit: u32,
+    ) -> Result<Vec<Document>> {
+        let window = (i64::from(limit) * partitions.len() as i64).min(10_000);
+        let by_sequence = Some(doc! {"q": 1, "p": 1});
+        let found = self
+            .find_all(DELIVERIES, filter.clone(), by_sequence, window)
+            .await?;
+        if (found.len() as i64) < window || partitions.len() <= 1 {
+            return Ok(found);
+        }
+        let each = partitions.iter().map(|p| {
+            let mut one = filter.clone();
+            one.insert("p", *p);
+            self.find_all(DELIVERIES, one, Some(doc! {"q": 1}), i64::from(limit))
+        });
+        Ok(try_join_all(each).await?.into_iter().flatten().collect())
     }
 
     /// Claims one delivery if it is still as `d` shows it.

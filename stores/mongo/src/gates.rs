@@ -26,8 +26,8 @@ use super::claims::{
 };
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
-    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, big, corrupt, int, is_duplicate_key,
-    opt_text, transaction, uint,
+    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Turn, big, corrupt, int,
+    is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
     GateView, GateWalk, GroupConfig, POISON_REASON, Regate, Share, Write, claim_capacity, fence,
@@ -161,7 +161,8 @@ impl MongoBackend {
         let expires_at = now.add_ms(req.lease_ms);
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         let times = (now, expires_at);
-        let claims = transaction!(self, session => {
+        let turn = Turn::Group(req.stream.clone(), req.group.clone());
+        let claims = transaction!(self, turn, session => {
             self.fetch_ordered_in(&mut session, req, config, selected, (partition_count, first), times)
                 .await
         })?;
@@ -482,7 +483,7 @@ impl MongoBackend {
         items: &[Settlement],
         config: &GroupConfig,
     ) -> Result<Vec<Result<()>>> {
-        let (results, woke) = transaction!(self, session => {
+        let (results, woke) = transaction!(self, Turn::of_group(s, g), session => {
             self.settle_in(&mut session, (s, g), items, config).await
         })?;
         if woke {
@@ -681,7 +682,7 @@ impl MongoBackend {
         how: &Reopen<'_>,
     ) -> Result<u64> {
         let (partition_count, _) = self.meta(s).await?;
-        let count = transaction!(self, session => {
+        let count = transaction!(self, Turn::of_group(s, g), session => {
             self.reopen_in(&mut session, (s, g), partition_count, how).await
         })?;
         Ok(count)

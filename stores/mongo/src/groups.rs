@@ -14,7 +14,7 @@ use mongodb::bson::{Bson, Document, doc};
 use super::lifecycle::{group_tombstone, of_group};
 use super::log::{decode_firsts, decode_meta};
 use super::{
-    DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, big, corrupt, int,
+    DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, Turn, big, corrupt, int,
     is_duplicate_key, map_error, text, transaction,
 };
 use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
@@ -106,7 +106,7 @@ impl MongoBackend {
             };
             created = self
                 .create_after(&id, &scopes, || async {
-                    transaction!(self, session => {
+                    transaction!(self, Turn::of_group(s, g), session => {
                         if self.tombstone_in(&mut session, &id).await? {
                             return Ok(None);
                         }

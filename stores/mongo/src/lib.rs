@@ -59,6 +59,7 @@ use mongodb::{Client, ClientSession, Collection, Database};
 
 use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::GroupConfig;
+use rheo_core::backend::turns::Turns;
 use rheo_core::backend::{Error, Notifier, Result};
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{GroupName, StreamName, Timestamp};
@@ -100,9 +101,12 @@ pub struct MongoBackend {
     _listener: Arc<Listener>,
     /// The cluster collections (`cluster.rs`).
     cluster: Arc<cluster::MongoCluster>,
-    /// One transaction of this process at a time: appends of one process
-    /// never conflict with each other, only with other processes'.
-    gate: Arc<tokio::sync::Mutex<()>>,
+    /// One transaction at a time per stream (appends, trims) and per group
+    /// (claims and settles of an ordered group, resets, creates) in this
+    /// process: its own transactions on one record never conflict with
+    /// each other, only with other processes', and different streams and
+    /// groups go on side by side ([`Turn`]).
+    turns: Arc<Turns<Turn>>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Arc<parking_lot::Mutex<HashMap<(StreamName, GroupName), usize>>>,
     /// What was read of streams and groups (never a negative answer),
@@ -225,12 +229,35 @@ impl From<Error> for Fail {
     }
 }
 
+/// What a transaction waits its turn on in this process (`transaction!`).
+/// Transactions under different turns may conflict (a trim and a settle
+/// both write a delivery): the loser runs again, as with another
+/// process's transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Turn {
+    /// Appends, trims, and a stream's create and delete: its document and
+    /// its events.
+    Stream(StreamName),
+    /// An ordered group's claims, settles, replays and redrives; a group's
+    /// create, delete and reset: its document, deliveries and gates.
+    Group(StreamName, GroupName),
+    /// A delete's rounds of removal, by tombstone.
+    Purge(String),
+}
+
+impl Turn {
+    pub(crate) fn of_group(s: &StreamName, g: &GroupName) -> Self {
+        Turn::Group(s.clone(), g.clone())
+    }
+}
+
 /// Runs `$body` (an expression of type `Result<T, Fail>` that uses the
-/// session `$s`) in a transaction, again after a conflict, and evaluates
-/// to the `Result<T>` of the call.
+/// session `$s`) in a transaction, after its `$turn` among this process's
+/// transactions, again after a conflict, and evaluates to the `Result<T>`
+/// of the call.
 macro_rules! transaction {
-    ($self:ident, $s:ident => $body:expr) => {{
-        let _gate = $self.gate.lock().await;
+    ($self:ident, $turn:expr, $s:ident => $body:expr) => {{
+        let _turn = $self.turns.take(&$turn).await;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -301,7 +328,7 @@ impl MongoBackend {
             notifier,
             _listener: Arc::new(listener),
             cluster,
-            gate: Arc::default(),
+            turns: Arc::default(),
             rotation: Arc::default(),
             catalog: Arc::new(Catalog::shared()),
             #[cfg(test)]

@@ -35,7 +35,7 @@ use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 
 use super::groups::group_key;
 use super::{
-    CATALOG, DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS,
+    CATALOG, DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, Turn,
     is_duplicate_key, map_error, transaction, uint,
 };
 use rheo_core::backend::{DeleteGroup, DeleteStream, Error, Result};
@@ -255,7 +255,7 @@ impl MongoBackend {
         scopes: &[(&'static str, Document)],
     ) -> Result<()> {
         loop {
-            let more = transaction!(self, session => {
+            let more = transaction!(self, Turn::Purge(id.to_owned()), session => {
                 self.purge_round(&mut session, id, token, scopes).await
             })?;
             if !more {
@@ -357,7 +357,7 @@ impl MongoBackend {
     pub(crate) async fn retire_stream(&self, s: &StreamName) -> Result<ObjectId> {
         self.ensure_catalog().await?;
         let id = stream_tombstone(s);
-        let token = transaction!(self, session => {
+        let token = transaction!(self, Turn::Stream(s.clone()), session => {
             let found = self
                 .coll(STREAMS)
                 .find_one_and_delete(doc! {"_id": s.as_str()})
@@ -380,7 +380,7 @@ impl MongoBackend {
     pub(crate) async fn retire_group(&self, s: &StreamName, g: &GroupName) -> Result<ObjectId> {
         self.ensure_catalog().await?;
         let id = group_tombstone(s, g);
-        let token = transaction!(self, session => {
+        let token = transaction!(self, Turn::of_group(s, g), session => {
             let stream = self
                 .coll(STREAMS)
                 .find_one(doc! {"_id": s.as_str()})

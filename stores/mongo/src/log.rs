@@ -24,8 +24,8 @@ use mongodb::bson::{Bson, Document, doc};
 
 use super::lifecycle::{of_stream, stream_tombstone};
 use super::{
-    EVENTS, Fail, MongoBackend, Phase, STREAMS, big, corrupt, int, is_duplicate_key, map_error,
-    text, transaction, uint,
+    EVENTS, Fail, MongoBackend, Phase, STREAMS, Turn, big, corrupt, int, is_duplicate_key,
+    map_error, text, transaction, uint,
 };
 use rheo_core::backend::entry;
 use rheo_core::backend::policy::{appended, plan_append, route_batch};
@@ -244,7 +244,7 @@ impl MongoBackend {
         let id = stream_tombstone(&req.name);
         let scopes = of_stream(&req.name);
         self.create_after(&id, &scopes, || async {
-            transaction!(self, session => {
+            transaction!(self, Turn::Stream(req.name.clone()), session => {
                 if self.tombstone_in(&mut session, &id).await? {
                     return Ok(None);
                 }
@@ -297,8 +297,7 @@ impl MongoBackend {
             return Ok(Vec::new());
         }
         let routed = route_batch(events, meta.0)?;
-        let (out, wrote) =
-            transaction!(self, s => self.append_in(&mut s, stream, meta, &routed).await)?;
+        let (out, wrote) = transaction!(self, Turn::Stream(stream.clone()), s => self.append_in(&mut s, stream, meta, &routed).await)?;
         if wrote {
             self.notifier.notify(stream);
         }

@@ -34,7 +34,7 @@ use super::claims::{ACKED, AVAILABLE, LEASED, PARKED, deliveries_of};
 use super::groups::{decode_state, group_key};
 use super::log::{decode_firsts, decode_meta, decode_stream, decode_watermarks, stream_fields};
 use super::{
-    DELIVERIES, EVENTS, Fail, GROUPS, MongoBackend, Phase, STREAMS, big, corrupt, map_error,
+    DELIVERIES, EVENTS, Fail, GROUPS, MongoBackend, Phase, STREAMS, Turn, big, corrupt, map_error,
     opt_text, text, transaction, uint,
 };
 use rheo_core::backend::policy::skipped_by_trim;
@@ -88,7 +88,7 @@ impl MongoBackend {
                 partition_count: meta.0,
             });
         }
-        let (trimmed, woke) = transaction!(self, session => {
+        let (trimmed, woke) = transaction!(self, Turn::Stream(req.stream.clone()), session => {
             self.trim_in(&mut session, &req, meta).await
         })?;
         if woke || !trimmed.skipped.is_empty() {

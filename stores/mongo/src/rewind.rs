@@ -15,8 +15,8 @@ use super::claims::{AVAILABLE, DEAD, deliveries_of};
 use super::gates::Reopen;
 use super::groups::group_key;
 use super::{
-    DELIVERIES, Fail, GROUPS, MongoBackend, Phase, big, is_duplicate_key, map_error, transaction,
-    uint,
+    DELIVERIES, Fail, GROUPS, MongoBackend, Phase, Turn, big, is_duplicate_key, map_error,
+    transaction, uint,
 };
 use rheo_core::backend::policy::clamp_starts;
 use rheo_core::backend::{Error, Redrive, Replay, ResetRequest, Result};
@@ -251,7 +251,7 @@ impl MongoBackend {
             Some(ordering) => {
                 set.insert("ordering", ordering.as_str());
                 let update = doc! {"$set": set, "$inc": {"epoch": 1_i64}};
-                transaction!(self, session => {
+                transaction!(self, Turn::of_group(s, g), session => {
                     self.coll(DELIVERIES)
                         .delete_many(filter.clone())
                         .session(&mut session)

@@ -239,3 +239,44 @@ async fn a_step_this_build_lacks_is_unknown_and_refused() {
         "{refused}"
     );
 }
+
+/// Transactions of one process take turns per stream and per group
+/// (`Turn`), not one at a time for the whole process: while an append to
+/// stream `a` waits for its turn, an append to `b` goes through; the
+/// append to `a` goes through once the turn is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_of_other_streams_do_not_wait_for_each_other() {
+    use super::Turn;
+    use rheo_core::backend::CreateStream;
+    use rheo_core::backend::conformance::sn;
+    use rheo_core::clock::FrozenClock;
+    use rheo_core::model::{EventInput, Timestamp};
+    let Some(b) = connect_fresh(FrozenClock::new(Timestamp::from_millis(0))).await else {
+        return;
+    };
+    let (a, other) = (sn("a"), sn("b"));
+    for s in [&a, &other] {
+        b.create_stream(CreateStream::new(s.clone(), 1))
+            .await
+            .expect("create");
+    }
+    let held = b.turns.take(&Turn::Stream(a.clone())).await;
+    let waiting = tokio::spawn({
+        let (b, a) = (b.clone(), a.clone());
+        async move { b.append(&a, vec![EventInput::default()]).await }
+    });
+    // A deadlock guard, not a wait for time to pass: with one turn for the
+    // whole process this append never finishes while `held` lives.
+    let appended = tokio::time::timeout(TIMEOUT, b.append(&other, vec![EventInput::default()]))
+        .await
+        .expect("an append to another stream goes on")
+        .expect("append to b");
+    assert_eq!(appended.len(), 1);
+    assert!(
+        !waiting.is_finished(),
+        "the append to `a` waits for its turn"
+    );
+    drop(held);
+    let appended = waiting.await.expect("task").expect("append to a");
+    assert_eq!(appended.len(), 1);
+}

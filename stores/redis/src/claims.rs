@@ -389,8 +389,7 @@ impl RedisBackend {
         if selected.is_empty() {
             return Ok(Vec::new());
         }
-        let turn = self.fetch_turn(&req.stream, &req.group);
-        let _turn = turn.lock().await;
+        let _turn = self.fetch_turn(&req.stream, &req.group).await;
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed.

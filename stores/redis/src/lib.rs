@@ -53,11 +53,13 @@ use serde_json::{Value, json};
 
 use rheo_core::backend::catalog::Catalog;
 use rheo_core::backend::policy::{GroupConfig, plan_append, route_batch};
+use rheo_core::backend::turns::Turns;
 use rheo_core::backend::{CreateStream, Error, Notifier, ReadRequest, Result};
 use rheo_core::clock::SharedClock;
 use rheo_core::model::{
     Appended, Event, EventId, EventInput, GroupName, Retention, Stream, StreamName, Timestamp,
 };
+use tokio::sync::OwnedMutexGuard;
 
 /// Key prefix when the URL names none.
 pub(crate) const DEFAULT_PREFIX: &str = "rheo";
@@ -657,6 +659,12 @@ pub struct RedisBackend {
     fetch_turns: Arc<Turns<(StreamName, GroupName)>>,
     /// One append to a stream at a time in this process ([`Self::append`]).
     append_turns: Arc<Turns<StreamName>>,
+    /// The high watermarks this process's last append to each stream wrote,
+    /// with the stream's identity: the next append plans from them and
+    /// guards its write on them, one round trip instead of two; when
+    /// another node appended in between, the guard fails and the append
+    /// reads them ([`Self::append_once`]).
+    marks: Arc<parking_lot::Mutex<HashMap<StreamName, Marks>>>,
     /// What this process keeps of streams and groups (never a negative
     /// answer). A stream changes only by its deletion, a group's settings
     /// by a reset that changes its ordering or by its deletion: the kept
@@ -684,22 +692,23 @@ pub struct RedisBackend {
     janitor: Option<Arc<tests::Janitor>>,
 }
 
-/// Turns per key: callers that would write the same guarded keys wait for
-/// one another in this process instead of racing (`RedisBackend::fetch_turn`).
-#[derive(Debug)]
-struct Turns<K>(parking_lot::Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>);
-
-impl<K> Default for Turns<K> {
-    fn default() -> Self {
-        Self(parking_lot::Mutex::new(HashMap::new()))
-    }
+/// A stream's high watermarks as this process last wrote them.
+#[derive(Debug, Clone)]
+struct Marks {
+    /// [`StreamFacts::identity`] when they were written.
+    identity: Arc<str>,
+    /// Partition to its last sequence.
+    last: HashMap<u32, u64>,
 }
 
-impl<K: std::hash::Hash + Eq + Clone> Turns<K> {
-    /// The turn of `key`, to lock for the length of the call.
-    fn of(&self, key: &K) -> Arc<tokio::sync::Mutex<()>> {
-        Arc::clone(self.0.lock().entry(key.clone()).or_default())
-    }
+/// How one append attempt ended ([`RedisBackend::append_once`]).
+enum Attempt {
+    Appended(Vec<Appended>),
+    /// Another append got in between what it read and its write.
+    Lost,
+    /// It planned from the watermarks this process kept, and another
+    /// node's append had moved them.
+    Stale,
 }
 
 /// [`claims::View`]s by stream, group and partition.
@@ -1038,6 +1047,7 @@ impl RedisBackend {
             rotation: Arc::default(),
             fetch_turns: Arc::default(),
             append_turns: Arc::default(),
+            marks: Arc::default(),
             lost_races: Arc::default(),
             catalog: Arc::new(Catalog::shared()),
             positions: Arc::default(),
@@ -1098,8 +1108,8 @@ impl RedisBackend {
     /// race to the others over and over (`rheo-compare --clients 16`
     /// failed with "lost 64 races in a row", docs/benchmarks.md). Other
     /// processes' fetches still race, and the guards still hold.
-    fn fetch_turn(&self, s: &StreamName, g: &GroupName) -> Arc<tokio::sync::Mutex<()>> {
-        self.fetch_turns.of(&(s.clone(), g.clone()))
+    async fn fetch_turn(&self, s: &StreamName, g: &GroupName) -> OwnedMutexGuard<()> {
+        self.fetch_turns.take(&(s.clone(), g.clone())).await
     }
 
     /// `EVALSHA` of `cas.lua` with a batch's arguments, built in one
@@ -1334,27 +1344,39 @@ impl RedisBackend {
         // Appends to one stream take turns in this process: each is guarded
         // on the high watermarks it read, so concurrent ones made each
         // other read again (as fetches did, `Self::fetch_turn`).
-        let turn = self.append_turns.of(stream);
-        let _turn = turn.lock().await;
+        let _turn = self.append_turns.take(stream).await;
+        let mut trust_marks = true;
         for attempt in 0..MAX_ATTEMPTS {
-            if let Some(appended) = self.append_once(stream, &facts, &routed).await? {
-                return Ok(appended);
+            match self
+                .append_once(stream, &facts, &routed, trust_marks)
+                .await?
+            {
+                Attempt::Appended(appended) => return Ok(appended),
+                // Read them and go again at once: nothing raced, the
+                // watermarks kept were old.
+                Attempt::Stale => trust_marks = false,
+                Attempt::Lost => {
+                    (self.lost_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    back_off(attempt).await;
+                }
             }
-            (self.lost_races).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            back_off(attempt).await;
         }
         Err(Error::Failed(format!(
             "append to {stream:?} lost {MAX_ATTEMPTS} races in a row; retry it"
         )))
     }
 
-    /// One attempt; `None` when another append got in between.
+    /// One attempt. With `trust_marks`, the high watermarks this process
+    /// last wrote to the stream stand in for reading them when they cover
+    /// every partition the batch writes; the write is guarded on them all
+    /// the same.
     async fn append_once(
         &self,
         stream: &StreamName,
         facts: &StreamFacts,
         routed: &[(EventInput, u32)],
-    ) -> Result<Option<Vec<Appended>>> {
+        trust_marks: bool,
+    ) -> Result<Attempt> {
         let now = self.clock.now();
         let ids_key = self.keys.ids(stream);
         let hw_key = self.keys.high_watermarks(stream);
@@ -1382,11 +1404,29 @@ impl RedisBackend {
         let mut cas = Cas::default();
         self.guard_stream(&mut cas, stream, facts);
         let mut next: HashMap<u32, u64> = HashMap::new();
+        let mut written: HashMap<u32, u64> = HashMap::new();
+        let mut kept = false;
         if !plan.per_partition.is_empty() {
             let fields: Vec<String> = plan.per_partition.keys().map(u32::to_string).collect();
-            let current: Vec<Option<u64>> = self
-                .run(redis::cmd("HMGET").arg(&hw_key).arg(&fields), Phase::Read)
-                .await?;
+            let marks = trust_marks
+                .then(|| self.marks.lock().get(stream).cloned())
+                .flatten();
+            let current: Vec<Option<u64>> = match marks {
+                Some(m)
+                    if m.identity == facts.identity
+                        && plan.per_partition.keys().all(|p| m.last.contains_key(p)) =>
+                {
+                    kept = true;
+                    plan.per_partition
+                        .keys()
+                        .map(|p| m.last.get(p).copied())
+                        .collect()
+                }
+                _ => {
+                    let cmd = redis::cmd("HMGET").arg(&hw_key).arg(&fields).clone();
+                    self.run(&cmd, Phase::Read).await?
+                }
+            };
             for ((&p, &count), (field, current)) in
                 plan.per_partition.iter().zip(fields.iter().zip(current))
             {
@@ -1397,6 +1437,7 @@ impl RedisBackend {
                     .map_err(|_| Error::Failed(format!("partition {p} of {stream:?} is full")))?;
                 cas.write(&["HSET", &hw_key, field, &last.to_string()]);
                 next.insert(p, current.unwrap_or(0) + 1);
+                written.insert(p, last);
             }
         }
         let mut out = Vec::with_capacity(routed.len());
@@ -1433,11 +1474,32 @@ impl RedisBackend {
         } else {
             self.publish_wake(&mut cas, stream);
             if self.apply(&cas).await? == Applied::Conflict {
-                return Ok(None);
+                self.marks.lock().remove(stream);
+                return Ok(if kept { Attempt::Stale } else { Attempt::Lost });
             }
             self.notifier.notify(stream);
+            self.keep_marks(stream, facts, written);
         }
-        Ok(Some(rheo_core::backend::policy::appended(out, &known)))
+        Ok(Attempt::Appended(rheo_core::backend::policy::appended(
+            out, &known,
+        )))
+    }
+
+    /// Keeps the watermarks an append wrote, beside those of the stream's
+    /// other partitions kept before.
+    fn keep_marks(&self, stream: &StreamName, facts: &StreamFacts, written: HashMap<u32, u64>) {
+        let mut marks = self.marks.lock();
+        let entry = marks.entry(stream.clone()).or_insert_with(|| Marks {
+            identity: Arc::clone(&facts.identity),
+            last: HashMap::new(),
+        });
+        if entry.identity != facts.identity {
+            *entry = Marks {
+                identity: Arc::clone(&facts.identity),
+                last: HashMap::new(),
+            };
+        }
+        entry.last.extend(written);
     }
 
     /// The `XADD` of one event: entry id `<sequence>-0` and one field,

@@ -57,6 +57,7 @@ impl RedisBackend {
             self.crowded.lock().clear();
             self.views.lock().clear();
             self.rotation.lock().clear();
+            self.marks.lock().clear();
         }
         Ok(())
     }
@@ -68,6 +69,7 @@ impl RedisBackend {
         self.crowded.lock().retain(|(stream, _)| stream != s);
         self.views.lock().retain(|(stream, ..), _| stream != s);
         self.rotation.lock().retain(|(stream, _), _| stream != s);
+        self.marks.lock().remove(s);
     }
 
     /// Forgets a group and what was derived from it.

@@ -1938,3 +1938,52 @@ async fn sixteen_appenders_to_one_stream_take_turns() {
         "no gap, no repeat"
     );
 }
+
+/// An append plans from the high watermarks this process's last append
+/// wrote (one round trip, `RedisBackend::marks`). When another node
+/// appended in between, the guard on them fails and the append reads them
+/// and goes again at once: no gap, no repeat, and no race counted as
+/// lost. A stream deleted and created again under its name starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_plan_from_kept_watermarks_and_read_them_when_another_node_moved_them() {
+    let Some(a) = backend().await else { return };
+    let b = RedisBackend::connect_like(&a).await;
+    let s = stream(&a, "kept", 2).await;
+    let on = |p: u32, n: usize| -> Vec<EventInput> {
+        (0..n)
+            .map(|_| EventInput {
+                partition: Some(p),
+                ..EventInput::default()
+            })
+            .collect()
+    };
+    a.append(&s, on(0, 3)).await.expect("a appends");
+    a.append(&s, on(1, 1))
+        .await
+        .expect("a appends to the other partition");
+    b.append(&s, on(0, 2)).await.expect("b appends");
+    let appended = a.append(&s, on(0, 2)).await.expect("a appends again");
+    let placed: Vec<u64> = appended.iter().map(|r| r.event.sequence).collect();
+    assert_eq!(placed, [6, 7], "after b's two");
+    a.append(&s, on(0, 1)).await.expect("and again");
+    assert_eq!(sequences(&a, &s).await, (1..=8).collect::<Vec<_>>());
+    let lost = a.lost_races.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(lost, 0, "old watermarks are not a lost race");
+
+    let req = rheo_core::backend::DeleteStream {
+        stream: s.clone(),
+        confirm: true,
+    };
+    rheo_core::backend::Backend::delete_stream(&b, req)
+        .await
+        .expect("b deletes it");
+    stream(&b, "kept", 2).await;
+    // `a` has not read the catalog since: its first call finds the stream
+    // it knew gone (docs/backends.md#redis), and forgets what it kept.
+    assert_eq!(code(a.append(&s, on(0, 1)).await), "stream_not_found");
+    let appended = a
+        .append(&s, on(0, 1))
+        .await
+        .expect("a appends to the new one");
+    assert_eq!(appended[0].event.sequence, 1);
+}
