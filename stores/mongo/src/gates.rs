@@ -161,8 +161,7 @@ impl MongoBackend {
         let expires_at = now.add_ms(req.lease_ms);
         let first = self.rotate(&req.stream, &req.group) % selected.len();
         let times = (now, expires_at);
-        let turn = Turn::Group(req.stream.clone(), req.group.clone());
-        let claims = transaction!(self, turn, session => {
+        let claims = transaction!(self, Turn::of_group(&req.stream, &req.group), session => {
             self.fetch_ordered_in(&mut session, req, config, selected, (partition_count, first), times)
                 .await
         })?;

@@ -1486,20 +1486,23 @@ impl RedisBackend {
     }
 
     /// Keeps the watermarks an append wrote, beside those of the stream's
-    /// other partitions kept before.
+    /// other partitions kept before (none when those were of a stream since
+    /// deleted and created again under the name).
     fn keep_marks(&self, stream: &StreamName, facts: &StreamFacts, written: HashMap<u32, u64>) {
         let mut marks = self.marks.lock();
-        let entry = marks.entry(stream.clone()).or_insert_with(|| Marks {
-            identity: Arc::clone(&facts.identity),
-            last: HashMap::new(),
-        });
-        if entry.identity != facts.identity {
-            *entry = Marks {
-                identity: Arc::clone(&facts.identity),
-                last: HashMap::new(),
-            };
+        match marks.get_mut(stream) {
+            Some(kept) if kept.identity == facts.identity => kept.last.extend(written),
+            _ => {
+                let identity = Arc::clone(&facts.identity);
+                marks.insert(
+                    stream.clone(),
+                    Marks {
+                        identity,
+                        last: written,
+                    },
+                );
+            }
         }
-        entry.last.extend(written);
     }
 
     /// The `XADD` of one event: entry id `<sequence>-0` and one field,
