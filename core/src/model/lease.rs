@@ -181,6 +181,14 @@ pub struct Settlement {
 }
 
 impl Settlement {
+    /// An ack of `target`.
+    pub fn ack(target: SettleTarget) -> Self {
+        Self {
+            target,
+            op: SettleOp::Ack,
+        }
+    }
+
     /// Checks reason length and delay bounds.
     pub fn validate(&self) -> Result<(), ValidationError> {
         if let SettleOp::Nack {

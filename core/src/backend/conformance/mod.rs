@@ -483,6 +483,7 @@ macro_rules! __conformance_list {
             frontier::replay_after_reset_recreates_the_delivery,
             frontier::replay_before_a_start_past_the_end_reopens_only_events,
             frontier::replayed_events_before_the_start_are_claimed_lowest_first,
+            frontier::replay_keeps_attempts_around_the_start,
             frontier::reset_requires_confirm,
             frontier::reset_redelivers_from_the_start_with_attempt_one,
             frontier::reset_is_scoped_to_partitions,

@@ -651,3 +651,24 @@ fn gated(plan: &[String], line: usize) -> bool {
     }
     false
 }
+
+/// `crate::sql::tests::first_attempt_acks_leave_no_row` on PostgreSQL.
+#[tokio::test]
+async fn first_attempt_acks_leave_no_row() {
+    let Some(b) = one_node(frozen()).await else {
+        return;
+    };
+    let pool = b.dialect.pool.clone();
+    crate::sql::tests::first_attempt_acks_leave_no_row(&b, || {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query_as(
+                "SELECT sequence, status, attempt::bigint FROM rheo_deliveries ORDER BY sequence",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        })
+    })
+    .await;
+}
