@@ -14,8 +14,8 @@ use serde_json::json;
 
 use crate::backend::{Backend, CreateStream, FetchRequest, Partitions, Result};
 use crate::model::{
-    ConsumerId, EventInput, GroupName, GroupOrdering, GroupSpec, HandlerName, Lease, SettleOp,
-    Settlement, StreamName,
+    ConsumerId, EventInput, GroupName, GroupOrdering, GroupSpec, HandlerName, Lease, Settlement,
+    StreamName,
 };
 use crate::runtime::{CountersSnapshot, Handler, HandlerSettings, Runtime, Version};
 use crate::settle::HandlerOutcome;
@@ -226,10 +226,7 @@ pub async fn fetch_and_ack(
     }
     let acks = leases
         .into_iter()
-        .map(|l| Settlement {
-            target: l.into_target(),
-            op: SettleOp::Ack,
-        })
+        .map(|l| Settlement::ack(l.into_target()))
         .collect();
     for r in backend.settle(stream, group, acks).await? {
         r?;
@@ -374,10 +371,7 @@ pub async fn cold_start(backend: &dyn Backend, handler: &dyn Handler) -> Result<
             "the handler's first call did not ack: {outcome:?}"
         )));
     }
-    let ack = Settlement {
-        target: lease.into_target(),
-        op: SettleOp::Ack,
-    };
+    let ack = Settlement::ack(lease.into_target());
     for r in backend.settle(&stream, &group, vec![ack]).await? {
         r?;
     }

@@ -112,12 +112,11 @@ fn migrate_creates_a_sqlite_schema_once() {
     let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
-    assert!(first.contains("applied 7 migration(s)"), "{first}");
+    assert!(first.contains("applied 6 migration(s)"), "{first}");
     assert!(first.contains("0001 streams and events"), "{first}");
     assert!(first.contains("0003 scan floors"), "{first}");
     assert!(first.contains("0005 ordering"), "{first}");
     assert!(first.contains("0007 retention"), "{first}");
-    assert!(first.contains("0009 first acks leave no row"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(second.contains("up to date"), "{second}");
@@ -138,7 +137,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     };
     let fresh = status();
     assert!(
-        fresh.starts_with("sqlite: 0 applied, 7 pending\n"),
+        fresh.starts_with("sqlite: 0 applied, 6 pending\n"),
         "{fresh}"
     );
     assert!(
@@ -149,11 +148,11 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(ok, "{err}");
     let migrated = status();
     assert!(
-        migrated.starts_with("sqlite: 7 applied, 0 pending\n"),
+        migrated.starts_with("sqlite: 6 applied, 0 pending\n"),
         "{migrated}"
     );
     assert!(
-        migrated.contains("  applied  0009 first acks leave no row\n"),
+        migrated.contains("  applied  0007 retention\n"),
         "{migrated}"
     );
 
@@ -171,7 +170,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(recorded.success());
     let newer = status();
     assert!(
-        newer.starts_with("sqlite: 7 applied, 0 pending, 1 unknown to this rheo"),
+        newer.starts_with("sqlite: 6 applied, 0 pending, 1 unknown to this rheo"),
         "{newer}"
     );
     assert!(newer.contains("  unknown  9999\n"), "{newer}");
@@ -191,10 +190,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
             err.contains("the store's schema is at migration 9999, newer than this rheo"),
             "{err}"
         );
-        assert!(
-            err.contains("its newest is 0009 first acks leave no row"),
-            "{err}"
-        );
+        assert!(err.contains("its newest is 0007 retention"), "{err}");
     }
 }
 

@@ -20,7 +20,7 @@ use crate::clock::SystemClock;
 use crate::handlers::{HandlerRegistry, HandlerView, Manifest};
 use crate::model::{
     ConsumerId, Event, EventId, EventInput, GroupName, GroupSpec, HandlerName, JsonObject, Lag,
-    Query, SettleOp, Settlement, StreamName, parse_where,
+    Query, Settlement, StreamName, parse_where,
 };
 use crate::wasm::{EngineOptions, WasmEngine};
 
@@ -462,10 +462,7 @@ impl Demo {
         let hole = held.remove(1);
         let acks = held
             .into_iter()
-            .map(|l| Settlement {
-                target: l.into_target(),
-                op: SettleOp::Ack,
-            })
+            .map(|l| Settlement::ack(l.into_target()))
             .collect();
         for r in self.backend.settle(orders, &audit, acks).await? {
             r?;
@@ -484,14 +481,7 @@ impl Demo {
             show(&lag)
         );
         self.backend
-            .settle(
-                orders,
-                &audit,
-                vec![Settlement {
-                    target: hole.into_target(),
-                    op: SettleOp::Ack,
-                }],
-            )
+            .settle(orders, &audit, vec![Settlement::ack(hole.into_target())])
             .await?
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?;

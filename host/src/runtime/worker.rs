@@ -48,8 +48,10 @@ impl WorkerControl {
     }
 }
 
-/// Held leases, for the renewer and for dropping lost ones.
-type Inflight = Arc<Mutex<HashMap<EventId, Tracked>>>;
+/// Held leases, for the renewer and for dropping lost ones. foldhash, as
+/// the memory store's id index: fast on short ids and seeded per process
+/// (SipHash was 2.6% of a memory end-to-end run, docs/benchmarks.md).
+type Inflight = Arc<Mutex<HashMap<EventId, Tracked, foldhash::fast::RandomState>>>;
 
 #[derive(Debug)]
 struct Tracked {

@@ -652,23 +652,82 @@ fn gated(plan: &[String], line: usize) -> bool {
     false
 }
 
-/// `crate::sql::tests::first_attempt_acks_leave_no_row` on PostgreSQL.
+/// An ack on a delivery's first attempt deletes its row, one on a later
+/// attempt keeps it as 'acked', and a delivery at or before the group's
+/// start keeps it whatever its attempt
+/// (`migrations/postgres/0009_first_acks_leave_no_row.sql`). Single acks
+/// and batch acks alike.
 #[tokio::test]
 async fn first_attempt_acks_leave_no_row() {
+    use rheo_core::backend::{CreateStream, FetchRequest, Partitions, Replay};
+    use rheo_core::model::{
+        ConsumerId, EventInput, GroupName, GroupSpec, Settlement, StartAfter, StartPosition,
+        StreamName,
+    };
     let Some(b) = one_node(frozen()).await else {
         return;
     };
     let pool = b.dialect.pool.clone();
-    crate::sql::tests::first_attempt_acks_leave_no_row(&b, || {
-        let pool = pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(
-                "SELECT sequence, status, attempt::bigint FROM rheo_deliveries ORDER BY sequence",
-            )
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-        })
-    })
-    .await;
+    let rows = || async {
+        let rows: Vec<(i64, String, i32)> = sqlx::query_as(
+            "SELECT sequence, status, attempt FROM rheo_deliveries ORDER BY sequence",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        rows
+    };
+    let row = |seq: i64, status: &str, attempt: i32| (seq, status.to_owned(), attempt);
+    let (s, g) = (
+        StreamName::parse("orders").unwrap(),
+        GroupName::parse("billing").unwrap(),
+    );
+    let stream = CreateStream {
+        name: s.clone(),
+        partition_count: 1,
+        retention: None,
+    };
+    b.create_stream(stream).await.unwrap();
+    let appended = b.append(&s, vec![EventInput::default(); 5]).await.unwrap();
+    let mut spec = GroupSpec::new(g.clone());
+    spec.start = StartPosition::After(StartAfter::All(1));
+    b.create_group(&s, spec).await.unwrap();
+    let fetch = |limit| FetchRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit,
+        consumer_id: ConsumerId::parse("c1").unwrap(),
+        lease_ms: 60_000,
+        partitions: Partitions::All,
+    };
+    let leases = b.fetch(fetch(4)).await.unwrap();
+    b.ack(&s, &g, leases[0].target()).await.unwrap();
+    b.nack(&s, &g, leases[1].target(), None, None)
+        .await
+        .unwrap();
+    let batch = leases[2..]
+        .iter()
+        .map(|l| Settlement::ack(l.target()))
+        .collect();
+    for result in b.settle(&s, &g, batch).await.unwrap() {
+        result.unwrap();
+    }
+    assert_eq!(
+        rows().await,
+        vec![row(3, "available", 1)],
+        "first attempts leave no row"
+    );
+    let again = b.fetch(fetch(4)).await.unwrap();
+    assert_eq!(again[0].attempt, 2);
+    b.ack(&s, &g, again[0].target()).await.unwrap();
+    assert_eq!(rows().await, vec![row(3, "acked", 2)]);
+    // The event before the start comes back never delivered, is claimed
+    // once and acked: it keeps its row, or a second replay would take it
+    // for never delivered again.
+    let before = Replay::EventIds(vec![appended[0].event.id.clone()]);
+    assert_eq!(b.replay(&s, &g, before).await.unwrap(), 1);
+    let first = b.fetch(fetch(4)).await.unwrap();
+    assert_eq!(first[0].attempt, 1);
+    b.ack(&s, &g, first[0].target()).await.unwrap();
+    assert_eq!(rows().await, vec![row(1, "acked", 1), row(3, "acked", 2)]);
 }

@@ -109,7 +109,7 @@ macro_rules! with_statements {
             fetch_open, fetch_lease,
             fetch_window, gates_busy, fetch_park, release_gates, regate,
             advance_cursors, delivery_by_event, renew,
-            settle_acks_forget, settle_acks, settle_retry, settle_dead,
+            settle_acks, settle_retry, settle_dead,
             lag_open, dead_count, dead_letters, leases, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
             lower_floors, reset_partitions, set_cursors, set_ordering,
@@ -568,4 +568,4 @@ pub(crate) mod retention_rows;
 #[cfg(test)]
 pub(crate) mod stale_nodes;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -33,9 +33,9 @@ impl<D: Dialect> SqlBackend<D> {
             // Not in an ordered group, whose acks also let gates through.
             let mut conn = self.conn(Access::Write).await?;
             let config = self.group_config(&mut conn, s, g).await?;
-            if config.ordering != GroupOrdering::None || !acks_in_one_statement::<D>() {
+            if config.ordering != GroupOrdering::None {
                 drop(conn);
-                return self.ack_in_tx(s, g, &items).await;
+                return self.ack_ordered(s, g, &items).await;
             }
             let targets: Vec<&SettleTarget> = items.iter().map(|i| &i.target).collect();
             // It commits on its own: a lost connection leaves it unknown.
@@ -73,10 +73,10 @@ impl<D: Dialect> SqlBackend<D> {
         self.settle_in_tx(s, g, items, now).await
     }
 
-    /// Acks a batch in one transaction: the acks (one statement, or two
-    /// where the dialect deletes first attempts apart), then the gates they
-    /// settled in an ordered group let their next delivery through.
-    async fn ack_in_tx(
+    /// Acks a batch of an ordered group in one transaction: one statement
+    /// for the acks, then the gates they settled let their next delivery
+    /// through.
+    async fn ack_ordered(
         &self,
         s: &StreamName,
         g: &GroupName,
@@ -248,12 +248,8 @@ impl<D: Dialect> SqlBackend<D> {
             g,
             Arg::Rows(vec![Column::Text(events), Column::Text(leases)])
         ];
-        // First attempts leave no row (settle_acks_forget.sql, where the
-        // dialect does it apart from settle_acks.sql).
-        let mut acked =
-            rows_in::<D>(conn, Statement::settle_acks_forget, args.clone(), phase).await?;
-        acked.extend(rows_in::<D>(conn, Statement::settle_acks, args, phase).await?);
-        acked
+        rows_in::<D>(conn, Statement::settle_acks, args, phase)
+            .await?
             .iter()
             .map(|r| {
                 let gate = match r.opt_text(2)? {
@@ -264,14 +260,6 @@ impl<D: Dialect> SqlBackend<D> {
             })
             .collect()
     }
-}
-
-/// Whether the dialect acks a batch in one statement (PostgreSQL's
-/// `rheo_ack` deletes first attempts and marks the rest), which then needs
-/// no transaction around it; SQLite runs `settle_acks_forget.sql` and then
-/// `settle_acks.sql`, in one transaction.
-fn acks_in_one_statement<D: Dialect>() -> bool {
-    !super::has_sql(D::statement(Statement::settle_acks_forget))
 }
 
 /// Per target of a batch ack: acked, or `stale_lease` when [`ack_many`]

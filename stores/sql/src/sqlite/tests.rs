@@ -203,7 +203,6 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         Statement::events_at,
         Statement::delivery_by_event,
         Statement::renew,
-        Statement::settle_acks_forget,
         Statement::settle_acks,
         Statement::settle_retry,
         Statement::settle_dead,
@@ -462,24 +461,4 @@ async fn a_store_without_auto_vacuum_keeps_its_mode() {
     assert!(free > 0);
     b.reclaim().await.unwrap();
     assert_eq!(pragma(&b, "freelist_count").await, free, "kept for reuse");
-}
-
-/// `crate::sql::tests::first_attempt_acks_leave_no_row` on SQLite.
-#[tokio::test]
-async fn first_attempt_acks_leave_no_row() {
-    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
-    let b = SqliteBackend::open_temporary(clock).await.unwrap();
-    let pool = b.dialect.writer.clone();
-    crate::sql::tests::first_attempt_acks_leave_no_row(&b, || {
-        let pool = pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(
-                "SELECT sequence, status, attempt FROM rheo_deliveries ORDER BY sequence",
-            )
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-        })
-    })
-    .await;
 }

@@ -1,14 +1,8 @@
--- Deliveries for the events of a replayed range the group has no row of;
--- ?6 is the group's ordering, which names each one's gate. An event at or
--- before the partition's `started_after` was never delivered (attempt 0);
--- one after it was acked on its first attempt, which left no row
--- (migrations/sqlite/0009_first_acks_leave_no_row.sql): attempt 1.
+-- Deliveries for the events of a replayed range the group never had; ?6 is
+-- the group's ordering, which names each one's gate.
 INSERT INTO rheo_deliveries (stream, group_name, partition, sequence, event_id, status, attempt, gate)
-SELECT e.stream, ?2, e.partition, e.sequence, e.id, 'available',
-       CASE WHEN e.sequence > gp.started_after THEN 1 ELSE 0 END,
-       CASE ?6 WHEN 'key' THEN e.key WHEN 'partition' THEN '' END
-FROM rheo_events AS e
-JOIN rheo_group_partitions AS gp
-  ON gp.stream = e.stream AND gp.group_name = ?2 AND gp.partition = e.partition
-WHERE e.stream = ?1 AND e.partition = ?3 AND e.sequence > ?4 AND e.sequence < ?5
+SELECT stream, ?2, partition, sequence, id, 'available', 0,
+       CASE ?6 WHEN 'key' THEN key WHEN 'partition' THEN '' END
+FROM rheo_events
+WHERE stream = ?1 AND partition = ?3 AND sequence > ?4 AND sequence < ?5
 ON CONFLICT DO NOTHING

@@ -1,6 +1,4 @@
--- A reset: the group starts after the sequence below its new cursor
--- (migrations/sqlite/0009_first_acks_leave_no_row.sql).
-UPDATE rheo_group_partitions SET cursor = c.value ->> 1, started_after = (c.value ->> 1) - 1
+UPDATE rheo_group_partitions SET cursor = c.value ->> 1
 FROM json_each(?3) AS c
 WHERE rheo_group_partitions.rowid = (
         SELECT gp.rowid FROM rheo_group_partitions AS gp

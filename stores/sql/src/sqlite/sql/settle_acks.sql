@@ -1,5 +1,3 @@
--- The second half of a batch ack, after settle_acks_forget.sql: the rest of
--- the batch's leased deliveries, fenced on their lease ids, stay as 'acked'.
 UPDATE rheo_deliveries SET status = 'acked', lease_id = NULL, available_at = NULL
 WHERE stream = ?1 AND group_name = ?2 AND status = 'leased'
   AND (event_id, lease_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?3))

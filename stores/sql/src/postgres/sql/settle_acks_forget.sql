@@ -1,2 +1,0 @@
--- Nothing here: rheo_ack (settle_acks.sql) deletes the deliveries acked on
--- their first attempt itself (migrations/postgres/0009_first_acks_leave_no_row.sql).
