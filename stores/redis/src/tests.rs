@@ -603,22 +603,10 @@ async fn settles_follow_the_policy_and_are_fenced() {
     let mut mismatched = l[4].target();
     mismatched.receipt = Some("not-it".into());
     let batch = vec![
-        Settlement {
-            target: forged,
-            op: SettleOp::Ack,
-        },
-        Settlement {
-            target: mismatched,
-            op: SettleOp::Ack,
-        },
-        Settlement {
-            target: l[4].target(),
-            op: SettleOp::Ack,
-        },
-        Settlement {
-            target: l[4].target(),
-            op: SettleOp::Ack,
-        },
+        Settlement::ack(forged),
+        Settlement::ack(mismatched),
+        Settlement::ack(l[4].target()),
+        Settlement::ack(l[4].target()),
     ];
     let results: Vec<&str> = b
         .settle(&s, &g, batch)
@@ -858,10 +846,7 @@ async fn an_ack_keeps_a_record_only_after_a_retry_and_replay_counts_on() {
     let again = fetch(&b, &s, &g, 3).await;
     assert_eq!(positions(&again), [(0, 2, 2)]);
     // All acks of leases this node fetched: one unread, guarded batch.
-    let acks = vec![Settlement {
-        target: again[0].target(),
-        op: SettleOp::Ack,
-    }];
+    let acks = vec![Settlement::ack(again[0].target())];
     assert!(b.settle(&s, &g, acks).await.unwrap()[0].is_ok());
     assert_eq!(
         record_fields(&b, &s, &g).await,
@@ -1046,10 +1031,7 @@ async fn queries_filter_order_and_page_like_every_backend() {
 }
 
 async fn settle_err(b: &RedisBackend, l: &Lease) -> rheo_core::backend::Result<()> {
-    let item = Settlement {
-        target: SettleTarget { ..l.target() },
-        op: SettleOp::Ack,
-    };
+    let item = Settlement::ack(SettleTarget { ..l.target() });
     b.settle(&l.stream, &l.group, vec![item])
         .await?
         .pop()

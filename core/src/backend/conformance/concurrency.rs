@@ -416,7 +416,7 @@ pub async fn next_due_reports_expiry_and_retry_times(h: &Harness) {
 /// answers `stale_lease` (docs/groups.md#leases-and-fencing), under every
 /// ordering.
 pub async fn racing_settles_of_one_lease_let_exactly_one_win(h: &Harness) {
-    use crate::model::{GroupOrdering, GroupSpec, SettleOp, Settlement};
+    use crate::model::{GroupOrdering, GroupSpec, Settlement};
     for ordering in [GroupOrdering::None, GroupOrdering::Key] {
         let s = h.stream(&format!("race-{}", ordering.as_str()), 1).await;
         let mut spec = GroupSpec::new(gn("g"));
@@ -445,10 +445,7 @@ pub async fn racing_settles_of_one_lease_let_exactly_one_win(h: &Harness) {
                         if i % 2 == 0 {
                             ack_on(&*b, &lease).await
                         } else {
-                            let item = Settlement {
-                                target: lease.target(),
-                                op: SettleOp::Ack,
-                            };
+                            let item = Settlement::ack(lease.target());
                             let results = b.settle(&lease.stream, &lease.group, vec![item]);
                             results.await?.pop().expect("one result")
                         }

@@ -957,14 +957,8 @@ pub async fn batch_settle_after_a_settle_is_stale_whatever_the_receipt(h: &Harne
                 delay_ms: None,
             },
         },
-        Settlement {
-            target: tampered.clone(),
-            op: SettleOp::Ack,
-        },
-        Settlement {
-            target: l[1].target(),
-            op: SettleOp::Ack,
-        },
+        Settlement::ack(tampered.clone()),
+        Settlement::ack(l[1].target()),
     ];
     let results = h.b().settle(&s, &g, items).await.expect("settle");
     let got: Vec<&str> = results.into_iter().map(outcome).collect();

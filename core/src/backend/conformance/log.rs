@@ -11,8 +11,8 @@ use crate::backend::{
 };
 use crate::model::{
     Direction, Event, EventInput, GroupName, GroupSpec, JsonObject, LeaseId, MAX_KEY_LEN,
-    MAX_TYPE_LEN, OrderBy, OrderField, Page, Query, QueryCursor, SettleOp, SettleTarget,
-    Settlement, StreamName, Timestamp, json_eq, kafka_partition, parse_where,
+    MAX_TYPE_LEN, OrderBy, OrderField, Page, Query, QueryCursor, SettleTarget, Settlement,
+    StreamName, Timestamp, json_eq, kafka_partition, parse_where,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -121,10 +121,7 @@ async fn group_op_codes(
         lease_id: LeaseId::parse("l1").expect("lease id"),
         receipt: None,
     };
-    let ack = Settlement {
-        target: target.clone(),
-        op: SettleOp::Ack,
-    };
+    let ack = Settlement::ack(target.clone());
     let renew = RenewRequest {
         stream: s.clone(),
         group: g.clone(),

@@ -385,10 +385,7 @@ async fn a_settle_rolled_back_to_break_a_deadlock_runs_again() {
                 delay_ms: Some(0),
             },
         },
-        Settlement {
-            target: second.target(),
-            op: SettleOp::Ack,
-        },
+        Settlement::ack(second.target()),
     ];
     let backend = Arc::clone(&h.backend);
     let (s2, g2) = (s.clone(), g.clone());
