@@ -1441,6 +1441,10 @@ impl RedisBackend {
             }
         }
         let mut out = Vec::with_capacity(routed.len());
+        // Per partition, the timestamp of the event last written: the time
+        // index keeps the first of each run of equal ones
+        // ([`Self::write_event`]).
+        let mut last_stamp: HashMap<u32, Timestamp> = HashMap::new();
         for ((input, partition), fresh) in routed.iter().zip(&plan.fresh) {
             if !fresh {
                 let id = input
@@ -1454,11 +1458,19 @@ impl RedisBackend {
             let sequence = *seq;
             *seq += 1;
             let mut input = input.clone();
-            let id = input.id.take().unwrap_or_else(EventId::generate);
+            // A given id must not be taken meanwhile; a generated one (a
+            // UUIDv7, 74 random bits) is new, so it needs no guard.
+            let id = match input.id.take() {
+                Some(id) => {
+                    cas.hget_is(&ids_key, id.as_str(), None);
+                    id
+                }
+                None => EventId::generate(),
+            };
             let event =
                 Arc::new(input.into_event(id.clone(), stream.clone(), *partition, sequence, now));
-            cas.hget_is(&ids_key, id.as_str(), None);
-            self.write_event(&mut cas, &event)?;
+            let starts_run = last_stamp.insert(*partition, event.timestamp) != Some(event.timestamp);
+            self.write_event(&mut cas, &event, starts_run)?;
             cas.write(&[
                 "HSET",
                 &ids_key,
@@ -1506,15 +1518,26 @@ impl RedisBackend {
     }
 
     /// The `XADD` of one event: entry id `<sequence>-0` and one field,
-    /// `event`, holding the event as JSON ([`LogEntry`]).
-    fn write_event(&self, cas: &mut Cas, event: &Event) -> Result<()> {
+    /// `event`, holding the event as JSON ([`LogEntry`]). With `starts_run`
+    /// (its timestamp is not that of the event an append wrote just before
+    /// it to its partition), its sequence goes into the time index too.
+    ///
+    /// The time index keeps one member per run of equal timestamps, its
+    /// first sequence: the lowest sequence stamped at or after an instant
+    /// is the first of some run, so [`Self::first_at_or_after`] finds it
+    /// among them, and a batch of 50 events stamped alike adds one member,
+    /// not 50. A trim that cuts a run adds its new first
+    /// (`retention.rs`).
+    fn write_event(&self, cas: &mut Cas, event: &Event, starts_run: bool) -> Result<()> {
         let key = self.keys.log(&event.stream, event.partition);
         let entry = claims::entry_id(event.sequence);
-        let ts = event.timestamp.as_millis();
         let body = rheo_core::backend::entry::encode(event).map_err(|e| corrupt("event", e))?;
         cas.write(&["XADD", &key, &entry, "event", &body]);
-        let times = self.keys.times(&event.stream, event.partition);
-        cas.write(&["ZADD", &times, &ts.to_string(), &event.sequence.to_string()]);
+        if starts_run {
+            let times = self.keys.times(&event.stream, event.partition);
+            let ts = event.timestamp.as_millis().to_string();
+            cas.write(&["ZADD", &times, &ts, &event.sequence.to_string()]);
+        }
         Ok(())
     }
 

@@ -162,12 +162,13 @@ impl RedisBackend {
             .map(|(name, raw)| Ok((group_name(&name)?, raw)))
             .collect::<Result<Vec<(GroupName, String)>>>()?;
 
-        // The removed events, and each group's cursor and records of them.
+        // The removed events and the one after them (the time index's new
+        // first of its run), and each group's cursor and records of them.
         let mut pipe = redis::pipe();
         pipe.cmd("XRANGE")
             .arg(k.log(s, p))
             .arg(entry_id(first))
-            .arg(entry_id(upto - 1));
+            .arg(entry_id(upto));
         for (name, _) in &groups {
             pipe.cmd("HGET").arg(k.cursors(s, name)).arg(p);
             pipe.cmd("HMGET").arg(k.deliveries(s, name, p)).arg(&seqs);
@@ -179,10 +180,17 @@ impl RedisBackend {
         let mut replies = replies.into_iter();
         let mut next = || replies.next().ok_or_else(|| corrupt("reply", "too short"));
         let entries: Vec<Entry> = value(next()?)?;
-        let events = entries
+        let mut events = entries
             .into_iter()
             .map(|(entry, fields)| super::decode_event(s, p, &entry, fields))
             .collect::<Result<Vec<Event>>>()?;
+        let kept_first = events
+            .last()
+            .filter(|e| e.sequence == upto)
+            .map(|e| e.timestamp);
+        if kept_first.is_some() {
+            events.pop();
+        }
         let whole = events.len() == seqs.len()
             && events.iter().zip(&seqs).all(|(e, seq)| e.sequence == *seq);
         if !whole {
@@ -292,6 +300,14 @@ impl RedisBackend {
             let mut command = vec!["ZREM", times.as_str()];
             command.extend(chunk.iter().map(String::as_str));
             cas.write(&command);
+        }
+        // The time index keeps the first sequence of each run of equal
+        // timestamps (`RedisBackend::write_event`): the first event kept
+        // becomes a member, in case its run began among those removed (a
+        // member already, it keeps its score, which is its timestamp).
+        if let Some(stamp) = kept_first {
+            let (score, member) = (stamp.as_millis().to_string(), upto.to_string());
+            cas.write(&["ZADD", &times, &score, &member]);
         }
         cas.write(&["HSET", &hw_key, &first_field(p), &upto.to_string()]);
         if !skipped.is_empty() {

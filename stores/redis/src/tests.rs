@@ -472,6 +472,60 @@ async fn groups_start_where_the_policy_says_and_are_listed_sorted() {
     assert_eq!(code(b.list_groups(&sn("nope")).await), "stream_not_found");
 }
 
+/// The time index keeps the first sequence of each run of equal
+/// timestamps in an append (`RedisBackend::write_event`); the lowest
+/// sequence stamped at or after an instant is found among them, before
+/// and after trims that cut a run.
+#[tokio::test]
+async fn the_time_index_keeps_the_first_of_each_run_and_finds_every_start() {
+    use rheo_core::backend::{Backend, TrimRequest};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "stamped", 1).await;
+    let at = |ms: i64| EventInput {
+        timestamp: Some(Timestamp::from_millis(START.as_millis() + ms)),
+        ..EventInput::default()
+    };
+    // Sequences 1..=6 stamped +10 +10 +20 +20 +20 +10 in one append, then
+    // 7 and 8 at +20 in another.
+    let stamps = [10, 10, 20, 20, 20, 10];
+    b.append(&s, stamps.map(at).to_vec()).await.unwrap();
+    b.append(&s, vec![at(20), at(20)]).await.unwrap();
+    let times = b.keys.times(&s, 0);
+    let mut kept = members(&b, times.clone()).await;
+    kept.sort_by_key(|m| m.parse::<u64>().unwrap());
+    assert_eq!(kept, ["1", "3", "6", "7"]);
+    let first = async |ms: i64| {
+        let t = Timestamp::from_millis(START.as_millis() + ms);
+        b.first_at_or_after(&s, 0, t).await.unwrap()
+    };
+    // Every event's own stamp, checked against a scan of all of them.
+    let all = [10, 10, 20, 20, 20, 10, 20, 20];
+    let scan = |ms: i64| (1u64..).zip(all).find(|(_, t)| *t >= ms).map(|(seq, _)| seq);
+    for ms in [0, 10, 11, 20, 21] {
+        assert_eq!(first(ms).await, scan(ms), "+{ms}");
+    }
+    // A trim before 2 cuts the run 1..=2; one before 5 cuts 3..=5.
+    let trim = async |before: u64| {
+        let req = TrimRequest {
+            stream: s.clone(),
+            partition: 0,
+            before,
+            limit: 1000,
+        };
+        Backend::trim(&b, req).await.expect("trim");
+    };
+    trim(2).await;
+    assert_eq!((first(0).await, first(10).await, first(20).await), (Some(2), Some(2), Some(3)));
+    trim(5).await;
+    // 5 (+20) and 6 (+10) are left of the first append, 7 and 8 (+20).
+    assert_eq!((first(0).await, first(10).await, first(20).await), (Some(5), Some(5), Some(5)));
+    trim(6).await;
+    assert_eq!((first(10).await, first(11).await, first(21).await), (Some(6), Some(7), None));
+    let mut kept = members(&b, times).await;
+    kept.sort_by_key(|m| m.parse::<u64>().unwrap());
+    assert_eq!(kept, ["6", "7"]);
+}
+
 /// Stream `s` (`partitions`), group `g` (`max_attempts`), `per` events in
 /// every partition.
 async fn consuming(
@@ -1763,7 +1817,9 @@ async fn a_trim_leaves_no_key_or_field_of_the_events_it_removed() {
     let mut kept: Vec<&str> = ids.keys().map(String::as_str).collect();
     kept.sort_by_key(|id| id[1..].parse::<u32>().unwrap());
     assert_eq!(kept, ["e1", "e3", "e5", "e7", "e8", "e9", "e10", "e11"]);
-    assert_eq!(members(&b, b.keys.times(&s, 0)).await, ["5", "6"]);
+    // The time index keeps the first of each run of equal timestamps: the
+    // six events were stamped alike, so 5 is the first kept.
+    assert_eq!(members(&b, b.keys.times(&s, 0)).await, ["5"]);
     let hw = hash(&b, b.keys.high_watermarks(&s)).await;
     assert_eq!(hw.get("first:0").map(String::as_str), Some("5"));
     assert_eq!(hw.get("first:1"), None, "partition 1 starts at 1");
