@@ -203,12 +203,13 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
-        first.starts_with("postgres: applied 9 migration(s)"),
+        first.starts_with("postgres: applied 10 migration(s)"),
         "{first}"
     );
     assert!(first.contains("0004 cluster"), "{first}");
     assert!(first.contains("0008 ack by event"), "{first}");
     assert!(first.contains("0009 first acks leave no row"), "{first}");
+    assert!(first.contains("0010 acks by position"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert_eq!(

@@ -259,6 +259,14 @@ impl SqlBackend<PostgresDialect> {
                 // planner take it whatever the statistics said at planning
                 // time. Without an index path a scan is still possible.
                 ("enable_seqscan", "off"),
+                // No JIT compilation: what `enable_seqscan = off` leaves as
+                // a sequential scan (the one-row catalog generation, read
+                // every second) is costed at 10^10, far above the JIT's
+                // threshold, so it was compiled on every execution: 60-70 ms
+                // the first time on a connection and 6 ms after, a call in
+                // a hundred (docs/benchmarks.md). Nothing here runs long
+                // enough for compiled code to pay.
+                ("jit", "off"),
             ])
             // No session may hold locks for long, or wait for ever
             // (session.rs, docs/cluster.md#a-node-cut-off-from-the-store).
