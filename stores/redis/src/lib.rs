@@ -1469,7 +1469,8 @@ impl RedisBackend {
             };
             let event =
                 Arc::new(input.into_event(id.clone(), stream.clone(), *partition, sequence, now));
-            let starts_run = last_stamp.insert(*partition, event.timestamp) != Some(event.timestamp);
+            let starts_run =
+                last_stamp.insert(*partition, event.timestamp) != Some(event.timestamp);
             self.write_event(&mut cas, &event, starts_run)?;
             cas.write(&[
                 "HSET",

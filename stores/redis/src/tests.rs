@@ -500,7 +500,12 @@ async fn the_time_index_keeps_the_first_of_each_run_and_finds_every_start() {
     };
     // Every event's own stamp, checked against a scan of all of them.
     let all = [10, 10, 20, 20, 20, 10, 20, 20];
-    let scan = |ms: i64| (1u64..).zip(all).find(|(_, t)| *t >= ms).map(|(seq, _)| seq);
+    let scan = |ms: i64| {
+        (1u64..)
+            .zip(all)
+            .find(|(_, t)| *t >= ms)
+            .map(|(seq, _)| seq)
+    };
     for ms in [0, 10, 11, 20, 21] {
         assert_eq!(first(ms).await, scan(ms), "+{ms}");
     }
@@ -515,12 +520,21 @@ async fn the_time_index_keeps_the_first_of_each_run_and_finds_every_start() {
         Backend::trim(&b, req).await.expect("trim");
     };
     trim(2).await;
-    assert_eq!((first(0).await, first(10).await, first(20).await), (Some(2), Some(2), Some(3)));
+    assert_eq!(
+        (first(0).await, first(10).await, first(20).await),
+        (Some(2), Some(2), Some(3))
+    );
     trim(5).await;
     // 5 (+20) and 6 (+10) are left of the first append, 7 and 8 (+20).
-    assert_eq!((first(0).await, first(10).await, first(20).await), (Some(5), Some(5), Some(5)));
+    assert_eq!(
+        (first(0).await, first(10).await, first(20).await),
+        (Some(5), Some(5), Some(5))
+    );
     trim(6).await;
-    assert_eq!((first(10).await, first(11).await, first(21).await), (Some(6), Some(7), None));
+    assert_eq!(
+        (first(10).await, first(11).await, first(21).await),
+        (Some(6), Some(7), None)
+    );
     let mut kept = members(&b, times).await;
     kept.sort_by_key(|m| m.parse::<u64>().unwrap());
     assert_eq!(kept, ["6", "7"]);

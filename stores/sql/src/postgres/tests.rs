@@ -785,7 +785,9 @@ async fn a_batch_ack_reads_one_index_entry_per_ack_after_an_empty_analyze() {
         retention: None,
     };
     b.create_stream(stream).await.unwrap();
-    b.append(&s, vec![EventInput::default(); 150]).await.unwrap();
+    b.append(&s, vec![EventInput::default(); 150])
+        .await
+        .unwrap();
     b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
     let fetch = |limit| FetchRequest {
         stream: s.clone(),
