@@ -86,13 +86,19 @@ fn options(schema: &str) -> PostgresOptions {
 
 /// A backend on a fresh schema (migrated), which goes with it.
 async fn one_node(clock: SharedClock) -> Option<PostgresBackend> {
+    Some(one_node_at(clock).await?.0)
+}
+
+/// [`one_node`], with the URL and the schema it is in (for a session of
+/// the test's own beside it).
+async fn one_node_at(clock: SharedClock) -> Option<(PostgresBackend, String, String)> {
     let url = url()?;
     let schema = fresh_schema(&url).await;
     let mut backend = PostgresBackend::connect_with(&url, options(&schema), clock, true)
         .await
         .expect("connect to TEST_POSTGRES_URL and migrate");
     backend.janitor = Some(janitor(&url, &schema));
-    Some(backend)
+    Some((backend, url, schema))
 }
 
 async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
@@ -596,12 +602,9 @@ async fn generic_plan(url: &str, schema: &str, sql: &str, args: &str) -> Vec<Str
 #[tokio::test]
 async fn hot_statements_reach_rows_by_key_in_generic_plans() {
     use crate::sql::{Dialect, Statement};
-    let Some(url) = url() else { return };
-    let schema = fresh_schema(&url).await;
-    let mut backend = PostgresBackend::connect_with(&url, options(&schema), frozen(), true)
-        .await
-        .expect("connect to TEST_POSTGRES_URL and migrate");
-    backend.janitor = Some(janitor(&url, &schema));
+    let Some((_backend, url, schema)) = one_node_at(frozen()).await else {
+        return;
+    };
     let (s, g, ts) = ("'s'", "'g'", "'2026-01-01T00:00:00Z'");
     let hot = [
         (
@@ -677,6 +680,45 @@ fn gated(plan: &[String], line: usize) -> bool {
     false
 }
 
+/// Stream `orders` (one partition) holding `events` events, and the name
+/// `billing` for a group of it.
+async fn orders(
+    b: &PostgresBackend,
+    events: usize,
+) -> (
+    rheo_core::model::StreamName,
+    rheo_core::model::GroupName,
+    Vec<rheo_core::model::Appended>,
+) {
+    use rheo_core::backend::CreateStream;
+    use rheo_core::model::{EventInput, GroupName, StreamName};
+    let s = StreamName::parse("orders").unwrap();
+    let stream = CreateStream {
+        name: s.clone(),
+        partition_count: 1,
+        retention: None,
+    };
+    b.create_stream(stream).await.unwrap();
+    let appended = (b.append(&s, vec![EventInput::default(); events]).await).unwrap();
+    (s, GroupName::parse("billing").unwrap(), appended)
+}
+
+/// A fetch of up to `limit` by consumer `c1`, leased for a minute.
+fn fetch_by_c1(
+    s: &rheo_core::model::StreamName,
+    g: &rheo_core::model::GroupName,
+    limit: u32,
+) -> rheo_core::backend::FetchRequest {
+    rheo_core::backend::FetchRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit,
+        consumer_id: rheo_core::model::ConsumerId::parse("c1").unwrap(),
+        lease_ms: 60_000,
+        partitions: rheo_core::backend::Partitions::All,
+    }
+}
+
 /// An ack on a delivery's first attempt deletes its row, one on a later
 /// attempt keeps it as 'acked', and a delivery at or before the group's
 /// start keeps it whatever its attempt
@@ -684,11 +726,8 @@ fn gated(plan: &[String], line: usize) -> bool {
 /// and batch acks alike.
 #[tokio::test]
 async fn first_attempt_acks_leave_no_row() {
-    use rheo_core::backend::{CreateStream, FetchRequest, Partitions, Replay};
-    use rheo_core::model::{
-        ConsumerId, EventInput, GroupName, GroupSpec, Settlement, StartAfter, StartPosition,
-        StreamName,
-    };
+    use rheo_core::backend::Replay;
+    use rheo_core::model::{GroupSpec, Settlement, StartAfter, StartPosition};
     let Some(b) = one_node(frozen()).await else {
         return;
     };
@@ -703,28 +742,11 @@ async fn first_attempt_acks_leave_no_row() {
         rows
     };
     let row = |seq: i64, status: &str, attempt: i32| (seq, status.to_owned(), attempt);
-    let (s, g) = (
-        StreamName::parse("orders").unwrap(),
-        GroupName::parse("billing").unwrap(),
-    );
-    let stream = CreateStream {
-        name: s.clone(),
-        partition_count: 1,
-        retention: None,
-    };
-    b.create_stream(stream).await.unwrap();
-    let appended = b.append(&s, vec![EventInput::default(); 5]).await.unwrap();
+    let (s, g, appended) = orders(&b, 5).await;
     let mut spec = GroupSpec::new(g.clone());
     spec.start = StartPosition::After(StartAfter::All(1));
     b.create_group(&s, spec).await.unwrap();
-    let fetch = |limit| FetchRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        limit,
-        consumer_id: ConsumerId::parse("c1").unwrap(),
-        lease_ms: 60_000,
-        partitions: Partitions::All,
-    };
+    let fetch = |limit| fetch_by_c1(&s, &g, limit);
     let leases = b.fetch(fetch(4)).await.unwrap();
     b.ack(&s, &g, leases[0].target()).await.unwrap();
     b.nack(&s, &g, leases[1].target(), None, None)
@@ -766,37 +788,14 @@ async fn first_attempt_acks_leave_no_row() {
 /// server's index statistics, on a session set up as the store's are.
 #[tokio::test]
 async fn a_batch_ack_reads_one_index_entry_per_ack_after_an_empty_analyze() {
-    use rheo_core::backend::{CreateStream, FetchRequest, Partitions};
-    use rheo_core::model::{ConsumerId, EventInput, GroupName, GroupSpec, Settlement, StreamName};
+    use rheo_core::model::{GroupSpec, Settlement};
     use sqlx::Connection as _;
-    let Some(url) = url() else { return };
-    let schema = fresh_schema(&url).await;
-    let mut b = PostgresBackend::connect_with(&url, options(&schema), frozen(), true)
-        .await
-        .expect("connect to TEST_POSTGRES_URL and migrate");
-    b.janitor = Some(janitor(&url, &schema));
-    let (s, g) = (
-        StreamName::parse("orders").unwrap(),
-        GroupName::parse("billing").unwrap(),
-    );
-    let stream = CreateStream {
-        name: s.clone(),
-        partition_count: 1,
-        retention: None,
+    let Some((b, url, schema)) = one_node_at(frozen()).await else {
+        return;
     };
-    b.create_stream(stream).await.unwrap();
-    b.append(&s, vec![EventInput::default(); 150])
-        .await
-        .unwrap();
+    let (s, g, _) = orders(&b, 150).await;
     b.create_group(&s, GroupSpec::new(g.clone())).await.unwrap();
-    let fetch = |limit| FetchRequest {
-        stream: s.clone(),
-        group: g.clone(),
-        limit,
-        consumer_id: ConsumerId::parse("c1").unwrap(),
-        lease_ms: 60_000,
-        partitions: Partitions::All,
-    };
+    let fetch = |limit| fetch_by_c1(&s, &g, limit);
     // 100 first acks: no row left, 100 dead entries in each index.
     for _ in 0..2 {
         let leases = b.fetch(fetch(50)).await.unwrap();
