@@ -779,15 +779,18 @@ async fn first_attempt_acks_leave_no_row() {
     assert_eq!(rows().await, vec![row(1, "acked", 1), row(3, "acked", 2)]);
 }
 
-/// A batch ack reads one index entry per ack, whatever the statistics
-/// say: after first-attempt acks (their rows deleted, their index entries
-/// left until a vacuum) and an `ANALYZE` that saw the table empty, 0009's
-/// lookup by event id was planned as a walk of every entry of the group —
-/// here, 100 acks before, 2,600 entries read for 50 acks
-/// (`migrations/postgres/0010_acks_by_position.sql`). Counted with the
-/// server's index statistics, on a session set up as the store's are.
+/// A batch ack, and a single settle's fence, read one index entry of the
+/// deliveries per lease, whatever the statistics say: after first-attempt
+/// acks (their rows deleted, their index entries left until a vacuum) and
+/// an `ANALYZE` that saw the table empty, a lookup by (stream, group,
+/// event id) was planned as a walk of every entry of the group — here,
+/// 100 acks before, 2,600 entries read for 50 acks
+/// (`migrations/postgres/0010_acks_by_position.sql`, `lease_by_event.sql`).
+/// Counted with the server's index statistics, on a session set up as the
+/// store's are.
 #[tokio::test]
 async fn a_batch_ack_reads_one_index_entry_per_ack_after_an_empty_analyze() {
+    use crate::sql::{Dialect, Statement};
     use rheo_core::model::{GroupSpec, Settlement};
     use sqlx::Connection as _;
     let Some((b, url, schema)) = one_node_at(frozen()).await else {
@@ -836,6 +839,22 @@ async fn a_batch_ack_reads_one_index_entry_per_ack_after_an_empty_analyze() {
     };
     let leases = b.fetch(fetch(50)).await.unwrap();
     assert_eq!(leases.len(), 50);
+    // The fence of a single settle or renew, for each lease.
+    let fence = super::PostgresDialect::statement(Statement::lease_by_event);
+    let before = entries_read(&mut conn).await;
+    for lease in &leases {
+        let row = sqlx::query(sqlx::AssertSqlSafe(fence))
+            .bind(s.as_str())
+            .bind(g.as_str())
+            .bind(lease.event_id.as_str())
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+        assert!(row.is_some(), "the fence finds {}", lease.event_id);
+    }
+    let read = entries_read(&mut conn).await - before;
+    assert!(read <= 100, "50 fences read {read} index entries");
+
     let before = entries_read(&mut conn).await;
     let events: Vec<&str> = leases.iter().map(|l| l.event_id.as_str()).collect();
     let lease_ids: Vec<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();

@@ -493,7 +493,7 @@ impl<D: Dialect> SqlBackend<D> {
         target: &SettleTarget,
     ) -> Result<Result<Held>> {
         let args = args![s, g, &target.event_id];
-        let Some(row) = one::<D>(conn, Statement::delivery_by_event, args).await? else {
+        let Some(row) = one::<D>(conn, Statement::lease_by_event, args).await? else {
             return Ok(Err(Error::StaleLease));
         };
         let status = row.text(2)?;

@@ -108,7 +108,7 @@ macro_rules! with_statements {
             fetch_poison, fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
             fetch_open, fetch_lease,
             fetch_window, gates_busy, fetch_park, release_gates, regate,
-            advance_cursors, delivery_by_event, renew,
+            advance_cursors, delivery_by_event, lease_by_event, renew,
             settle_acks, settle_retry, settle_dead,
             lag_open, dead_count, dead_letters, leases, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,

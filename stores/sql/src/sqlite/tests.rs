@@ -202,6 +202,7 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         Statement::advance_cursors,
         Statement::events_at,
         Statement::delivery_by_event,
+        Statement::lease_by_event,
         Statement::renew,
         Statement::settle_acks,
         Statement::settle_retry,
