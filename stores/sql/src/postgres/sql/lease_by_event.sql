@@ -6,9 +6,7 @@
 -- entry of the group (migrations/postgres/0010_acks_by_position.sql). A
 -- delivery whose event retention removed is never leased, so nothing
 -- fenced is missed; delivery_by_event still finds those (dead letters).
-SELECT d.partition, d.sequence, d.status, d.attempt, d.lease_id, d.consumer_id,
-       d.leased_at, d.expires_at
-FROM rheo_events e
+SELECT d.* FROM rheo_events e
 CROSS JOIN LATERAL (
     SELECT d.partition, d.sequence, d.status, d.attempt, d.lease_id, d.consumer_id,
            d.leased_at, d.expires_at
