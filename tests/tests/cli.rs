@@ -112,11 +112,12 @@ fn migrate_creates_a_sqlite_schema_once() {
     let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
-    assert!(first.contains("applied 6 migration(s)"), "{first}");
+    assert!(first.contains("applied 7 migration(s)"), "{first}");
     assert!(first.contains("0001 streams and events"), "{first}");
     assert!(first.contains("0003 scan floors"), "{first}");
     assert!(first.contains("0005 ordering"), "{first}");
     assert!(first.contains("0007 retention"), "{first}");
+    assert!(first.contains("0011 settles by position"), "{first}");
     let (ok, second, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(second.contains("up to date"), "{second}");

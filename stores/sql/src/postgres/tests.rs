@@ -609,13 +609,13 @@ async fn hot_statements_reach_rows_by_key_in_generic_plans() {
     let hot = [
         (
             Statement::fetch_open,
-            format!("{s}, {g}, {ts}, 3, ARRAY[0,1], 'poison', 50"),
+            format!("{s}, {g}, ARRAY[0,1], {ts}, 50, 3, 'poison'"),
         ),
         (
             Statement::fetch_lease,
             format!(
-                "{s}, {g}, 'c', {ts}, {ts}, 'none', ARRAY[0,1,2], ARRAY[0,0,0], \
-                 ARRAY[1,2,3]::bigint[], ARRAY['l1','l2','']"
+                "ARRAY[0,1,2], ARRAY[0,0,0], ARRAY[1,2,3]::bigint[], ARRAY['l1','l2',''], \
+                 {s}, {g}, 'c', {ts}, {ts}, 'none'"
             ),
         ),
     ];

@@ -284,14 +284,17 @@ impl<D: Dialect> SqlBackend<D> {
         (now, expires_at): (Timestamp, Timestamp),
     ) -> Result<Vec<Lease>> {
         let (s, g) = (&req.stream, &req.group);
+        // Arguments in the order that lets every statement after SQLite's
+        // first name its own as ?1…?k, without a gap (see
+        // `sqlite::tests::several_statements_in_one_call_bind_every_parameter`).
         let args = args![
             s,
             g,
-            now,
-            small(max_attempts),
             partitions(selected),
-            POISON_REASON,
-            small(req.limit)
+            now,
+            small(req.limit),
+            small(max_attempts),
+            POISON_REASON
         ];
         let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
         let mut cursors = vec![None; selected.len()];
@@ -350,7 +353,7 @@ impl<D: Dialect> SqlBackend<D> {
             Column::Text(lease),
         ]);
         let ordering = GroupOrdering::None.as_str();
-        let args = args![s, g, &req.consumer_id, now, expires_at, ordering, rows_arg];
+        let args = args![rows_arg, s, g, &req.consumer_id, now, expires_at, ordering];
         let mut leases = Vec::with_capacity(leasing);
         for row in rows::<D>(&mut tx, Statement::fetch_lease, args).await? {
             let event = Arc::new(row.event(s, 0)?);

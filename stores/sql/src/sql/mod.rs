@@ -315,9 +315,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug + Sized + 'static {
     fn statement(s: Statement) -> &'static str;
 
     /// Whether an unordered group's fetch runs as `fetch_open.sql` and
-    /// `fetch_lease.sql` (statements that write several tables each, and
-    /// save a network round trip per statement they stand for) instead of
-    /// the statements one at a time (`sql/claim.rs`).
+    /// `fetch_lease.sql`, two calls that each stand for several statements
+    /// (on PostgreSQL one statement writing several tables, on SQLite
+    /// several statements in one call on the connection's thread), instead
+    /// of the statements one at a time (`sql/claim.rs`): each call saved
+    /// is a round trip (docs/benchmarks.md).
     const FETCH_IN_TWO_STATEMENTS: bool = false;
 
     /// How a read snapshot begins.

@@ -110,7 +110,12 @@ impl SqlBackend<SqliteDialect> {
         // INCREMENTAL; VACUUM;` switches it). The writer creates the file:
         // the readers open it read-only.
         let writer_options = options.clone().auto_vacuum(SqliteAutoVacuum::Incremental);
+        // No ping before a pooled connection is handed out: an embedded
+        // database has no link to lose, and the ping is a call on the
+        // connection's thread, some 40 µs, before every write
+        // (docs/benchmarks.md#sqlite-calls-on-the-writers-thread).
         let writer = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             // An in-memory database lives as long as its one connection.
@@ -123,6 +128,7 @@ impl SqlBackend<SqliteDialect> {
             writer.clone()
         } else {
             SqlitePoolOptions::new()
+                .test_before_acquire(false)
                 .max_connections(READERS)
                 .connect_with(options.read_only(true))
                 .await
@@ -246,6 +252,10 @@ impl Dialect for SqliteDialect {
     /// transaction never fails half-way on a lock upgrade.
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const BEGIN_READ: &'static str = "BEGIN";
+    /// Each statement the fetch's two calls stand for is a call of its own
+    /// on the connection's thread otherwise, some 40 µs each
+    /// (docs/benchmarks.md#sqlite-calls-on-the-writers-thread).
+    const FETCH_IN_TWO_STATEMENTS: bool = true;
 
     /// Binds our arguments as SQLite's own storage classes: integers,
     /// reals, and text for the rest (see [`as_text`]).

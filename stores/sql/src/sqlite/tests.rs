@@ -167,17 +167,81 @@ async fn plans(
     let mut conn = b.dialect.writer.acquire().await.unwrap();
     let mut plans = Vec::new();
     for statement in statements {
-        let sql = format!("EXPLAIN QUERY PLAN {}", SqliteDialect::statement(statement));
-        let plan: Vec<String> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| sqlx::Row::get::<String, _>(row, 3))
-            .collect();
+        // A file of several statements (one call on the connection's
+        // thread): the plan of each, one after the other.
+        let mut plan = Vec::new();
+        for part in parts(SqliteDialect::statement(statement)) {
+            let sql = format!("EXPLAIN QUERY PLAN {part}");
+            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+            plan.extend(rows.iter().map(|row| sqlx::Row::get::<String, _>(row, 3)));
+        }
         plans.push((statement, plan));
     }
     plans
+}
+
+/// The statements of a statement file, in order (each ends with `;` at the
+/// end of a line, the last one may not).
+fn parts(sql: &str) -> Vec<&str> {
+    sql.split(";\n")
+        .filter(|part| crate::sql::has_sql(part))
+        .collect()
+}
+
+/// The parameters (`?N`) a statement names, in ascending order.
+fn parameters(statement: &str) -> Vec<usize> {
+    let mut named: Vec<usize> = statement
+        .split('?')
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    named
+}
+
+/// sqlx binds a call of several statements one statement at a time: a
+/// named parameter `?N` takes the call's N-th argument, but each gap below
+/// a statement's highest parameter takes the next argument from a count
+/// that runs on across statements, and once that count passes the last
+/// argument it stops binding the statement's remaining parameters, which
+/// are then NULL (a fetch whose events read nothing). So every statement
+/// after the first of a file names its parameters `?1…?k` without a gap;
+/// the callers order their arguments to allow it (`sql/claim.rs`).
+#[test]
+fn several_statements_in_one_call_bind_every_parameter() {
+    use super::SqliteDialect;
+    use crate::sql::{Dialect, Statement};
+    let mut several = 0;
+    macro_rules! check {
+        (() $($name:ident),*) => {
+            $(
+                let statements = parts(SqliteDialect::statement(Statement::$name));
+                if statements.len() > 1 {
+                    several += 1;
+                }
+                for (i, part) in statements.iter().enumerate().skip(1) {
+                    let named = parameters(part);
+                    let gapless: Vec<usize> = (1..=named.len()).collect();
+                    assert_eq!(
+                        named, gapless,
+                        "statement {} of {}.sql names its parameters with a gap",
+                        i + 1,
+                        stringify!($name)
+                    );
+                }
+            )*
+        };
+    }
+    crate::sql::with_statements!(check!());
+    assert_eq!(several, 2, "fetch_open.sql and fetch_lease.sql");
+    assert_eq!(parameters("a = ?3 AND b = ?12 AND c = ?3"), vec![3, 12]);
 }
 
 /// The statements a fetch, a settle or an append runs reach rows by key
@@ -193,6 +257,8 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         Statement::append_insert,
         Statement::fetch_candidates,
         Statement::fetch_lock_cursors,
+        Statement::fetch_open,
+        Statement::fetch_lease,
         Statement::fetch_claim,
         Statement::fetch_materialize,
         Statement::fetch_window,

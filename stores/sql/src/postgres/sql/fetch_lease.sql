@@ -1,6 +1,6 @@
 -- The second half of an unordered group's fetch, in one round trip
 -- (docs/benchmarks.md#postgresql-round-trips-and-plans): what fetch_claim,
--- fetch_materialize, advance_cursors and events_at do. The rows ($7…$10)
+-- fetch_materialize, advance_cursors and events_at do. The rows ($1…$4)
 -- are by kind: 0 a claimable delivery to lease again, 1 a new delivery to
 -- create, leased (each with its lease id), 2 a partition's cursor to move
 -- (the new cursor in the sequence column). Returns each lease's event
@@ -15,16 +15,16 @@
 -- lowest of the open deliveries it sees (re-claimed ones stay open), the
 -- parked ones, and the new ones; the cursor when there is none.
 WITH input AS (
-    SELECT * FROM unnest($7::int[], $8::int[], $9::bigint[], $10::text[])
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::text[])
         AS i(kind, partition, sequence, lease_id)
 ),
 reclaimed AS (
     UPDATE rheo_deliveries d
-    SET status = 'leased', attempt = d.attempt + 1, lease_id = i.lease_id, consumer_id = $3,
-        leased_at = $4, expires_at = $5, available_at = NULL
+    SET status = 'leased', attempt = d.attempt + 1, lease_id = i.lease_id, consumer_id = $7,
+        leased_at = $8, expires_at = $9, available_at = NULL
     FROM input i
     WHERE (SELECT count(*) > 0 FROM input WHERE kind = 0)
-      AND i.kind = 0 AND d.stream = $1 AND d.group_name = $2
+      AND i.kind = 0 AND d.stream = $5 AND d.group_name = $6
       AND d.partition = i.partition AND d.sequence = i.sequence
     RETURNING d.partition, d.sequence, d.attempt, d.lease_id
 ),
@@ -32,12 +32,12 @@ created AS (
     INSERT INTO rheo_deliveries
         (stream, group_name, partition, sequence, event_id, status, attempt,
          lease_id, consumer_id, leased_at, expires_at, gate)
-    SELECT $1, $2, i.partition, i.sequence, e.id, 'leased', 1, i.lease_id, $3, $4, $5,
-           CASE $6::text WHEN 'key' THEN e.key WHEN 'partition' THEN '' END
+    SELECT $5, $6, i.partition, i.sequence, e.id, 'leased', 1, i.lease_id, $7, $8, $9,
+           CASE $10::text WHEN 'key' THEN e.key WHEN 'partition' THEN '' END
     FROM input i
     CROSS JOIN LATERAL (
         SELECT e.id, e.key FROM rheo_events e
-        WHERE e.stream = $1 AND e.partition = i.partition AND e.sequence = i.sequence
+        WHERE e.stream = $5 AND e.partition = i.partition AND e.sequence = i.sequence
         OFFSET 0
     ) e
     WHERE i.kind = 1
@@ -62,12 +62,12 @@ next AS (
                     c.sequence) AS floor
     FROM rheo_group_partitions gp
     JOIN input c ON c.kind = 2 AND c.partition = gp.partition
-    WHERE gp.stream = $1 AND gp.group_name = $2
+    WHERE gp.stream = $5 AND gp.group_name = $6
 ),
 moved AS (
     UPDATE rheo_group_partitions gp SET cursor = n.cursor, floor = n.floor
     FROM next n
-    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = n.partition
+    WHERE gp.stream = $5 AND gp.group_name = $6 AND gp.partition = n.partition
       AND (gp.cursor, gp.floor) IS DISTINCT FROM (n.cursor, n.floor)
 ),
 leased AS (
@@ -80,6 +80,6 @@ SELECT l.partition, l.sequence, e.id, e.key, e.type, e.ts, e.payload, e.metadata
 FROM leased l
 CROSS JOIN LATERAL (
     SELECT e.id, e.key, e.type, e.ts, e.payload, e.metadata FROM rheo_events e
-    WHERE e.stream = $1 AND e.partition = l.partition AND e.sequence = l.sequence
+    WHERE e.stream = $5 AND e.partition = l.partition AND e.sequence = l.sequence
     OFFSET 0
 ) e

@@ -19,14 +19,14 @@ WITH doomed AS (
         WHERE r.stream = gp.stream AND r.group_name = gp.group_name
           AND r.partition = gp.partition AND r.sequence >= gp.floor
           AND r.status IN ('available', 'leased')
-          AND r.status = 'leased' AND r.expires_at <= $3 AND r.attempt >= $4
+          AND r.status = 'leased' AND r.expires_at <= $4 AND r.attempt >= $6
         FOR UPDATE OF r SKIP LOCKED
     ) d
-    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
+    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($3)
 ),
 poisoned AS (
     UPDATE rheo_deliveries d
-    SET status = 'dead', reason = $6, dead_lettered_at = $3,
+    SET status = 'dead', reason = $7, dead_lettered_at = $4,
         lease_id = NULL, available_at = NULL
     WHERE (SELECT count(*) > 0 FROM doomed) AND d.ctid = ANY (ARRAY(SELECT ctid FROM doomed))
     RETURNING d.partition, d.gate
@@ -39,20 +39,20 @@ candidates AS (
         WHERE d.stream = gp.stream AND d.group_name = gp.group_name
           AND d.partition = gp.partition AND d.sequence >= gp.floor
           AND d.status IN ('available', 'leased')
-          AND ((d.status = 'available' AND (d.available_at IS NULL OR d.available_at <= $3))
-               OR (d.status = 'leased' AND d.expires_at <= $3 AND d.attempt < $4))
+          AND ((d.status = 'available' AND (d.available_at IS NULL OR d.available_at <= $4))
+               OR (d.status = 'leased' AND d.expires_at <= $4 AND d.attempt < $6))
         ORDER BY d.sequence
-        LIMIT $7
+        LIMIT $5
         FOR UPDATE OF d SKIP LOCKED
     ) c
-    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
+    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($3)
 ),
 cursors AS (
     SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering
     FROM rheo_group_partitions gp
     JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
     JOIN rheo_groups gr ON gr.stream = gp.stream AND gr.name = gp.group_name
-    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
+    WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($3)
     ORDER BY gp.partition
     FOR UPDATE OF gp
 )
