@@ -138,7 +138,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     };
     let fresh = status();
     assert!(
-        fresh.starts_with("sqlite: 0 applied, 6 pending\n"),
+        fresh.starts_with("sqlite: 0 applied, 7 pending\n"),
         "{fresh}"
     );
     assert!(
@@ -149,11 +149,12 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(ok, "{err}");
     let migrated = status();
     assert!(
-        migrated.starts_with("sqlite: 6 applied, 0 pending\n"),
+        migrated.starts_with("sqlite: 7 applied, 0 pending\n"),
         "{migrated}"
     );
     assert!(
-        migrated.contains("  applied  0007 retention\n"),
+        migrated.contains("  applied  0007 retention\n")
+            && migrated.contains("  applied  0011 settles by position\n"),
         "{migrated}"
     );
 
@@ -171,7 +172,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(recorded.success());
     let newer = status();
     assert!(
-        newer.starts_with("sqlite: 6 applied, 0 pending, 1 unknown to this rheo"),
+        newer.starts_with("sqlite: 7 applied, 0 pending, 1 unknown to this rheo"),
         "{newer}"
     );
     assert!(newer.contains("  unknown  9999\n"), "{newer}");
@@ -191,7 +192,10 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
             err.contains("the store's schema is at migration 9999, newer than this rheo"),
             "{err}"
         );
-        assert!(err.contains("its newest is 0007 retention"), "{err}");
+        assert!(
+            err.contains("its newest is 0011 settles by position"),
+            "{err}"
+        );
     }
 }
 
