@@ -529,3 +529,77 @@ async fn a_store_without_auto_vacuum_keeps_its_mode() {
     b.reclaim().await.unwrap();
     assert_eq!(pragma(&b, "freelist_count").await, free, "kept for reuse");
 }
+
+/// A store migrated before 0011 (its deliveries indexed by event id) takes
+/// 0011 with its leases and dead letters in place: a lease taken before
+/// the migration is acked after it, and its dead letters page by the id of
+/// an event retention removed (`delivery_by_event`, on the index 0011
+/// keeps for dead letters).
+#[tokio::test]
+async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
+    use crate::sql::Dialect;
+    use rheo_core::backend::retention::{TRIM_BATCH, trim_stream};
+    use rheo_core::model::{EventId, Retention};
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let folder = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", folder.path().join("rheo.db").display());
+    let b = SqliteBackend::open(&url, clock, false).await.unwrap();
+    super::MIGRATOR.run_to(7, &b.dialect.writer).await.unwrap();
+    let indexes = || async {
+        let rows = sqlx::query(
+            "SELECT name FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name = 'rheo_deliveries' AND name LIKE '%by_event'",
+        )
+        .fetch_all(&b.dialect.writer)
+        .await
+        .unwrap();
+        let names: Vec<String> = rows.iter().map(|r| sqlx::Row::get(r, 0)).collect();
+        names
+    };
+    assert_eq!(indexes().await, ["rheo_deliveries_by_event"]);
+
+    let (s, g) = names();
+    stream_and_group(&b, 1).await;
+    let ids = ["a", "b", "c", "d"];
+    let inputs = ids.map(|id| EventInput {
+        id: Some(EventId::parse(id).unwrap()),
+        ..EventInput::default()
+    });
+    b.append(&s, inputs.to_vec()).await.unwrap();
+    let mut leases = b.fetch(fetch(4)).await.unwrap();
+    for lease in leases.drain(..2) {
+        let reason = Some("bad".to_owned());
+        b.reject(&s, &g, lease.into_target(), reason).await.unwrap();
+    }
+    let retention = Retention {
+        max_events: Some(2),
+        ..Retention::default()
+    };
+    b.set_retention(&s, Some(retention)).await.unwrap();
+    assert_eq!(trim_stream(&b, &s, TRIM_BATCH).await.unwrap().removed, 2);
+
+    let applied = b.dialect.migrate().await.unwrap();
+    assert_eq!(applied, ["0011 settles by position"]);
+    assert_eq!(indexes().await, ["rheo_deliveries_dead_by_event"]);
+
+    // Taken before the migration, settled after it.
+    let (c, d) = (leases.remove(0), leases.remove(0));
+    b.ack(&s, &g, c.into_target()).await.unwrap();
+    b.nack(&s, &g, d.target(), None, None).await.unwrap();
+    let stale = b.ack(&s, &g, d.into_target()).await.unwrap_err();
+    assert_eq!(stale.code(), "stale_lease");
+    let page = |after| DeadLettersRequest {
+        stream: s.clone(),
+        group: g.clone(),
+        limit: 1,
+        after,
+    };
+    let first = b.dead_letters(page(None)).await.unwrap();
+    assert_eq!(first.dead_letters[0].event_id.as_str(), "a");
+    assert!(
+        first.dead_letters[0].event.is_none(),
+        "retention removed it"
+    );
+    let second = b.dead_letters(page(first.next.clone())).await.unwrap();
+    assert_eq!(second.dead_letters[0].event_id.as_str(), "b");
+}
