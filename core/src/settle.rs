@@ -47,6 +47,14 @@ pub enum HandlerFailure {
     },
     /// Ran out of fuel.
     OutOfFuel,
+    /// `handle-batch` returned a list of outcomes whose length is not the
+    /// number of deliveries it was given (`docs/handlers.md#batches`).
+    BatchMismatch {
+        /// Deliveries in the call.
+        deliveries: usize,
+        /// Outcomes it returned.
+        outcomes: usize,
+    },
 }
 
 impl HandlerFailure {
@@ -61,6 +69,12 @@ impl HandlerFailure {
                 format!("handler_error: memory limit of {memory_mb} MiB exceeded")
             }
             HandlerFailure::OutOfFuel => "handler_error: out of fuel".to_owned(),
+            HandlerFailure::BatchMismatch {
+                deliveries,
+                outcomes,
+            } => format!(
+                "handler_error: handle-batch returned {outcomes} outcomes for {deliveries} deliveries"
+            ),
         }
     }
 }

@@ -34,6 +34,8 @@ mod tests {
     fn every_example_guest_is_an_embedded_component() {
         let names: Vec<&str> = names().collect();
         for expected in [
+            "batch",
+            "classic",
             "crash",
             "echo",
             "flaky",

@@ -251,6 +251,9 @@ pub struct HandlerWorkload {
     pub keys: usize,
     /// The group's ordering (`docs/groups.md#ordering`).
     pub ordering: GroupOrdering,
+    /// Most deliveries a call (the manifest's `batch_size`; 1: `handle`,
+    /// one a call; above 1 the handler must take batches).
+    pub batch_size: usize,
 }
 
 /// Times every call of the handler it wraps.
@@ -269,13 +272,26 @@ impl Handler for Timed {
         self.samples.lock().push(took);
         outcome
     }
+
+    fn batches(&self) -> bool {
+        self.inner.batches()
+    }
+
+    async fn handle_batch(&self, leases: &[Lease]) -> Vec<HandlerOutcome> {
+        let t = Instant::now();
+        let outcomes = self.inner.handle_batch(leases).await;
+        let took = t.elapsed();
+        self.samples.lock().push(took);
+        outcomes
+    }
 }
 
 /// End to end through a handler: appends `events` events (not timed), then
 /// starts the real runtime loop on them — fetch, dispatch, settle, exactly
 /// as `rheo serve` runs a deployed handler — and times until every event is
-/// processed. Latency percentiles are per handler call. Fails if a
-/// delivery was not acked.
+/// processed. Latency percentiles are per handler call (a call of a batch
+/// handler takes up to `batch_size` deliveries). Fails if a delivery was
+/// not acked.
 pub async fn through_handler(
     backend: Arc<dyn Backend>,
     handler: Arc<dyn Handler>,
@@ -305,6 +321,7 @@ pub async fn through_handler(
     let mut settings = HandlerSettings::new(stream, group, ConsumerId::parse("bench")?);
     settings.concurrency = workload.concurrency;
     settings.max_demand = workload.max_demand;
+    settings.batch_size = workload.batch_size;
     let name = HandlerName::parse("bench")?;
     let runtime = Runtime::new(Arc::clone(&backend));
     let version = Version::new(1, timed.clone());

@@ -254,6 +254,25 @@ pub fn delivery_span(handler: &HandlerName, lease: &Lease, version: u64) -> Span
     span
 }
 
+/// The span of one `handle-batch` call (`docs/handlers.md#batches`):
+/// the handler, its version, the group and how many deliveries, from
+/// which event to which. Each delivery of the batch still gets its
+/// `delivery` span, with its outcome.
+pub fn batch_span(handler: &HandlerName, leases: &[Lease], version: u64) -> Span {
+    let first = leases.first();
+    tracing::info_span!(
+        target: DELIVERY_TARGET,
+        "batch",
+        handler = handler.as_str(),
+        version = i64::try_from(version).unwrap_or(i64::MAX),
+        stream = first.map_or("", |l| l.stream.as_str()),
+        group = first.map_or("", |l| l.group.as_str()),
+        deliveries = i64::try_from(leases.len()).unwrap_or(i64::MAX),
+        first_event_id = first.map_or("", |l| l.event_id.as_str()),
+        last_event_id = leases.last().map_or("", |l| l.event_id.as_str()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

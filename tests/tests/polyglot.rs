@@ -35,7 +35,7 @@ const SETTLE: Duration = Duration::from_secs(120);
 
 /// The example handlers every language provides, by the name of their
 /// `.wasm` file.
-const EXAMPLES: [&str; 4] = ["echo", "flaky", "poison", "transform"];
+const EXAMPLES: [&str; 5] = ["batch", "echo", "flaky", "poison", "transform"];
 
 #[test]
 fn rust_examples_pass_the_shared_cases() {
@@ -442,6 +442,7 @@ fn shared_cases(language: &str, modules: &BTreeMap<&str, Vec<u8>>) {
         ("signups", 2),
         ("enriched", 1),
         ("broken-in", 1),
+        ("tasks", 1),
     ] {
         stream(&http, &server, name, partitions);
     }
@@ -454,8 +455,21 @@ fn shared_cases(language: &str, modules: &BTreeMap<&str, Vec<u8>>) {
         &json!({"name": "enrich", "max_attempts": 2}),
     );
     assert_eq!(status, 201, "{body}");
+    // One attempt: a retry is dead-lettered at once, with its reason.
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/tasks/groups",
+        &json!({"name": "batcher", "max_attempts": 1}),
+    );
+    assert_eq!(status, 201, "{body}");
 
     let deploys = [
+        (
+            "batch",
+            "batch",
+            json!({"stream": "tasks", "group": "batcher", "batch_size": 10, "max_demand": 20}),
+        ),
         (
             "echo",
             "echo",
@@ -492,6 +506,7 @@ fn shared_cases(language: &str, modules: &BTreeMap<&str, Vec<u8>>) {
     }
 
     echo_acks_everything(&http, &server);
+    batch_settles_each_delivery_of_one_call(&http, &server);
     poison_dead_letters_the_marked_events(&http, &server);
     transform_derives_each_event_once(&http, &server);
     transform_retries_a_failed_append(&http, &server);
@@ -525,6 +540,38 @@ fn echo_acks_everything(http: &Agent, server: &Server) {
         "{view}"
     );
     assert!(dead_letter_reasons(http, server, "orders", "billing").is_empty());
+}
+
+/// `handle-batch` (`docs/handlers.md#batches`): the nine events of one
+/// append come in one call (a reason names the call's size), and each is
+/// settled by its own outcome.
+fn batch_settles_each_delivery_of_one_call(http: &Agent, server: &Server) {
+    let events = (1..=9)
+        .map(|i| {
+            let action = ["ack", "retry", "reject"][i % 3];
+            json!({"id": format!("b-{i}"), "payload": {"do": action}})
+        })
+        .collect();
+    append_events(http, server, "tasks", events);
+    let view = wait_processed(http, server, "batch", ("tasks", "batcher"), 9);
+    assert_eq!(
+        counters(&view, &["acked", "retried", "rejected", "trapped"]),
+        json!([3, 3, 3, 0]),
+        "{view}"
+    );
+    let dead = dead_letter_reasons(http, server, "tasks", "batcher");
+    let expected: BTreeMap<String, (u64, String)> = (1..=9)
+        .filter(|i| i % 3 != 0)
+        .map(|i| {
+            let reason = if i % 3 == 1 {
+                "max_attempts: retry in a batch of 9"
+            } else {
+                "reject in a batch of 9"
+            };
+            (format!("b-{i}"), (1, reason.to_owned()))
+        })
+        .collect();
+    assert_eq!(dead, expected);
 }
 
 fn poison_dead_letters_the_marked_events(http: &Agent, server: &Server) {

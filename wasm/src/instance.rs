@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use wasmtime::{Store, UpdateDeadline};
 
-use super::bindings::{Delivery, Handler, Outcome};
+use super::bindings::{Delivery, Handler, Outcome, batch};
 use super::host::{HandlerEnv, HostState};
 use super::limits::Limits;
-use super::module::HandlerModule;
+use super::module::{HandlerModule, Pre};
 
 /// The error a guest traps with when its call passes its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl std::error::Error for DeadlineReached {}
 /// A live guest instance and the store it lives in.
 pub(crate) struct Instance {
     store: Store<HostState>,
-    handler: Handler,
+    handler: Exports,
     /// Whether the engine meters fuel (then every call must be given some).
     fuel: bool,
     /// Calls served so far.
@@ -78,7 +78,10 @@ impl Instance {
         });
         let fuel = engine.options().fuel;
         arm(&mut store, limits, deadline, fuel)?;
-        let handler = module.pre().instantiate_async(&mut store).await?;
+        let handler = match module.pre() {
+            Pre::Single(pre) => Exports::Single(pre.instantiate_async(&mut store).await?),
+            Pre::Batch(pre) => Exports::Batch(pre.instantiate_async(&mut store).await?),
+        };
         Ok(Self {
             store,
             handler,
@@ -100,13 +103,39 @@ impl Instance {
         // one until the call returns. (A call that is cut short takes the
         // instance with it.)
         self.store.data().set_delivery(Some(delivery));
-        let outcome = self.handler.call_handle(&mut self.store, delivery).await;
+        let outcome = match &self.handler {
+            Exports::Single(h) => h.call_handle(&mut self.store, delivery).await,
+            Exports::Batch(h) => h.call_handle(&mut self.store, delivery).await,
+        };
         self.store.data().set_delivery(None);
         outcome
+    }
+
+    /// One call of `handle-batch` (the module must export it:
+    /// [`HandlerModule::batches`]). Lines the guest logs during the call
+    /// belong to no single delivery.
+    pub(crate) async fn call_batch(
+        &mut self,
+        deliveries: &[Delivery],
+        limits: &Limits,
+        deadline: Instant,
+    ) -> wasmtime::Result<Vec<Outcome>> {
+        let Exports::Batch(handler) = &self.handler else {
+            wasmtime::bail!("the module exports no handle-batch");
+        };
+        arm(&mut self.store, limits, deadline, self.fuel)?;
+        self.calls += 1;
+        handler.call_handle_batch(&mut self.store, deliveries).await
     }
 }
 
 /// Sets the deadline, the next epoch check and the fuel of a call.
+/// What an instance exports: the 0.1.0 world or the 0.2.0 one.
+enum Exports {
+    Single(Handler),
+    Batch(batch::Handler),
+}
+
 fn arm(
     store: &mut Store<HostState>,
     limits: &Limits,

@@ -150,6 +150,71 @@ impl HandlerRunner {
         self.invoke_delivery(&delivery).await
     }
 
+    /// Whether [`HandlerRunner::invoke_batch`] makes one guest call for
+    /// the batch (the module exports `handle-batch`) rather than one per
+    /// delivery.
+    pub fn batches(&self) -> bool {
+        self.module.batches()
+    }
+
+    /// Runs the guest's `handle-batch` for `leases` (in this order) and
+    /// says what became of each, in the same order. A call that fails
+    /// (trap, timeout, limit), or returns a list of another length, fails
+    /// every delivery with the same [`HandlerFailure`]. A module without
+    /// `handle-batch` gets one `handle` call per lease, one after another.
+    pub async fn invoke_batch(&self, leases: &[Lease]) -> Vec<HandlerOutcome> {
+        if !self.batches() {
+            let mut outcomes = Vec::with_capacity(leases.len());
+            for lease in leases {
+                outcomes.push(self.invoke(lease).await);
+            }
+            return outcomes;
+        }
+        let deliveries: Vec<Delivery> = leases
+            .iter()
+            .map(|l| delivery_of(&l.event, &l.group, l.attempt, l.lease_id.as_str()))
+            .collect();
+        bump(&self.counters.calls);
+        let _running = self.module.engine().running();
+        let deadline = deadline_after(&self.limits);
+        let call = self.call_batch(&deliveries, deadline);
+        let failure = match tokio::time::timeout_at(deadline.into(), call).await {
+            Ok(Ok(outcomes)) if outcomes.len() == deliveries.len() => {
+                return outcomes.into_iter().map(outcome_of).collect();
+            }
+            Ok(Ok(outcomes)) => HandlerFailure::BatchMismatch {
+                deliveries: deliveries.len(),
+                outcomes: outcomes.len(),
+            },
+            Ok(Err(error)) => {
+                tracing::debug!(
+                    target: super::LOG_TARGET,
+                    handler = %self.env.name(),
+                    error = ?error,
+                    "handler batch call failed"
+                );
+                self.classify(&error)
+            }
+            Err(_elapsed) => {
+                bump(&self.counters.discarded);
+                self.timed_out()
+            }
+        };
+        tracing::warn!(
+            target: super::LOG_TARGET,
+            handler = %self.env.name(),
+            digest = %self.module.digest(),
+            deliveries = deliveries.len(),
+            first_event_id = %deliveries.first().map_or("", |d| d.event.id.as_str()),
+            failure = %failure.reason(),
+            "handler batch call failed; every delivery of it is nacked"
+        );
+        leases
+            .iter()
+            .map(|_| HandlerOutcome::Failed(failure.clone()))
+            .collect()
+    }
+
     /// Runs the guest's `handle` for `event` as a first delivery to
     /// `group` that holds no lease (its `lease-id` is `dry-run`): what a
     /// dry run (`docs/handlers.md#dry-runs`) calls. Nothing is settled.
@@ -212,15 +277,7 @@ impl HandlerRunner {
     /// One call on a warm or new instance; the instance goes back to the
     /// pool only if the call returned normally.
     async fn call(&self, delivery: &Delivery, deadline: Instant) -> wasmtime::Result<Outcome> {
-        let mut instance = match self.warm.take() {
-            Some(instance) => instance,
-            None => {
-                bump(&self.counters.instantiations);
-                Instance::new(&self.module, &self.env, &self.limits, deadline)
-                    .await
-                    .inspect_err(|_| bump(&self.counters.discarded))?
-            }
-        };
+        let mut instance = self.checkout(deadline).await?;
         match instance.call(delivery, &self.limits, deadline).await {
             Ok(outcome) => {
                 self.check_in(instance);
@@ -231,6 +288,42 @@ impl HandlerRunner {
                 drop(instance);
                 bump(&self.counters.discarded);
                 Err(error)
+            }
+        }
+    }
+
+    /// [`Self::call`] for `handle-batch`.
+    async fn call_batch(
+        &self,
+        deliveries: &[Delivery],
+        deadline: Instant,
+    ) -> wasmtime::Result<Vec<Outcome>> {
+        let mut instance = self.checkout(deadline).await?;
+        match instance
+            .call_batch(deliveries, &self.limits, deadline)
+            .await
+        {
+            Ok(outcomes) => {
+                self.check_in(instance);
+                Ok(outcomes)
+            }
+            Err(error) => {
+                drop(instance);
+                bump(&self.counters.discarded);
+                Err(error)
+            }
+        }
+    }
+
+    /// A warm instance, or a new one.
+    async fn checkout(&self, deadline: Instant) -> wasmtime::Result<Instance> {
+        match self.warm.take() {
+            Some(instance) => Ok(instance),
+            None => {
+                bump(&self.counters.instantiations);
+                Instance::new(&self.module, &self.env, &self.limits, deadline)
+                    .await
+                    .inspect_err(|_| bump(&self.counters.discarded))
             }
         }
     }

@@ -101,9 +101,11 @@ pub enum WasmError {
     /// The component imports something the host does not offer.
     #[error("the component's imports cannot be satisfied: {0}")]
     Imports(String),
-    /// The component does not export `handle` as `rheo:handler@0.1.0` defines it.
+    /// The component does not export `handle` as `rheo:handler@0.1.0`
+    /// defines it (nor `handle-batch` as 0.2.0 does, when it exports one).
     #[error(
-        "the component does not export `handle: func(delivery) -> outcome` of rheo:handler@0.1.0: {0}"
+        "the component does not export `handle: func(delivery) -> outcome` of rheo:handler@0.1.0, \
+         or `handle-batch: func(list<delivery>) -> list<outcome>` of 0.2.0 beside it: {0}"
     )]
     Exports(String),
     /// The precompiled-module cache failed.

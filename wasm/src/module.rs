@@ -3,8 +3,9 @@
 //! [`WasmEngine::load`] compiles on a blocking thread (60 ms for a small Rust
 //! component, 6–7 s for a Python one: never on an async worker), then
 //! validates before anything can run it: the bytes must be a component, the
-//! linker must satisfy every import, and the `handle` export must have the
-//! right type. The result, a [`HandlerModule`], is an `InstancePre` with the
+//! linker must satisfy every import, and the `handle` export (and
+//! `handle-batch`, when the component exports it: the 0.2.0 world) must
+//! have the right type. The result, a [`HandlerModule`], is an `InstancePre` with the
 //! content [`Digest`] of the bytes (the compile cache's key): cheap to clone, shared by every instance and
 //! every runner of that version. A module that fails any step is an error
 //! and nothing else changes, so a hot reload can keep the old version.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use wasmtime::component::Component;
 
 use super::WasmError;
-use super::bindings::HandlerPre;
+use super::bindings::{HandlerPre, batch};
 use super::cache::{Digest, ModuleCache};
 use super::engine::WasmEngine;
 use super::host::HostState;
@@ -29,9 +30,16 @@ pub struct HandlerModule {
     inner: Arc<ModuleInner>,
 }
 
+/// A component's exports, checked: the 0.1.0 world (`handle`) or the
+/// 0.2.0 world (`handle` and `handle-batch`).
+pub(crate) enum Pre {
+    Single(HandlerPre<HostState>),
+    Batch(batch::HandlerPre<HostState>),
+}
+
 struct ModuleInner {
     engine: WasmEngine,
-    pre: HandlerPre<HostState>,
+    pre: Pre,
     digest: Digest,
     size: usize,
     from_cache: bool,
@@ -68,8 +76,14 @@ impl HandlerModule {
         &self.inner.engine
     }
 
-    pub(crate) fn pre(&self) -> &HandlerPre<HostState> {
+    pub(crate) fn pre(&self) -> &Pre {
         &self.inner.pre
+    }
+
+    /// Whether it exports `handle-batch` (`rheo:handler@0.2.0`), so the
+    /// host may hand it several deliveries in one call.
+    pub fn batches(&self) -> bool {
+        matches!(self.inner.pre, Pre::Batch(_))
     }
 }
 
@@ -114,13 +128,23 @@ impl WasmEngine {
         })
     }
 
-    /// Imports satisfiable, `handle` exported with the right type.
-    fn validate(&self, component: &Component) -> Result<HandlerPre<HostState>, WasmError> {
+    /// Imports satisfiable, `handle` exported with the right type, and
+    /// `handle-batch` too if the component exports one.
+    fn validate(&self, component: &Component) -> Result<Pre, WasmError> {
         let instance_pre = self
             .linker()
             .instantiate_pre(component)
             .map_err(|e| WasmError::Imports(format!("{e:#}")))?;
-        HandlerPre::new(instance_pre).map_err(|e| WasmError::Exports(format!("{e:#}")))
+        let exports = |e: wasmtime::Error| WasmError::Exports(format!("{e:#}"));
+        if component.get_export_index(None, "handle-batch").is_some() {
+            batch::HandlerPre::new(instance_pre)
+                .map(Pre::Batch)
+                .map_err(exports)
+        } else {
+            HandlerPre::new(instance_pre)
+                .map(Pre::Single)
+                .map_err(exports)
+        }
     }
 }
 

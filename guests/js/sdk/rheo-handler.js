@@ -5,10 +5,18 @@
 //     handler((delivery) =>
 //       delivery.event.payload.ok === true ? Ack() : Reject("not ok"));
 //
+// Or one function for a batch of deliveries, with an outcome for each (the
+// host calls it with up to the manifest's `batch_size`):
+//
+//     import { Ack, Retry, batchHandler } from "rheo-handler";
+//
+//     batchHandler((deliveries) =>
+//       deliveries.map((d) => (d.event.payload.ok ? Ack() : Retry("later"))));
+//
 // The module `app.js` is the handler's; `build.sh` turns it, this SDK and the
-// QuickJS engine into one WebAssembly component of the `rheo:handler` world
-// (`wit/handler.wit`). The contract and what the host does with each outcome
-// are in docs/handlers.md.
+// QuickJS engine into one WebAssembly component of the `rheo:handler@0.2.0`
+// world (`wit/handler.wit`: `handle` and `handle-batch`). The contract and
+// what the host does with each outcome are in docs/handlers.md.
 //
 // What this layer adds over the raw WIT bindings:
 //
@@ -19,6 +27,10 @@
 //   (with the stack logged) instead of a trap, so the instance is kept;
 // * a return value that is not `Ack()`, `Retry(...)` or `Reject(...)` (a
 //   Promise included: handlers are synchronous) becomes a `Retry` naming it;
+// * a `batchHandler` gets the deliveries whose JSON parsed (the others are
+//   retried, as above); an exception escaping it, or an array of outcomes of
+//   the wrong length, retries every delivery of the call with a reason that
+//   says so; a `handler` asked for a batch runs on each delivery in turn;
 // * `log`, `config`, `append` and `nowMs` wrap the host's imports with plain
 //   JavaScript values (`append` takes objects and throws `AppendError`);
 // * what the bindings would trap on is repaired or refused first: a lone
@@ -83,14 +95,12 @@ export function Reject(reason) {
 // --- Registration and dispatch -------------------------------------------------
 
 let registeredHandler = null;
+// Whether `registeredHandler` takes an array of deliveries (batchHandler).
+let takesBatches = false;
 
-/**
- * Registers `fn` as the component's handler (one per component) and returns
- * it. `fn` receives a delivery and returns Ack(), Retry(...) or Reject(...).
- */
-export function handler(fn) {
+function register(fn, batches, name) {
   if (typeof fn !== "function") {
-    throw new TypeError(`handler() needs a function, not ${show(fn)}`);
+    throw new TypeError(`${name}() needs a function, not ${show(fn)}`);
   }
   if (registeredHandler !== null && registeredHandler !== fn) {
     throw new Error(
@@ -99,10 +109,28 @@ export function handler(fn) {
     );
   }
   registeredHandler = fn;
+  takesBatches = batches;
   return fn;
 }
 
-/** The registered handler, or null. */
+/**
+ * Registers `fn` as the component's handler (one per component) and returns
+ * it. `fn` receives a delivery and returns Ack(), Retry(...) or Reject(...).
+ */
+export function handler(fn) {
+  return register(fn, false, "handler");
+}
+
+/**
+ * Registers `fn` as the component's handler of batches (one handler per
+ * component) and returns it. `fn` receives an array of deliveries and
+ * returns an array of outcomes, one per delivery, in the same order.
+ */
+export function batchHandler(fn) {
+  return register(fn, true, "batchHandler");
+}
+
+/** The registered handler (`handler` or `batchHandler`), or null. */
 export function registered() {
   return registeredHandler;
 }
@@ -110,6 +138,7 @@ export function registered() {
 /** Forgets the registered handler (for tests). */
 export function unregister() {
   registeredHandler = null;
+  takesBatches = false;
 }
 
 function fnName(fn) {
@@ -122,6 +151,7 @@ function fnName(fn) {
  * throws.
  */
 export function dispatch(witDelivery) {
+  if (takesBatches) return dispatchBatch([witDelivery])[0];
   try {
     if (registeredHandler === null) {
       return witRetry("rheo-handler: no handler registered (call handler(fn) in app.js)");
@@ -147,10 +177,65 @@ export function dispatch(witDelivery) {
   }
 }
 
-function logThrown(witDelivery, error) {
+/**
+ * Runs the registered handler on a batch of deliveries from the host and
+ * answers one WIT outcome per delivery, in order. Never throws.
+ */
+export function dispatchBatch(witDeliveries) {
+  if (!takesBatches) return witDeliveries.map(dispatch);
+  try {
+    const outcomes = new Array(witDeliveries.length);
+    const parsed = [];
+    const places = [];
+    witDeliveries.forEach((d, i) => {
+      try {
+        parsed.push(parseDelivery(d));
+        places.push(i);
+      } catch (error) {
+        if (!(error instanceof BadJson)) throw error;
+        outcomes[i] = witRetry(error.message);
+      }
+    });
+    if (parsed.length > 0) {
+      let results;
+      try {
+        results = batchOutcomes(registeredHandler(parsed), parsed.length);
+      } catch (error) {
+        logThrown(witDeliveries[places[0]], error, parsed.length);
+        results = parsed.map(() => witRetry(describeThrown(error)));
+      }
+      places.forEach((place, j) => {
+        outcomes[place] = results[j];
+      });
+    }
+    return outcomes;
+  } catch (error) {
+    // A bug here must not trap either.
+    return witDeliveries.map(() => witRetry(`rheo-handler: ${describeThrown(error)}`));
+  }
+}
+
+// A batch handler's answer as one WIT outcome per delivery: anything but an
+// array of `expected` outcomes retries every delivery.
+function batchOutcomes(results, expected) {
+  const all = (reason) => Array.from({ length: expected }, () => witRetry(reason));
+  if (!Array.isArray(results)) {
+    return all(`rheo-handler: the batch handler returned ${show(results)}, not an array of outcomes`);
+  }
+  if (results.length !== expected) {
+    return all(
+      `rheo-handler: the batch handler returned ${results.length} outcomes for ${expected} deliveries`,
+    );
+  }
+  return results.map(witOutcome);
+}
+
+function logThrown(witDelivery, error, batch = 1) {
   try {
     const stack = error instanceof Error && typeof error.stack === "string" ? error.stack : "";
-    const head = `handler threw on event ${witDelivery.event.id} (attempt ${witDelivery.attempt}): `;
+    let where = `event ${witDelivery.event.id} (attempt ${witDelivery.attempt})`;
+    if (batch > 1) where = `a batch of ${batch} deliveries from ${where}`;
+    const head = `handler threw on ${where}: `;
     log.error(head + describeThrown(error) + (stack ? `\n${stack.trimEnd()}` : ""));
   } catch {
     // The retry matters more than the log line.

@@ -13,10 +13,10 @@ import * as sdk from "../sdk/rheo-handler.js";
 
 const { Ack, AppendError, Reject, Retry } = sdk;
 
-function delivery(payload = '{"n": 1}', metadata = "{}", attempt = 1) {
+function delivery(payload = '{"n": 1}', metadata = "{}", attempt = 1, id = "e-1") {
   return {
     event: {
-      id: "e-1",
+      id,
       stream: "in",
       partition: 2,
       sequence: 7,
@@ -297,6 +297,66 @@ describe("dispatch", () => {
     const outcome = sdk.dispatch({});
     assert.equal(outcome.tag, "retry");
     assert.ok(outcome.val.reason.startsWith("rheo-handler: TypeError"), outcome.val.reason);
+  });
+});
+
+describe("dispatchBatch", () => {
+  function runBatch(fn, deliveries) {
+    sdk.unregister();
+    sdk.batchHandler(fn);
+    return sdk.dispatchBatch(deliveries);
+  }
+
+  test("a batch handler answers each delivery in order", () => {
+    const seen = [];
+    const outcomes = runBatch(
+      (ds) => {
+        seen.push(ds.map((d) => d.event.id));
+        return ds.map((d) => ({ ack: Ack(), retry: Retry("later", { delayMs: 50 }), reject: Reject("no") })[d.event.payload.do]);
+      },
+      [
+        delivery('{"do": "reject"}', "{}", 1, "e-1"),
+        delivery("{not json", "{}", 1, "e-2"),
+        delivery('{"do": "ack"}', "{}", 1, "e-3"),
+        delivery('{"do": "retry"}', "{}", 1, "e-4"),
+      ],
+    );
+    // e-2 never reached the handler: its JSON does not parse.
+    assert.deepEqual(seen, [["e-1", "e-3", "e-4"]]);
+    assert.deepEqual(outcomes[0], { tag: "reject", val: "no" });
+    assert.ok(outcomes[1].val.reason.startsWith("rheo-handler: the payload of event e-2 is not JSON"));
+    assert.deepEqual(outcomes[2], { tag: "ack" });
+    assertRetry(outcomes[3], "later", 50);
+    // `handle` of a batch handler is a batch of one.
+    assert.deepEqual(sdk.dispatch(delivery('{"do": "ack"}')), { tag: "ack" });
+    assert.deepEqual(seen.at(-1), ["e-1"]);
+  });
+
+  test("a batch handler that throws or miscounts retries the whole batch", () => {
+    const two = [delivery("{}", "{}", 1, "e-1"), delivery("{}", "{}", 1, "e-2")];
+    for (const outcome of runBatch(() => {
+      throw new Error("db down");
+    }, two)) {
+      assertRetry(outcome, "Error: db down");
+    }
+    assert.ok(host.logs.at(-1)[1].includes("handler threw on a batch of 2 deliveries from event e-1"));
+    for (const outcome of runBatch(() => [Ack()], two)) {
+      assertRetry(outcome, "rheo-handler: the batch handler returned 1 outcomes for 2 deliveries");
+    }
+    for (const outcome of runBatch(() => Ack(), two)) {
+      assert.ok(outcome.val.reason.endsWith("not an array of outcomes"), outcome.val.reason);
+    }
+  });
+
+  test("a handler asked for a batch runs on each delivery in turn", () => {
+    sdk.handler((d) => (d.event.id === "e-1" ? Ack() : Reject(d.event.id)));
+    const outcomes = sdk.dispatchBatch([delivery("{}", "{}", 1, "e-1"), delivery("{}", "{}", 1, "e-2")]);
+    assert.deepEqual(outcomes, [{ tag: "ack" }, { tag: "reject", val: "e-2" }]);
+  });
+
+  test("a batch handler and a handler are two handlers", () => {
+    sdk.batchHandler(() => []);
+    assert.throws(() => sdk.handler(() => Ack()), /two handlers registered/);
   });
 });
 

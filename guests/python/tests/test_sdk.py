@@ -43,10 +43,10 @@ from wit_world.imports import host  # noqa: E402
 from wit_world.imports import types as wit  # noqa: E402
 
 
-def delivery(payload='{"n": 1}', metadata="{}", attempt=1):
+def delivery(payload='{"n": 1}', metadata="{}", attempt=1, id="e-1"):
     return wit.Delivery(
         event=wit.Event(
-            id="e-1",
+            id=id,
             stream="in",
             partition=2,
             sequence=7,
@@ -96,12 +96,75 @@ class SdkTest(unittest.TestCase):
         self.host = FakeHost()
         self.host.install(self)
         self.addCleanup(setattr, rheo_handler, "_handler", None)
+        self.addCleanup(setattr, rheo_handler, "_batches", False)
         rheo_handler._handler = None
+        rheo_handler._batches = False
 
     def run_handler(self, function, d=None):
         rheo_handler._handler = None
         rheo_handler.handler(function)
         return rheo_handler.dispatch(d or delivery())
+
+    def run_batch(self, function, deliveries):
+        rheo_handler._handler = None
+        rheo_handler.batch_handler(function)
+        return rheo_handler.dispatch_batch(deliveries)
+
+    def test_a_batch_handler_answers_each_delivery_in_order(self):
+        seen = []
+
+        def handle(ds):
+            seen.append([d.event.id for d in ds])
+            return [
+                {"ack": Ack(), "retry": Retry("later", 50), "reject": Reject("no")}[d.event.payload["do"]]
+                for d in ds
+            ]
+
+        outcomes = self.run_batch(
+            handle,
+            [
+                delivery('{"do": "reject"}', id="e-1"),
+                delivery("{not json", id="e-2"),
+                delivery('{"do": "ack"}', id="e-3"),
+                delivery('{"do": "retry"}', id="e-4"),
+            ],
+        )
+        # e-2 never reached the handler: its JSON does not parse.
+        self.assertEqual(seen, [["e-1", "e-3", "e-4"]])
+        self.assertEqual(outcomes[0], wit.Outcome_Reject("no"))
+        self.assertTrue(outcomes[1].value.reason.startswith("rheo_handler: the payload of event e-2 is not JSON"))
+        self.assertEqual(outcomes[2], wit.Outcome_Ack())
+        self.assert_retry(outcomes[3], "later", 50)
+        # `handle` of a batch handler is a batch of one.
+        self.assertEqual(rheo_handler.dispatch(delivery('{"do": "ack"}')), wit.Outcome_Ack())
+        self.assertEqual(seen[-1], ["e-1"])
+
+    def test_a_batch_handler_that_raises_or_miscounts_retries_the_whole_batch(self):
+        two = [delivery(id="e-1"), delivery(id="e-2")]
+
+        def boom(ds):
+            raise ValueError("db down")
+
+        for outcome in self.run_batch(boom, two):
+            self.assert_retry(outcome, "ValueError: db down")
+        self.assertIn("handler raised on a batch of 2 deliveries from event e-1", self.host.logs[-1][1])
+        for outcome in self.run_batch(lambda ds: [Ack()], two):
+            self.assert_retry(outcome, "rheo_handler: the batch handler returned 1 outcomes for 2 deliveries")
+        for outcome in self.run_batch(lambda ds: Ack(), two):
+            self.assert_retry(outcome, "rheo_handler: the batch handler returned a Ack, not a list of outcomes")
+        outcomes = self.run_batch(lambda ds: (Ack(), "ok"), two)
+        self.assertEqual(outcomes[0], wit.Outcome_Ack())
+        self.assertIn("returned 'ok' (str)", outcomes[1].value.reason)
+
+    def test_a_single_handler_asked_for_a_batch_runs_on_each_in_turn(self):
+        rheo_handler.handler(lambda d: Ack() if d.event.id == "e-1" else Reject(d.event.id))
+        outcomes = rheo_handler.dispatch_batch([delivery(id="e-1"), delivery(id="e-2")])
+        self.assertEqual(outcomes, [wit.Outcome_Ack(), wit.Outcome_Reject("e-2")])
+
+    def test_a_batch_handler_and_a_handler_are_two_handlers(self):
+        rheo_handler.batch_handler(lambda ds: [])
+        with self.assertRaises(RuntimeError):
+            rheo_handler.handler(lambda d: Ack())
 
     def assert_retry(self, outcome, reason, delay_ms=None):
         self.assertIsInstance(outcome, wit.Outcome_Retry)

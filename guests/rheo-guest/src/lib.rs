@@ -42,25 +42,34 @@ use serde_json::{Map, Value};
 #[doc(hidden)]
 pub use wit_bindgen;
 
-/// The generated bindings of the `rheo:handler/handler` world.
+/// The generated bindings of the `rheo:handler/handler@0.2.0` world
+/// (`handle` and `handle-batch`, over the 0.1.0 types and host imports).
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
         world: "handler",
+        // The types and host imports are the 0.1.0 package's (`wit/deps/`).
+        generate_all,
         pub_export_macro: true,
         default_bindings_module: "::rheo_guest::bindings",
         runtime_path: "::rheo_guest::wit_bindgen::rt",
     });
 }
 
-pub use bindings::rheo::handler::types::{
+pub use bindings::rheo::handler0_1_0::types::{
     AppendError, Delivery, Event, EventInput, EventRef, Level, Outcome, Retry,
 };
 
 /// Exports `$handle` as the component's `handle` function. `$handle` is a
 /// `fn(Delivery) -> Outcome` or a `fn(Delivery) -> Result<Outcome, E>` with
-/// `E: Display` (see [`IntoOutcome`]). Use it once per guest crate.
+/// `E: Display` (see [`IntoOutcome`]). Use it once per guest crate (or
+/// [`batch_handler!`] instead).
+///
+/// The component also exports `handle-batch`, which runs `$handle` on each
+/// delivery in turn: a handler whose manifest sets `batch_size` gets its
+/// deliveries in one call each batch, which saves the host a guest call
+/// per delivery.
 #[macro_export]
 macro_rules! handler {
     ($handle:path) => {
@@ -70,6 +79,62 @@ macro_rules! handler {
         impl $crate::bindings::Guest for RheoHandlerExport {
             fn handle(delivery: $crate::Delivery) -> $crate::Outcome {
                 $crate::IntoOutcome::into_outcome($handle(delivery))
+            }
+
+            fn handle_batch(
+                deliveries: ::std::vec::Vec<$crate::Delivery>,
+            ) -> ::std::vec::Vec<$crate::Outcome> {
+                deliveries
+                    .into_iter()
+                    .map(|delivery| $crate::IntoOutcome::into_outcome($handle(delivery)))
+                    .collect()
+            }
+        }
+
+        $crate::bindings::export!(RheoHandlerExport with_types_in $crate::bindings);
+    };
+}
+
+/// Exports `$handle_batch` as the component's `handle-batch` function:
+/// a `fn(Vec<Delivery>) -> Vec<T>` with `T` an [`Outcome`] or a
+/// `Result<Outcome, E>` ([`IntoOutcome`]), one per delivery, in the same
+/// order (a list of another length fails the whole batch: the host
+/// retries every delivery of it). The host calls it with up to the
+/// manifest's `batch_size` deliveries; `handle` (a dry run, `batch_size =
+/// 1`) calls it with one. Use it once per guest crate, instead of
+/// [`handler!`].
+///
+/// ```ignore
+/// fn handle_batch(deliveries: Vec<Delivery>) -> Vec<Outcome> {
+///     let rows: Vec<_> = deliveries.iter().map(|d| d.event.payload.clone()).collect();
+///     // … write `rows` in one request …
+///     deliveries.iter().map(|_| Outcome::Ack).collect()
+/// }
+///
+/// rheo_guest::batch_handler!(handle_batch);
+/// ```
+#[macro_export]
+macro_rules! batch_handler {
+    ($handle_batch:path) => {
+        #[doc(hidden)]
+        struct RheoHandlerExport;
+
+        impl $crate::bindings::Guest for RheoHandlerExport {
+            fn handle(delivery: $crate::Delivery) -> $crate::Outcome {
+                $handle_batch(::std::vec![delivery])
+                    .into_iter()
+                    .next()
+                    .map($crate::IntoOutcome::into_outcome)
+                    .unwrap_or_else(|| $crate::Outcome::retry("the batch handler returned no outcome"))
+            }
+
+            fn handle_batch(
+                deliveries: ::std::vec::Vec<$crate::Delivery>,
+            ) -> ::std::vec::Vec<$crate::Outcome> {
+                $handle_batch(deliveries)
+                    .into_iter()
+                    .map($crate::IntoOutcome::into_outcome)
+                    .collect()
             }
         }
 
@@ -240,7 +305,7 @@ impl EventInput {
 
 /// A value of the handler's configuration.
 pub fn config(key: &str) -> Option<String> {
-    bindings::rheo::handler::host::config_get(key)
+    bindings::rheo::handler0_1_0::host::config_get(key)
 }
 
 /// A configuration value parsed as `T`; `None` when unset or unparsable.
@@ -250,18 +315,18 @@ pub fn config_parse<T: std::str::FromStr>(key: &str) -> Option<T> {
 
 /// Appends `event` to `stream` through the host.
 pub fn append(stream: &str, event: &EventInput) -> Result<EventRef, AppendError> {
-    bindings::rheo::handler::host::append(stream, event)
+    bindings::rheo::handler0_1_0::host::append(stream, event)
 }
 
 /// The host's clock, in milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    bindings::rheo::handler::host::now_ms()
+    bindings::rheo::handler0_1_0::host::now_ms()
 }
 
 /// Logging through the host, tagged with the handler's name.
 pub mod log {
     use super::Level;
-    use crate::bindings::rheo::handler::host;
+    use crate::bindings::rheo::handler0_1_0::host;
 
     /// Logs `message` at `level`.
     pub fn log(level: Level, message: &str) {

@@ -80,6 +80,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 256)]
     max_demand: usize,
 
+    /// Deliveries per handler call (the manifest's `batch_size`; above 1
+    /// the handler must export `handle-batch`); several values (`1,10,100`)
+    /// measure each in turn (docs/handlers.md#batches).
+    #[cfg(feature = "wasm")]
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    batch_size: Vec<usize>,
+
     /// Group orderings to consume under, in turn: each fetch+ack and
     /// handler workload runs once per ordering, on a group of its own
     /// (`none,key` compares them in one run; docs/groups.md#ordering).
@@ -368,6 +375,13 @@ impl BenchArgs {
             "--max-demand must be between 1 and {}",
             crate::model::MAX_FETCH_LIMIT
         );
+        for &size in &self.batch_size {
+            anyhow::ensure!(
+                (1..=self.max_demand).contains(&size),
+                "--batch-size must be between 1 and --max-demand ({}): got {size}",
+                self.max_demand
+            );
+        }
         let (bytes, label, shown) = match &self.handler {
             Some(path) => (
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
@@ -393,6 +407,11 @@ impl BenchArgs {
             .await
             .with_context(|| format!("{shown} is not a usable handler"))?;
         let compile = compiling.elapsed();
+        anyhow::ensure!(
+            module.batches() || self.batch_size.iter().all(|&size| size == 1),
+            "{shown} exports no handle-batch (it was built against rheo:handler@0.1.0): \
+             measure it with --batch-size 1"
+        );
         // A runner of its own with no warm instance: its first call is the
         // first instance of this module in the process.
         let cold = HandlerRunner::new(
@@ -417,16 +436,22 @@ impl BenchArgs {
         };
         let mut results = Vec::new();
         let several = self.concurrency.len() > 1;
+        let batched = self.batch_size.iter().any(|&size| size != 1);
         let ordered = self.ordered();
         let runs = modes.iter().flat_map(|&m| {
-            self.concurrency
-                .iter()
-                .flat_map(move |&c| self.ordering.iter().map(move |&o| (m, c, o)))
+            self.concurrency.iter().flat_map(move |&c| {
+                self.batch_size
+                    .iter()
+                    .flat_map(move |&b| self.ordering.iter().map(move |&o| (m, c, b, o)))
+            })
         });
-        for (mode, concurrency, ordering) in runs {
+        for (mode, concurrency, batch_size, ordering) in runs {
             let mut name = format!("{label} e2e ({}", mode_name(mode));
             if several {
                 name.push_str(&format!(", concurrency {concurrency}"));
+            }
+            if batched {
+                name.push_str(&format!(", batch {batch_size}"));
             }
             if ordered {
                 name.push_str(&format!(", ordering {}", ordering.as_str()));
@@ -447,6 +472,7 @@ impl BenchArgs {
                 partitions: self.partitions,
                 keys: self.keys as usize,
                 ordering,
+                batch_size,
             };
             let bar = progress(self.handler_events, &name, self.json);
             let result = bench::through_handler(

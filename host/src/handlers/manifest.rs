@@ -31,6 +31,8 @@ use crate::wasm::{
 
 /// Most deliveries one handler runs at once.
 pub const MAX_CONCURRENCY: usize = 256;
+/// Longest `batch_wait_ms`.
+pub const MAX_BATCH_WAIT_MS: u64 = 10_000;
 /// Most configuration entries, and bytes per key or value.
 pub const MAX_CONFIG_ENTRIES: usize = 256;
 /// Longest configuration key or value, in bytes.
@@ -75,6 +77,15 @@ pub struct Manifest {
     /// Deliveries handled at once (default 1).
     #[serde(default = "defaults::concurrency")]
     pub concurrency: usize,
+    /// Most deliveries in one call of `handle-batch` (default 1: one
+    /// delivery a call, through `handle`). Above 1 the module must export
+    /// `handle-batch` (`rheo:handler@0.2.0`); at most `max_demand`.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: usize,
+    /// How long a batch shorter than `batch_size` waits for more leases,
+    /// in ms (default 0: it goes at once with what is there).
+    #[serde(default)]
+    pub batch_wait_ms: u64,
     /// Leases held at most (default 10).
     #[serde(default = "defaults::max_demand")]
     pub max_demand: usize,
@@ -112,6 +123,9 @@ pub struct Manifest {
 
 mod defaults {
     pub(super) fn concurrency() -> usize {
+        1
+    }
+    pub(super) fn batch_size() -> usize {
         1
     }
     pub(super) fn max_demand() -> usize {
@@ -156,6 +170,8 @@ impl Manifest {
             ordering: None,
             module: None,
             concurrency: defaults::concurrency(),
+            batch_size: defaults::batch_size(),
+            batch_wait_ms: 0,
             max_demand: defaults::max_demand(),
             lease_ms: DEFAULT_LEASE_MS,
             partitions: None,
@@ -203,7 +219,18 @@ impl Manifest {
                 "max_demand must be between 1 and {MAX_FETCH_LIMIT}"
             ));
         }
+        if !(1..=self.max_demand).contains(&self.batch_size) {
+            return bad(format!(
+                "batch_size must be between 1 and max_demand ({}): a batch is made of held leases",
+                self.max_demand
+            ));
+        }
         validate_lease_ms(self.lease_ms).map_err(|e| ManifestError(e.to_string()))?;
+        if self.batch_wait_ms > MAX_BATCH_WAIT_MS || self.batch_wait_ms >= self.lease_ms / 2 {
+            return bad(format!(
+                "batch_wait_ms must be at most {MAX_BATCH_WAIT_MS} and under half of lease_ms: a lease waits in the batch"
+            ));
+        }
         if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
             return bad(format!("timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"));
         }
@@ -238,6 +265,8 @@ impl Manifest {
                 .clone()
                 .map_or(Partitions::All, Partitions::Only),
             concurrency: self.concurrency,
+            batch_size: self.batch_size,
+            batch_wait: Duration::from_millis(self.batch_wait_ms),
             max_demand: self.max_demand,
             lease_ms: self.lease_ms,
             max_retry_delay_ms: self.max_retry_delay_ms,

@@ -31,7 +31,8 @@ pub use deploys::{
     MIN_SHARE_PERCENT, StepAction, Verdict, judge,
 };
 pub use manifest::{
-    InstanceSetting, MAX_CONCURRENCY, MAX_CONFIG_BYTES, MAX_CONFIG_ENTRIES, Manifest, ManifestError,
+    InstanceSetting, MAX_BATCH_WAIT_MS, MAX_CONCURRENCY, MAX_CONFIG_BYTES, MAX_CONFIG_ENTRIES,
+    Manifest, ManifestError,
 };
 pub use registry::{HandlerRegistry, watch_canaries, watch_cluster};
 pub use trial::{TrialEvent, TrialReport, TrialRun, TrialTotals, append_json};
@@ -148,6 +149,14 @@ pub struct CanaryView {
 impl Handler for HandlerRunner {
     async fn handle(&self, lease: &Lease) -> HandlerOutcome {
         self.invoke(lease).await
+    }
+
+    fn batches(&self) -> bool {
+        HandlerRunner::batches(self)
+    }
+
+    async fn handle_batch(&self, leases: &[Lease]) -> Vec<HandlerOutcome> {
+        self.invoke_batch(leases).await
     }
 }
 

@@ -87,7 +87,8 @@ pub struct TrialRun {
 
 impl TrialRun {
     /// The outcome's name: `ack`, `retry`, `reject`, `trap`, `timeout`,
-    /// `memory_limit` or `out_of_fuel`.
+    /// `memory_limit`, `out_of_fuel` or `batch_mismatch` (a trial calls
+    /// `handle`, one event at a time, so never the last).
     pub fn outcome_name(&self) -> &'static str {
         match &self.outcome {
             HandlerOutcome::Ack => "ack",
@@ -97,6 +98,7 @@ impl TrialRun {
             HandlerOutcome::Failed(HandlerFailure::Timeout { .. }) => "timeout",
             HandlerOutcome::Failed(HandlerFailure::MemoryLimit { .. }) => "memory_limit",
             HandlerOutcome::Failed(HandlerFailure::OutOfFuel) => "out_of_fuel",
+            HandlerOutcome::Failed(HandlerFailure::BatchMismatch { .. }) => "batch_mismatch",
         }
     }
 
@@ -162,7 +164,9 @@ impl TrialTotals {
                 HandlerOutcome::Ack => totals.acked += 1,
                 HandlerOutcome::Retry { .. } => totals.retried += 1,
                 HandlerOutcome::Reject { .. } => totals.rejected += 1,
-                HandlerOutcome::Failed(HandlerFailure::Trap(_)) => totals.trapped += 1,
+                HandlerOutcome::Failed(
+                    HandlerFailure::Trap(_) | HandlerFailure::BatchMismatch { .. },
+                ) => totals.trapped += 1,
                 HandlerOutcome::Failed(HandlerFailure::Timeout { .. }) => totals.timed_out += 1,
                 HandlerOutcome::Failed(_) => totals.limited += 1,
             }

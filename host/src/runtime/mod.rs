@@ -74,6 +74,24 @@ use crate::settle::HandlerOutcome;
 pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
     /// Runs on one leased delivery and says what to do with it.
     async fn handle(&self, lease: &Lease) -> HandlerOutcome;
+
+    /// Whether it takes several deliveries in one call
+    /// ([`Handler::handle_batch`]): the worker then hands it up to the
+    /// handler's `batch_size` at a time (`docs/handlers.md#batches`).
+    fn batches(&self) -> bool {
+        false
+    }
+
+    /// Runs on several leased deliveries and says what to do with each, in
+    /// the same order; one outcome per lease. By default, [`Handler::handle`]
+    /// on each in turn.
+    async fn handle_batch(&self, leases: &[Lease]) -> Vec<HandlerOutcome> {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for lease in leases {
+            outcomes.push(self.handle(lease).await);
+        }
+        outcomes
+    }
 }
 
 /// The code a handler runs, and the number its deliveries are counted under.
@@ -135,8 +153,15 @@ pub struct HandlerSettings {
     pub ordering: Option<GroupOrdering>,
     /// Partitions to claim from.
     pub partitions: Partitions,
-    /// Deliveries handled at the same time.
+    /// Deliveries handled at the same time (calls, when the handler takes
+    /// batches).
     pub concurrency: usize,
+    /// Most deliveries in one call of a handler that takes batches
+    /// ([`Handler::batches`]); 1: one at a time.
+    pub batch_size: usize,
+    /// How long a batch shorter than `batch_size` waits for more leases
+    /// before it is handed over anyway.
+    pub batch_wait: Duration,
     /// Leases held at most (fetched but not settled).
     pub max_demand: usize,
     /// Lease duration; renewed every half.
@@ -161,6 +186,8 @@ impl HandlerSettings {
             ordering: None,
             partitions: Partitions::All,
             concurrency: 1,
+            batch_size: 1,
+            batch_wait: Duration::ZERO,
             max_demand: 10,
             lease_ms: crate::model::DEFAULT_LEASE_MS,
             max_retry_delay_ms: DEFAULT_MAX_RETRY_DELAY_MS,

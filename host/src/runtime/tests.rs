@@ -699,3 +699,147 @@ async fn a_handler_asking_for_another_ordering_than_its_group_has_is_refused() {
     eventually("consumed", async || e.lag().await == 0).await;
     e.runtime.shutdown().await;
 }
+
+/// A handler that takes batches: records each call's size, then rejects
+/// events whose sequence is a multiple of 4 and acks the rest.
+#[derive(Debug, Default)]
+struct Batched {
+    calls: parking_lot::Mutex<Vec<usize>>,
+}
+
+#[async_trait]
+impl Handler for Arc<Batched> {
+    async fn handle(&self, lease: &Lease) -> HandlerOutcome {
+        self.handle_batch(std::slice::from_ref(lease))
+            .await
+            .remove(0)
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+
+    async fn handle_batch(&self, leases: &[Lease]) -> Vec<HandlerOutcome> {
+        self.calls.lock().push(leases.len());
+        leases
+            .iter()
+            .map(|l| {
+                if l.event.sequence % 4 == 0 {
+                    HandlerOutcome::Reject {
+                        reason: "a multiple of 4".into(),
+                    }
+                } else {
+                    HandlerOutcome::Ack
+                }
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_handler_gets_up_to_batch_size_leases_a_call_and_each_is_settled_by_its_outcome() {
+    let e = env().await;
+    e.append(40).await;
+    let h = name("batched");
+    let handler = Arc::new(Batched::default());
+    let mut settings = e.settings();
+    (
+        settings.batch_size,
+        settings.max_demand,
+        settings.concurrency,
+    ) = (8, 16, 1);
+    e.runtime
+        .run(&h, settings, version(1, Arc::clone(&handler)), false)
+        .await
+        .unwrap();
+    eventually("all settled", async || e.lag().await == 0).await;
+    eventually("counted", async || e.counters(&h).processed == 40).await;
+    let calls = handler.calls.lock().clone();
+    assert_eq!(calls.iter().sum::<usize>(), 40, "{calls:?}");
+    assert!(calls.iter().all(|&n| (1..=8).contains(&n)), "{calls:?}");
+    assert!(calls.contains(&8), "full batches: {calls:?}");
+    // Two partitions of 20: sequences 4, 8, … 20 of each, 5 each.
+    let c = e.counters(&h);
+    assert_eq!((c.acked, c.rejected), (30, 10));
+    let dead = e
+        .backend
+        .dead_letters(DeadLettersRequest {
+            stream: e.stream.clone(),
+            group: e.group.clone(),
+            limit: 100,
+            after: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(dead.dead_letters.len(), 10);
+    assert!(
+        dead.dead_letters
+            .iter()
+            .all(|d| d.reason == "a multiple of 4")
+    );
+    e.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_batch_waits_for_batch_wait_and_a_drain_hands_it_over() {
+    let e = env().await;
+    let h = name("batched");
+    let handler = Arc::new(Batched::default());
+    let mut settings = e.settings();
+    (
+        settings.batch_size,
+        settings.max_demand,
+        settings.concurrency,
+    ) = (10, 10, 1);
+    settings.batch_wait = Duration::from_secs(3600);
+    e.runtime
+        .run(&h, settings, version(1, Arc::clone(&handler)), false)
+        .await
+        .unwrap();
+    e.append(3).await;
+    let inflight = async || {
+        e.backend
+            .lag(&e.stream, &e.group, &Partitions::All)
+            .await
+            .unwrap()
+            .inflight
+    };
+    eventually("3 leased", async || inflight().await == 3).await;
+    assert!(handler.calls.lock().is_empty(), "3 of 10 wait for more");
+    e.append(7).await;
+    eventually("one call of 10", async || {
+        handler.calls.lock().as_slice() == [10]
+    })
+    .await;
+    eventually("settled", async || e.lag().await == 0).await;
+    // A short batch still waiting when the handler stops goes out in the
+    // drain.
+    e.append(2).await;
+    eventually("2 leased", async || inflight().await == 2).await;
+    assert_eq!(handler.calls.lock().as_slice(), [10]);
+    e.runtime.stop(&h).await.unwrap();
+    assert_eq!(handler.calls.lock().as_slice(), [10, 2]);
+    assert_eq!(e.lag().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_takes_no_batches_gets_one_lease_a_call_whatever_batch_size() {
+    let e = env().await;
+    e.append(12).await;
+    let h = name("single");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let handler = FnHandler(move |_: &Lease| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        HandlerOutcome::Ack
+    });
+    let mut settings = e.settings();
+    (settings.batch_size, settings.max_demand) = (5, 10);
+    e.runtime
+        .run(&h, settings, version(1, handler), false)
+        .await
+        .unwrap();
+    eventually("all acked", async || e.lag().await == 0).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 12);
+    e.runtime.shutdown().await;
+}

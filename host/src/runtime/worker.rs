@@ -176,20 +176,72 @@ struct Rest {
 struct Claims {
     shared: Arc<Shared>,
     ready: VecDeque<Lease>,
+    /// When the oldest lease in `ready` came: a short batch waits for more
+    /// until `batch_wait` after it.
+    ready_since: Option<tokio::time::Instant>,
     running: JoinSet<()>,
     fetching: Option<JoinHandle<crate::backend::Result<Vec<Lease>>>>,
 }
 
 impl Claims {
-    /// Starts held leases while fewer than `concurrency` deliveries run.
-    fn dispatch(&mut self) {
+    /// Most leases one call takes: the handler's `batch_size` if the
+    /// current version takes batches, else 1.
+    fn batch_size(&self) -> usize {
+        let size = self.shared.settings.batch_size.max(1);
+        if size > 1 && self.shared.version.load().handler.batches() {
+            size
+        } else {
+            1
+        }
+    }
+
+    /// When a short batch stops waiting for more leases, if one waits.
+    fn batch_due(&self) -> Option<tokio::time::Instant> {
         let concurrency = self.shared.settings.concurrency.max(1);
-        while self.running.len() < concurrency
-            && let Some(lease) = self.ready.pop_front()
-        {
-            self.shared.counters.started();
+        let waits = !self.ready.is_empty()
+            && self.running.len() < concurrency
+            && self.ready.len() < self.batch_size();
+        waits
+            .then(|| {
+                self.ready_since
+                    .map(|t| t + self.shared.settings.batch_wait)
+            })
+            .flatten()
+    }
+
+    /// Starts held leases while fewer than `concurrency` calls run: one
+    /// lease a call, or up to `batch_size` for a handler that takes
+    /// batches. A batch shorter than that waits until `batch_wait` after
+    /// its oldest lease came, unless `now` (draining).
+    fn dispatch(&mut self, now: bool) {
+        let concurrency = self.shared.settings.concurrency.max(1);
+        let size = self.batch_size();
+        while self.running.len() < concurrency && !self.ready.is_empty() {
+            if size == 1 {
+                let Some(lease) = self.ready.pop_front() else {
+                    break;
+                };
+                self.shared.counters.started();
+                self.running
+                    .spawn(dispatch(Arc::clone(&self.shared), lease));
+                continue;
+            }
+            let due = self
+                .ready_since
+                .is_none_or(|t| t + self.shared.settings.batch_wait <= tokio::time::Instant::now());
+            if self.ready.len() < size && !due && !now {
+                break;
+            }
+            let take = size.min(self.ready.len());
+            let batch: Vec<Lease> = self.ready.drain(..take).collect();
+            for _ in &batch {
+                self.shared.counters.started();
+            }
             self.running
-                .spawn(dispatch(Arc::clone(&self.shared), lease));
+                .spawn(dispatch_batch(Arc::clone(&self.shared), batch));
+        }
+        if self.ready.is_empty() {
+            self.ready_since = None;
         }
     }
 
@@ -216,6 +268,9 @@ impl Claims {
     /// all of one partition's share before the next partition gets a turn.
     fn fetched(&mut self, leases: Vec<Lease>) {
         self.shared.hold(&leases);
+        if self.ready.is_empty() {
+            self.ready_since = Some(tokio::time::Instant::now());
+        }
         self.ready.extend(interleave(leases));
     }
 
@@ -281,6 +336,7 @@ async fn run(
     let mut claims = Claims {
         shared: Arc::clone(&shared),
         ready: VecDeque::new(),
+        ready_since: None,
         running: JoinSet::new(),
         fetching: None,
     };
@@ -293,7 +349,7 @@ async fn run(
         if control.stop.is_cancelled() {
             break;
         }
-        claims.dispatch();
+        claims.dispatch(false);
         let free = hold.saturating_sub(shared.held());
         if claims.fetching.is_none()
             && rest.is_none()
@@ -305,7 +361,9 @@ async fn run(
         }
         let resting = rest.is_some();
         let wakes = rest.as_ref().is_some_and(|r| r.wakes);
+        let batch_due = claims.batch_due();
         tokio::select! {
+            _ = tokio::time::sleep_until(batch_due.unwrap_or_else(tokio::time::Instant::now)), if batch_due.is_some() => {}
             _ = control.stop.cancelled() => break,
             _ = paused.changed() => {}
             Some(_) = claims.running.join_next(), if !claims.running.is_empty() => {}
@@ -354,7 +412,7 @@ async fn run(
         }
         loop {
             while claims.running.try_join_next().is_some() {}
-            claims.dispatch();
+            claims.dispatch(true);
             if claims.is_empty() {
                 break;
             }
@@ -416,6 +474,57 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
     let started = std::time::Instant::now();
     let outcome = handler.handle(&lease).instrument(span.clone()).await;
     shared.counters.called(started.elapsed());
+    conclude(&shared, &version, lease, number, by_canary, outcome, span);
+}
+
+/// Runs the current version on a batch of leases in one call
+/// (`handle-batch`), and hands each outcome to the settler. With a canary,
+/// the first attempts it takes go to it in a call of their own.
+async fn dispatch_batch(shared: Arc<Shared>, leases: Vec<Lease>) {
+    let version = shared.version.load_full();
+    let mut parts: Vec<(Vec<Lease>, Option<bool>)> = Vec::with_capacity(2);
+    for lease in leases {
+        let (_, _, by_canary) = version.pick(&lease);
+        match parts.iter_mut().find(|(_, by)| *by == by_canary) {
+            Some((part, _)) => part.push(lease),
+            None => parts.push((vec![lease], by_canary)),
+        }
+    }
+    for (part, by_canary) in parts {
+        let (handler, number) = match (&version.canary, by_canary) {
+            (Some(canary), Some(true)) => (&canary.handler, canary.number),
+            _ => (&version.handler, version.number),
+        };
+        let span = crate::telemetry::batch_span(&shared.handler, &part, number);
+        let started = std::time::Instant::now();
+        let outcomes = handler.handle_batch(&part).instrument(span).await;
+        shared.counters.called(started.elapsed());
+        // A `Handler` that broke its contract fails the leases it left out.
+        let mut outcomes = outcomes.into_iter();
+        for lease in part {
+            let outcome = outcomes.next().unwrap_or_else(|| {
+                HandlerOutcome::Failed(crate::settle::HandlerFailure::Trap(
+                    "the handler returned fewer outcomes than deliveries".into(),
+                ))
+            });
+            let span = crate::telemetry::delivery_span(&shared.handler, &lease, number);
+            conclude(&shared, &version, lease, number, by_canary, outcome, span);
+        }
+    }
+}
+
+/// Decides by the settle policy what becomes of `lease` after `outcome`,
+/// counts it for a canary, and hands it to the settler (or lets it go if
+/// the lease was lost meanwhile).
+fn conclude(
+    shared: &Shared,
+    version: &Version,
+    lease: Lease,
+    number: u64,
+    by_canary: Option<bool>,
+    outcome: HandlerOutcome,
+    span: tracing::Span,
+) {
     let mut decision = settle::decide(&outcome, shared.settings.max_retry_delay_ms);
     if let (Some(canary), Some(by_canary)) = (&version.canary, by_canary) {
         let failed = !matches!(decision.action, Action::Ack);

@@ -3,6 +3,7 @@
 //! compiles a real component and runs it on a real engine; appends go to
 //! the memory backend.
 
+mod batches;
 mod capture;
 mod failures;
 mod modules;

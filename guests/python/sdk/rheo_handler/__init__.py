@@ -8,10 +8,19 @@
             return Ack()
         return Reject("not ok")
 
+Or one function for a batch of deliveries, with an outcome for each (the
+host calls it with up to the manifest's ``batch_size``)::
+
+    from rheo_handler import Ack, Retry, batch_handler
+
+    @batch_handler
+    def handle(deliveries):
+        return [Ack() if d.event.payload.get("ok") else Retry("later") for d in deliveries]
+
 The module named ``app`` is the handler's; ``build.sh`` turns it, this SDK
-and CPython into one WebAssembly component of the ``rheo:handler`` world
-(``wit/handler.wit``). The contract and what the host does with each
-outcome are in ``docs/handlers.md``.
+and CPython into one WebAssembly component of the ``rheo:handler@0.2.0``
+world (``wit/handler.wit``: ``handle`` and ``handle-batch``). The contract
+and what the host does with each outcome are in ``docs/handlers.md``.
 
 What this layer adds over the raw WIT bindings:
 
@@ -22,6 +31,11 @@ What this layer adds over the raw WIT bindings:
   (with the traceback logged) instead of a trap, so the instance is kept;
 * a return value that is not ``Ack()``, ``Retry(...)`` or ``Reject(...)``
   becomes a ``Retry`` naming what was returned;
+* a ``@batch_handler`` gets the deliveries whose JSON parsed (the others
+  are retried, as above); an exception escaping it, or a list of outcomes
+  of the wrong length, retries every delivery of the call with a reason
+  that says so; a ``@handler`` asked for a batch runs on each delivery in
+  turn;
 * ``log``, ``config``, ``append`` and ``now_ms`` wrap the host's imports
   with Python types (``append`` takes dicts and raises ``AppendError``).
 
@@ -51,6 +65,7 @@ __all__ = [
     "Reject",
     "Retry",
     "append",
+    "batch_handler",
     "config",
     "handler",
     "log",
@@ -122,21 +137,39 @@ Outcome = Union[Ack, Retry, Reject]
 # --- Registration and dispatch -----------------------------------------------
 
 _handler: Optional[Callable[[Delivery], Outcome]] = None
+# Whether ``_handler`` takes a list of deliveries (``@batch_handler``).
+_batches = False
+
+
+def _register(function: Any, batches: bool, decorator: str) -> None:
+    global _handler, _batches
+    if not callable(function):
+        raise TypeError(f"@{decorator} needs a function, not {function!r}")
+    if _handler is not None and _handler is not function:
+        raise RuntimeError(
+            f"two handlers registered: {_name(_handler)} and {_name(function)}; "
+            "a component has exactly one"
+        )
+    _handler, _batches = function, batches
 
 
 def handler(function: Callable[[Delivery], Outcome]) -> Callable[[Delivery], Outcome]:
     """Registers ``function`` as the component's handler (one per component).
 
     Used as a decorator; returns ``function`` unchanged."""
-    global _handler
-    if not callable(function):
-        raise TypeError(f"@handler needs a function, not {function!r}")
-    if _handler is not None and _handler is not function:
-        raise RuntimeError(
-            f"two handlers registered: {_name(_handler)} and {_name(function)}; "
-            "a component has exactly one"
-        )
-    _handler = function
+    _register(function, False, "handler")
+    return function
+
+
+def batch_handler(
+    function: Callable[[list], list],
+) -> Callable[[list], list]:
+    """Registers ``function`` as the component's handler of batches (one
+    handler per component): it takes a list of deliveries and returns a
+    list of outcomes, one per delivery, in the same order.
+
+    Used as a decorator; returns ``function`` unchanged."""
+    _register(function, True, "batch_handler")
     return function
 
 
@@ -145,13 +178,16 @@ def _name(function: Any) -> str:
 
 
 def registered() -> Optional[Callable[[Delivery], Outcome]]:
-    """The registered handler, or ``None``."""
+    """The registered handler (``@handler`` or ``@batch_handler``), or
+    ``None``."""
     return _handler
 
 
 def dispatch(delivery: wit.Delivery) -> wit.Outcome:
     """Runs the registered handler on one delivery from the host and turns
     whatever happens into an outcome. Never raises."""
+    if _batches:
+        return dispatch_batch([delivery])[0]
     try:
         if _handler is None:
             return _retry("rheo_handler: no handler registered (decorate a function with @handler)")
@@ -169,14 +205,59 @@ def dispatch(delivery: wit.Delivery) -> wit.Outcome:
         return _retry(f"rheo_handler: {_describe(exc)}")
 
 
-def _log_exception(delivery: wit.Delivery, exc: BaseException) -> None:
+def dispatch_batch(deliveries: list) -> list:
+    """Runs the registered handler on a batch of deliveries from the host
+    and answers one outcome per delivery, in order. Never raises."""
+    if not _batches:
+        return [dispatch(d) for d in deliveries]
+    try:
+        outcomes: list = [None] * len(deliveries)
+        parsed, places = [], []
+        for i, d in enumerate(deliveries):
+            try:
+                parsed.append(_delivery(d))
+                places.append(i)
+            except _BadJson as bad:
+                outcomes[i] = _retry(str(bad))
+        if parsed:
+            try:
+                results = _handler(parsed)
+            except BaseException as exc:  # noqa: BLE001 - every escape becomes a retry
+                _log_exception(deliveries[places[0]], exc, len(parsed))
+                results = [_retry(_describe(exc))] * len(parsed)
+            else:
+                results = _outcomes(results, len(parsed))
+            for i, outcome in zip(places, results):
+                outcomes[i] = outcome
+        return outcomes
+    except BaseException as exc:  # noqa: BLE001 - a bug here must not trap either
+        return [_retry(f"rheo_handler: {_describe(exc)}")] * len(deliveries)
+
+
+def _outcomes(results: Any, expected: int) -> list:
+    """A batch handler's answer as one outcome per delivery: anything but a
+    list (or tuple) of ``expected`` outcomes retries every delivery."""
+    if not isinstance(results, (list, tuple)):
+        shown = type(results).__name__
+        return [_retry(f"rheo_handler: the batch handler returned a {shown}, not a list of outcomes")] * expected
+    if len(results) != expected:
+        return [
+            _retry(
+                f"rheo_handler: the batch handler returned {len(results)} outcomes "
+                f"for {expected} deliveries"
+            )
+        ] * expected
+    return [_outcome(r) for r in results]
+
+
+def _log_exception(delivery: wit.Delivery, exc: BaseException, batch: int = 1) -> None:
     """Logs the traceback of what the handler raised; best effort."""
     try:
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        log.error(
-            f"handler raised on event {delivery.event.id} (attempt {delivery.attempt}):\n"
-            + "".join(lines).rstrip()
-        )
+        where = f"event {delivery.event.id} (attempt {delivery.attempt})"
+        if batch > 1:
+            where = f"a batch of {batch} deliveries from {where}"
+        log.error(f"handler raised on {where}:\n" + "".join(lines).rstrip())
     except BaseException:  # noqa: BLE001 - the retry matters more than the log line
         pass
 

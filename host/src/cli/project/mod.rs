@@ -2,8 +2,8 @@
 //! user's machine, outside any Rheo source tree.
 //!
 //! `new` writes a project from the templates in `host/templates/handler/`
-//! plus a copy of the language's SDK and of `wit/handler.wit` (embedded in
-//! the binary), so the project builds with nothing but the language's own
+//! plus a copy of the language's SDK and of `wit/` (`handler.wit` and the
+//! version it builds on, `deps/handler-0.1.0/`; embedded in the binary), so the project builds with nothing but the language's own
 //! tools. `build` finds the language from the project's files, installs the
 //! build tools it needs from the package registries into Rheo's cache when
 //! they are missing (`build.rs`), and writes the component where the
@@ -20,8 +20,10 @@ use crate::model::HandlerName;
 
 pub(crate) use build::BuildArgs;
 
-/// The WIT contract every handler is built against.
+/// The WIT contract every handler is built against (`rheo:handler@0.2.0`)
+/// and the version it builds on (`wit/deps/`).
 const WIT: &str = include_str!("../../../../wit/handler.wit");
+const WIT_0_1: &str = include_str!("../../../../wit/deps/handler-0.1.0/handler.wit");
 
 /// Arguments of `rheo handler new`.
 #[derive(Debug, Args)]
@@ -213,6 +215,10 @@ fn project_files(vars: &Vars<'_>) -> Vec<File> {
                 plain(include_str!("../../../../guests/rheo-guest/src/lib.rs")),
             ),
             ("sdk/rheo-guest/wit/handler.wit", plain(WIT)),
+            (
+                "sdk/rheo-guest/wit/deps/handler-0.1.0/handler.wit",
+                plain(WIT_0_1),
+            ),
         ]),
         Lang::Python => files.extend([
             ("app.py", vars.render(template!("python/app.py"))),
@@ -230,6 +236,7 @@ fn project_files(vars: &Vars<'_>) -> Vec<File> {
                 )),
             ),
             ("sdk/wit/handler.wit", plain(WIT)),
+            ("sdk/wit/deps/handler-0.1.0/handler.wit", plain(WIT_0_1)),
         ]),
         Lang::Js => files.extend([
             ("app.js", vars.render(template!("js/app.js"))),
@@ -243,6 +250,7 @@ fn project_files(vars: &Vars<'_>) -> Vec<File> {
                 plain(include_str!("../../../../guests/js/sdk/entry.js")),
             ),
             ("sdk/wit/handler.wit", plain(WIT)),
+            ("sdk/wit/deps/handler-0.1.0/handler.wit", plain(WIT_0_1)),
         ]),
     }
     files

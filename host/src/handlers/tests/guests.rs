@@ -218,3 +218,73 @@ async fn a_handler_sees_payload_numbers_exactly_as_sent() {
     assert_eq!(serde_json::to_string(&payload).unwrap(), sent);
     f.registry.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_guest_acks_retries_and_rejects_items_of_one_batch_separately() {
+    let f = Fixture::new().await;
+    f.create_group("batch", 2).await;
+    let mut payloads = Vec::new();
+    for i in 0..30 {
+        payloads.push(match i % 3 {
+            0 => json!({"do": "ack"}),
+            1 => json!({"do": "retry", "delay_ms": 0}),
+            _ => json!({"do": "reject"}),
+        });
+    }
+    f.append(payloads).await;
+    let mut m = f.manifest("batch");
+    (m.batch_size, m.max_demand, m.concurrency) = (10, 20, 2);
+    f.deploy("batch", m, "batch").await;
+    eventually("all settled", async || f.lag("batch").await == 0).await;
+    eventually("counted", async || {
+        f.view("batch").await.counters.processed == 40
+    })
+    .await;
+    let c = f.view("batch").await.counters;
+    // 10 acked; 10 retried once, then dead on attempt 2; 10 rejected.
+    assert_eq!((c.acked, c.retried, c.rejected), (10, 20, 10), "{c:?}");
+    let dead = f.dead_letters("batch").await;
+    assert_eq!(dead.len(), 20);
+    let rejected = dead
+        .iter()
+        .filter(|d| d.reason.starts_with("reject in a batch of "))
+        .count();
+    let exhausted = dead
+        .iter()
+        .filter(|d| d.reason.starts_with("max_attempts: retry in a batch of "))
+        .count();
+    assert_eq!((rejected, exhausted), (10, 10), "{dead:?}");
+    // Calls had more than one delivery.
+    assert!(
+        dead.iter().any(|d| !d.reason.ends_with("batch of 1")),
+        "{dead:?}"
+    );
+    f.registry.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_size_above_1_needs_a_module_that_exports_handle_batch() {
+    let f = Fixture::new().await;
+    let mut m = f.manifest("classic");
+    m.batch_size = 4;
+    let err = f
+        .registry
+        .deploy(
+            super::hn("classic"),
+            m.clone(),
+            rheo_wasm::testing::guest("classic"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("needs a module that exports handle-batch"),
+        "{err}"
+    );
+    // The same module with batch_size 1 runs, one delivery a call.
+    f.append(vec![json!({}); 5]).await;
+    m.batch_size = 1;
+    f.deploy("classic", m, "classic").await;
+    eventually("all acked", async || f.lag("classic").await == 0).await;
+    f.registry.shutdown().await;
+}
