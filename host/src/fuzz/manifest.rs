@@ -68,6 +68,8 @@ fn arbitrary_manifest_text_is_parsed_or_refused() {
         "group",
         "module",
         "concurrency",
+        "batch_size",
+        "batch_wait_ms",
         "max_demand",
         "lease_ms",
         "partitions",
