@@ -172,7 +172,7 @@ impl Collector for HandlerCollector {
 
         let mut m = encoder.encode_descriptor(
             "rheo_handler_call_duration_seconds",
-            "How long a handler's guest call took, per delivery",
+            "How long a handler's guest call took: one delivery, or one batch for a batch handler (its count is the calls made)",
             None,
             MetricType::Histogram,
         )?;
