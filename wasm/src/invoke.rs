@@ -14,6 +14,7 @@
 //! which epochs cannot interrupt. Either way the result is
 //! `Failed(Timeout)` and the instance is gone.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -174,31 +175,15 @@ impl HandlerRunner {
             .iter()
             .map(|l| delivery_of(&l.event, &l.group, l.attempt, l.lease_id.as_str()))
             .collect();
-        bump(&self.counters.calls);
-        let _running = self.module.engine().running();
-        let deadline = deadline_after(&self.limits);
-        let call = self.call_batch(&deliveries, deadline);
-        let failure = match tokio::time::timeout_at(deadline.into(), call).await {
-            Ok(Ok(outcomes)) if outcomes.len() == deliveries.len() => {
+        let failure = match self.guarded(|d| self.call_batch(&deliveries, d)).await {
+            Ok(outcomes) if outcomes.len() == deliveries.len() => {
                 return outcomes.into_iter().map(outcome_of).collect();
             }
-            Ok(Ok(outcomes)) => HandlerFailure::BatchMismatch {
+            Ok(outcomes) => HandlerFailure::BatchMismatch {
                 deliveries: deliveries.len(),
                 outcomes: outcomes.len(),
             },
-            Ok(Err(error)) => {
-                tracing::debug!(
-                    target: super::LOG_TARGET,
-                    handler = %self.env.name(),
-                    error = ?error,
-                    "handler batch call failed"
-                );
-                self.classify(&error)
-            }
-            Err(_elapsed) => {
-                bump(&self.counters.discarded);
-                self.timed_out()
-            }
+            Err(failure) => failure,
         };
         tracing::warn!(
             target: super::LOG_TARGET,
@@ -242,26 +227,9 @@ impl HandlerRunner {
     }
 
     async fn invoke_delivery(&self, delivery: &Delivery) -> HandlerOutcome {
-        bump(&self.counters.calls);
-        let _running = self.module.engine().running();
-        let deadline = deadline_after(&self.limits);
-        let call = self.call(delivery, deadline);
-        let failure = match tokio::time::timeout_at(deadline.into(), call).await {
-            Ok(Ok(outcome)) => return outcome_of(outcome),
-            Ok(Err(error)) => {
-                tracing::debug!(
-                    target: super::LOG_TARGET,
-                    handler = %self.env.name(),
-                    error = ?error,
-                    "handler call failed"
-                );
-                self.classify(&error)
-            }
-            // The call future, and the instance inside it, are dropped.
-            Err(_elapsed) => {
-                bump(&self.counters.discarded);
-                self.timed_out()
-            }
+        let failure = match self.guarded(|d| self.call(delivery, d)).await {
+            Ok(outcome) => return outcome_of(outcome),
+            Err(failure) => failure,
         };
         tracing::warn!(
             target: super::LOG_TARGET,
@@ -272,6 +240,35 @@ impl HandlerRunner {
             "handler call failed; its instance was discarded"
         );
         HandlerOutcome::Failed(failure)
+    }
+
+    /// One guest call (`call`, given the deadline) under the handler's
+    /// deadline, counted: what it returned, or how it failed. A call still
+    /// running at the deadline is dropped, with its instance.
+    async fn guarded<T, F>(&self, call: impl FnOnce(Instant) -> F) -> Result<T, HandlerFailure>
+    where
+        F: Future<Output = wasmtime::Result<T>>,
+    {
+        bump(&self.counters.calls);
+        let _running = self.module.engine().running();
+        let deadline = deadline_after(&self.limits);
+        match tokio::time::timeout_at(deadline.into(), call(deadline)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => {
+                tracing::debug!(
+                    target: super::LOG_TARGET,
+                    handler = %self.env.name(),
+                    error = ?error,
+                    "handler call failed"
+                );
+                Err(self.classify(&error))
+            }
+            // The call future, and the instance inside it, are dropped.
+            Err(_elapsed) => {
+                bump(&self.counters.discarded);
+                Err(self.timed_out())
+            }
+        }
     }
 
     /// One call on a warm or new instance; the instance goes back to the

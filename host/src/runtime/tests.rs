@@ -736,22 +736,31 @@ impl Handler for Arc<Batched> {
     }
 }
 
+/// Runs a [`Batched`] handler `h` with one call at a time, `batch_size`
+/// deliveries a call at most, `max_demand` leases held and `batch_wait`.
+async fn run_batched(
+    e: &Env,
+    h: &HandlerName,
+    (batch_size, max_demand): (usize, usize),
+    batch_wait: Duration,
+) -> Arc<Batched> {
+    let handler = Arc::new(Batched::default());
+    let mut settings = e.settings();
+    (settings.batch_size, settings.max_demand) = (batch_size, max_demand);
+    (settings.concurrency, settings.batch_wait) = (1, batch_wait);
+    e.runtime
+        .run(h, settings, version(1, Arc::clone(&handler)), false)
+        .await
+        .unwrap();
+    handler
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_handler_gets_up_to_batch_size_leases_a_call_and_each_is_settled_by_its_outcome() {
     let e = env().await;
     e.append(40).await;
     let h = name("batched");
-    let handler = Arc::new(Batched::default());
-    let mut settings = e.settings();
-    (
-        settings.batch_size,
-        settings.max_demand,
-        settings.concurrency,
-    ) = (8, 16, 1);
-    e.runtime
-        .run(&h, settings, version(1, Arc::clone(&handler)), false)
-        .await
-        .unwrap();
+    let handler = run_batched(&e, &h, (8, 16), Duration::ZERO).await;
     eventually("all settled", async || e.lag().await == 0).await;
     eventually("counted", async || e.counters(&h).processed == 40).await;
     let calls = handler.calls.lock().clone();
@@ -784,18 +793,7 @@ async fn a_batch_handler_gets_up_to_batch_size_leases_a_call_and_each_is_settled
 async fn a_short_batch_waits_for_batch_wait_and_a_drain_hands_it_over() {
     let e = env().await;
     let h = name("batched");
-    let handler = Arc::new(Batched::default());
-    let mut settings = e.settings();
-    (
-        settings.batch_size,
-        settings.max_demand,
-        settings.concurrency,
-    ) = (10, 10, 1);
-    settings.batch_wait = Duration::from_secs(3600);
-    e.runtime
-        .run(&h, settings, version(1, Arc::clone(&handler)), false)
-        .await
-        .unwrap();
+    let handler = run_batched(&e, &h, (10, 10), Duration::from_secs(3600)).await;
     e.append(3).await;
     let inflight = async || {
         e.backend
