@@ -129,13 +129,13 @@ impl Instance {
     }
 }
 
-/// Sets the deadline, the next epoch check and the fuel of a call.
 /// What an instance exports: the 0.1.0 world or the 0.2.0 one.
 enum Exports {
     Single(Handler),
     Batch(batch::Handler),
 }
 
+/// Sets the deadline, the next epoch check and the fuel of a call.
 fn arm(
     store: &mut Store<HostState>,
     limits: &Limits,

@@ -85,6 +85,20 @@ impl HandlerModule {
     pub fn batches(&self) -> bool {
         matches!(self.inner.pre, Pre::Batch(_))
     }
+
+    /// Refuses a `batch_size` above 1 for a module that exports no
+    /// `handle-batch`, saying what to do instead (a deploy and
+    /// `rheo bench --batch-size` ask this).
+    pub fn check_batch_size(&self, batch_size: usize) -> Result<(), String> {
+        if batch_size > 1 && !self.batches() {
+            return Err(format!(
+                "batch_size {batch_size} needs a module that exports handle-batch (the \
+                 rheo:handler@0.2.0 world); this one exports only handle (0.1.0): rebuild it \
+                 with the current SDK, or use a batch size of 1"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl WasmEngine {

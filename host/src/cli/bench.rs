@@ -407,11 +407,11 @@ impl BenchArgs {
             .await
             .with_context(|| format!("{shown} is not a usable handler"))?;
         let compile = compiling.elapsed();
-        anyhow::ensure!(
-            module.batches() || self.batch_size.iter().all(|&size| size == 1),
-            "{shown} exports no handle-batch (it was built against rheo:handler@0.1.0): \
-             measure it with --batch-size 1"
-        );
+        for &size in &self.batch_size {
+            module
+                .check_batch_size(size)
+                .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+        }
         // A runner of its own with no warm instance: its first call is the
         // first instance of this module in the process.
         let cold = HandlerRunner::new(

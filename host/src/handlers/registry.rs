@@ -338,13 +338,9 @@ impl HandlerRegistry {
         mut env: HandlerEnv,
     ) -> Result<HandlerRunner, RegistryError> {
         let module = self.compile(name, bytes).await?;
-        if manifest.batch_size > 1 && !module.batches() {
-            return Err(RegistryError::Module(format!(
-                "batch_size = {} needs a module that exports handle-batch (the rheo:handler@0.2.0 world); \
-                 this one exports only handle (0.1.0): rebuild it with the current SDK, or set batch_size = 1",
-                manifest.batch_size
-            )));
-        }
+        module
+            .check_batch_size(manifest.batch_size)
+            .map_err(RegistryError::Module)?;
         env = env.with_config(manifest.config.clone());
         if let Some(streams) = &manifest.append_to {
             env = env.with_append_streams(streams.iter().cloned());

@@ -482,26 +482,35 @@ async fn dispatch(shared: Arc<Shared>, lease: Lease) {
 /// the first attempts it takes go to it in a call of their own.
 async fn dispatch_batch(shared: Arc<Shared>, leases: Vec<Lease>) {
     let version = shared.version.load_full();
-    let mut parts: Vec<(Vec<Lease>, Option<bool>)> = Vec::with_capacity(2);
+    // The leases by the version `pick` gives each (the current one, or a
+    // canary taking a share of first attempts), with what it said of them.
+    type Part<'v> = (
+        &'v Arc<dyn super::Handler>,
+        u64,
+        Vec<Lease>,
+        Vec<Option<bool>>,
+    );
+    let mut parts: Vec<Part<'_>> = Vec::with_capacity(2);
     for lease in leases {
-        let (_, _, by_canary) = version.pick(&lease);
-        match parts.iter_mut().find(|(_, by)| *by == by_canary) {
-            Some((part, _)) => part.push(lease),
-            None => parts.push((vec![lease], by_canary)),
-        }
-    }
-    for (part, by_canary) in parts {
-        let (handler, number) = match (&version.canary, by_canary) {
-            (Some(canary), Some(true)) => (&canary.handler, canary.number),
-            _ => (&version.handler, version.number),
+        let (handler, number, by_canary) = version.pick(&lease);
+        let at = match parts.iter().position(|(_, n, _, _)| *n == number) {
+            Some(at) => at,
+            None => {
+                parts.push((handler, number, Vec::new(), Vec::new()));
+                parts.len() - 1
+            }
         };
+        parts[at].2.push(lease);
+        parts[at].3.push(by_canary);
+    }
+    for (handler, number, part, by_canary) in parts {
         let span = crate::telemetry::batch_span(&shared.handler, &part, number);
         let started = std::time::Instant::now();
         let outcomes = handler.handle_batch(&part).instrument(span).await;
         shared.counters.called(started.elapsed());
         // A `Handler` that broke its contract fails the leases it left out.
         let mut outcomes = outcomes.into_iter();
-        for lease in part {
+        for (lease, by_canary) in part.into_iter().zip(by_canary) {
             let outcome = outcomes.next().unwrap_or_else(|| {
                 HandlerOutcome::Failed(crate::settle::HandlerFailure::Trap(
                     "the handler returned fewer outcomes than deliveries".into(),
