@@ -17,6 +17,7 @@ mod error;
 pub mod memory;
 mod migrations;
 pub mod policy;
+pub mod quarantine;
 mod redact;
 pub mod retention;
 pub mod turns;
@@ -233,6 +234,15 @@ impl FetchRequest {
     /// Checks limit and lease duration.
     pub fn validate(&self) -> Result<()> {
         validate_limit(self.limit, MAX_FETCH_LIMIT)?;
+        if policy::is_quarantine(&self.consumer_id) {
+            return Err(Error::invalid(
+                "consumer_id",
+                format!(
+                    "{:?} is reserved: it holds quarantined heads (docs/groups.md#quarantine)",
+                    policy::QUARANTINE_CONSUMER
+                ),
+            ));
+        }
         Ok(validate_lease_ms(self.lease_ms)?)
     }
 }

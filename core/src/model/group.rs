@@ -31,6 +31,10 @@ pub struct Group {
     /// Which deliveries may be out at once (`docs/groups.md#ordering`).
     #[serde(default)]
     pub ordering: GroupOrdering,
+    /// What a gated head that exhausts its attempts does
+    /// (`docs/groups.md#quarantine`).
+    #[serde(default)]
+    pub on_exhausted: OnExhausted,
     /// When it was created.
     pub created_at: Timestamp,
 }
@@ -71,6 +75,45 @@ impl GroupOrdering {
             GroupOrdering::None => None,
             GroupOrdering::Key => key,
             GroupOrdering::Partition => Some(""),
+        }
+    }
+}
+
+/// What happens to a delivery of an ordered group that exhausts its
+/// attempts (`docs/groups.md#quarantine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExhausted {
+    /// It goes to the dead letters and its key moves on.
+    #[default]
+    DeadLetter,
+    /// It stays its key's head, parked: nothing of its key (its gate) is
+    /// handed out until an operator releases it. Deliveries that are not
+    /// ordered (no key under `ordering = "key"`) are dead-lettered.
+    Quarantine,
+}
+
+impl OnExhausted {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExhausted::DeadLetter => "dead_letter",
+            OnExhausted::Quarantine => "quarantine",
+        }
+    }
+}
+
+impl std::str::FromStr for OnExhausted {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "dead_letter" => Ok(OnExhausted::DeadLetter),
+            "quarantine" => Ok(OnExhausted::Quarantine),
+            other => Err(ValidationError::new(
+                "on_exhausted",
+                format!("must be dead_letter or quarantine (got {other:?})"),
+            )),
         }
     }
 }
@@ -169,6 +212,8 @@ pub struct GroupSpec {
     pub retry_backoff_ms: Vec<u64>,
     /// See [`Group::ordering`].
     pub ordering: GroupOrdering,
+    /// See [`Group::on_exhausted`].
+    pub on_exhausted: OnExhausted,
 }
 
 impl GroupSpec {
@@ -180,13 +225,22 @@ impl GroupSpec {
             start: StartPosition::Beginning,
             retry_backoff_ms: Vec::new(),
             ordering: GroupOrdering::None,
+            on_exhausted: OnExhausted::DeadLetter,
         }
     }
 
-    /// Checks the numeric options and the start point (see
-    /// [`StartPosition::validate`]).
+    /// Checks the numeric options, the start point (see
+    /// [`StartPosition::validate`]) and that a quarantine has a gate to
+    /// park.
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.start.validate()?;
+        if self.on_exhausted == OnExhausted::Quarantine && self.ordering == GroupOrdering::None {
+            return Err(ValidationError::new(
+                "on_exhausted",
+                "quarantine parks a key behind its failing head: it needs \"ordering\": \"key\" \
+                 (or \"partition\")",
+            ));
+        }
         if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
             return Err(ValidationError::new(
                 "max_attempts",
@@ -241,6 +295,11 @@ mod tests {
         spec.max_attempts = 3;
         spec.retry_backoff_ms = vec![MAX_DELAY_MS + 1];
         assert_eq!(spec.validate().unwrap_err().field, "retry_backoff_ms");
+        spec.retry_backoff_ms = vec![];
+        spec.on_exhausted = OnExhausted::Quarantine;
+        assert_eq!(spec.validate().unwrap_err().field, "on_exhausted");
+        spec.ordering = GroupOrdering::Key;
+        assert!(spec.validate().is_ok());
     }
 
     #[test]

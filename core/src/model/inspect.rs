@@ -62,6 +62,8 @@ pub struct GroupInfo {
     pub retry_backoff_ms: Vec<u64>,
     /// Which deliveries may be out at once.
     pub ordering: super::GroupOrdering,
+    /// What a gated head that exhausts its attempts does.
+    pub on_exhausted: super::OnExhausted,
     /// Lag over all partitions.
     pub lag: Lag,
     /// Deliveries currently leased.
@@ -203,6 +205,31 @@ pub struct HeldLease {
     /// claim the delivery again (or, on its last attempt, dead-letter it),
     /// but until one does the holder may still settle or renew it.
     pub expired: bool,
+    /// Why a head held by quarantine is parked (`docs/groups.md#quarantine`):
+    /// its last failure. `None` for a consumer's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A key parked behind a head that exhausted its attempts
+/// (`docs/groups.md#quarantine`): nothing of it goes out until released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedKey {
+    /// The key (`None` under `ordering = "partition"`, which parks the
+    /// whole partition).
+    pub key: Option<String>,
+    /// The head's partition.
+    pub partition: u32,
+    /// The head's sequence: the key's events from here on wait.
+    pub sequence: u64,
+    /// The head's event id.
+    pub event_id: EventId,
+    /// Claims the head had.
+    pub attempt: u32,
+    /// Its last failure.
+    pub reason: String,
+    /// When it was parked.
+    pub parked_at: Timestamp,
 }
 
 /// A page of a group's leases, in (partition, sequence) order.

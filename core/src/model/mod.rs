@@ -19,11 +19,11 @@ pub use event::{
 };
 pub use group::{
     DEFAULT_MAX_ATTEMPTS, Group, GroupOrdering, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS,
-    MAX_MAX_ATTEMPTS, StartAfter, StartPosition, backoff_ms, validate_backoff,
+    MAX_MAX_ATTEMPTS, OnExhausted, StartAfter, StartPosition, backoff_ms, validate_backoff,
 };
 pub use inspect::{
     DeadLetter, DeadLetterPage, GroupInfo, HeldLease, LEASE_CURSOR_PATTERN, Lag, LeaseCursor,
-    LeasePage, PartitionLag,
+    LeasePage, ParkedKey, PartitionLag,
 };
 pub use lease::{
     DEFAULT_FETCH_LIMIT, DEFAULT_LEASE_MS, Lease, MAX_FETCH_LIMIT, MAX_LEASE_MS, MAX_REASON_LEN,

@@ -72,6 +72,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
             max_attempts: b.max_attempts.unwrap_or(5),
             retry_backoff_ms: b.retry_backoff_ms.unwrap_or_default(),
             ordering: b.ordering.unwrap_or_default(),
+            on_exhausted: b.on_exhausted.unwrap_or_default(),
             name: b.name,
         };
         let _ = spec.validate();

@@ -33,8 +33,8 @@ use super::{
     uint,
 };
 use rheo_core::backend::policy::{
-    GroupConfig, Held, POISON_REASON, Write, claim_capacity, fence, plain_acks, round_robin,
-    settle_write, unknown_event,
+    GroupConfig, Held, POISON_REASON, QUARANTINE_CONSUMER, Write, claim_capacity, fence,
+    plain_acks, poison_write, quarantine_until, round_robin, settle_write, unknown_event,
 };
 use rheo_core::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
@@ -72,6 +72,25 @@ pub(crate) fn lease_update(
             "exp": expires_at.as_millis(),
         },
         "$inc": {"a": 1_i64},
+        "$unset": {"due": ""},
+    }
+}
+
+/// The update that parks a gated head out of attempts
+/// (`docs/groups.md#quarantine`): it stays leased, to the quarantine, under
+/// a fresh `lease_id` that never expires (so no claim and no poison guard
+/// picks it up), its attempts unchanged and `reason` kept; its gate stays
+/// out.
+pub(crate) fn quarantine_update(lease_id: &LeaseId, reason: &str, now: Timestamp) -> Document {
+    doc! {
+        "$set": {
+            "st": LEASED,
+            "lid": lease_id.as_str(),
+            "c": QUARANTINE_CONSUMER,
+            "lat": now.as_millis(),
+            "exp": quarantine_until().as_millis(),
+            "r": clip_reason(reason),
+        },
         "$unset": {"due": ""},
     }
 }
@@ -318,6 +337,23 @@ impl MongoBackend {
         let (any, found, (hw, firsts)) =
             tokio::try_join!(poisoned, claimable_reads, self.marks(s))?;
         if any.is_some() {
+            // A gated one of a quarantining group is parked instead
+            // (`docs/groups.md#quarantine`); a group fetched here has none
+            // unless it raced a change of its ordering.
+            if let Write::Quarantine(reason) = poison_write(true, config) {
+                for d in self.find_all(DELIVERIES, poison.clone(), None, 0).await? {
+                    if !d.contains_key("k") {
+                        continue;
+                    }
+                    let (id, lid) = (super::gates::id_of(&d)?, text(&d, "lid")?);
+                    let guard = doc! {"_id": id, "st": LEASED, "lid": lid};
+                    let hold = quarantine_update(&LeaseId::generate(), &reason, now);
+                    deliveries
+                        .update_one(guard, hold)
+                        .await
+                        .map_err(|e| map_error(e, Phase::Write))?;
+                }
+            }
             deliveries
                 .update_many(
                     poison,
@@ -804,7 +840,7 @@ impl MongoBackend {
             let found = self
                 .coll(DELIVERIES)
                 .find_one(named_by(s, g, t))
-                .projection(doc! {"a": 1, "st": 1, "lid": 1})
+                .projection(doc! {"a": 1, "st": 1, "lid": 1, "k": 1})
                 .await
                 .map_err(|e| map_error(e, Phase::Read))?;
             if let Err(e) = fence(found.as_ref().and_then(held_of), t) {
@@ -815,7 +851,9 @@ impl MongoBackend {
                 unreachable!("the fence holds only on a delivery found");
             };
             let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
-            let write = settle_write(item.op, attempt, config, now);
+            // A delivery with a gate was created by an ordered group.
+            let gated = held.contains_key("k");
+            let write = settle_write(item.op, attempt, gated, config, now);
             requeued |= write.requeues();
             let update = match write {
                 // An acked delivery keeps its last lease id: it says which
@@ -834,6 +872,8 @@ impl MongoBackend {
                     "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
                     "$unset": {"lid": "", "due": ""},
                 },
+                // `docs/groups.md#quarantine`
+                Write::Quarantine(reason) => quarantine_update(&LeaseId::generate(), &reason, now),
             };
             let changed = self
                 .coll(DELIVERIES)

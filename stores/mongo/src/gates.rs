@@ -23,6 +23,7 @@ use mongodb::options::ReturnDocument;
 
 use super::claims::{
     ACKED, AVAILABLE, Claimed, DEAD, LEASED, PARKED, deliveries_of, held_by, held_of, lease_update,
+    quarantine_update,
 };
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
@@ -30,8 +31,8 @@ use super::{
     is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
-    GateView, GateWalk, GroupConfig, POISON_REASON, Regate, Share, Write, claim_capacity, fence,
-    regate, settle_write,
+    GateView, GateWalk, GroupConfig, QUARANTINE_CONSUMER, Regate, Share, Write, claim_capacity,
+    fence, poison_write, regate, settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
@@ -82,7 +83,7 @@ fn partition_of(d: &Document) -> Result<u32> {
 }
 
 /// A delivery document's `_id`.
-fn id_of(d: &Document) -> Result<Bson> {
+pub(super) fn id_of(d: &Document) -> Result<Bson> {
     d.get("_id")
         .cloned()
         .ok_or_else(|| corrupt("delivery", "no _id"))
@@ -201,17 +202,29 @@ impl MongoBackend {
         poison.insert("a", doc! {"$gte": max});
         let mut woke = false;
         for d in self.find_in(session, DELIVERIES, poison, None, 0).await? {
+            let gate = opt_text(&d, "k");
+            let guard = doc! {"_id": id_of(&d)?, "st": LEASED};
+            let update = match poison_write(gate.is_some(), config) {
+                // Parked, its gate left shut (`docs/groups.md#quarantine`).
+                Write::Quarantine(reason) => {
+                    let hold = quarantine_update(&LeaseId::generate(), &reason, now);
+                    self.coll(DELIVERIES)
+                        .update_one(guard, hold)
+                        .session(&mut *session)
+                        .await?;
+                    continue;
+                }
+                Write::Dead(reason) => doc! {
+                    "$set": {"st": DEAD, "r": clip_reason(&reason), "dat": now.as_millis()},
+                    "$unset": {"lid": "", "due": ""},
+                },
+                other => unreachable!("the poison guard writes no {other:?}"),
+            };
             self.coll(DELIVERIES)
-                .update_one(
-                    doc! {"_id": id_of(&d)?, "st": LEASED},
-                    doc! {
-                        "$set": {"st": DEAD, "r": POISON_REASON, "dat": now.as_millis()},
-                        "$unset": {"lid": "", "due": ""},
-                    },
-                )
+                .update_one(guard, update)
                 .session(&mut *session)
                 .await?;
-            if let Some(gate) = opt_text(&d, "k") {
+            if let Some(gate) = gate {
                 woke |= self
                     .regate_in(session, (s, g), partition_of(&d)?, &gate, true)
                     .await?;
@@ -534,7 +547,8 @@ impl MongoBackend {
             let attempt = u32::try_from(int(held, "a")?).map_err(|e| corrupt("attempt", e))?;
             let (p, seq) = (partition_of(held)?, uint(held, "q")?);
             let gate = opt_text(held, "k");
-            let (update, status) = match settle_write(item.op.clone(), attempt, config, now) {
+            let write = settle_write(item.op.clone(), attempt, gate.is_some(), config, now);
+            let (update, status) = match write {
                 Write::Ack => (
                     doc! {"$set": {"st": ACKED, "acked_at": now.as_millis()}},
                     ACKED,
@@ -559,6 +573,19 @@ impl MongoBackend {
                         None => unset.insert("due", ""),
                     };
                     (doc! {"$set": set, "$unset": unset}, status)
+                }
+                // Parked under the quarantine's lease: its gate stays out,
+                // untouched (`docs/groups.md#quarantine`).
+                Write::Quarantine(reason) => {
+                    let lease_id = LeaseId::generate();
+                    let mut guard = held_by(s, g, t);
+                    guard.insert("_id", id_of(held)?);
+                    let hold = quarantine_update(&lease_id, &reason, now);
+                    updates.push(doc! {"q": guard, "u": hold});
+                    // Later items of the batch find the caller's lease gone.
+                    held.insert("lid", lease_id.as_str());
+                    results.push(Ok(()));
+                    continue;
                 }
             };
             let mut guard = held_by(s, g, t);
@@ -704,12 +731,24 @@ impl MongoBackend {
                 filter.insert("st", DEAD);
                 if let Some(events) = events {
                     filter.insert("e", doc! {"$in": events});
+                    // Named quarantined heads are redriven as dead letters
+                    // are (`docs/groups.md#quarantine`): leased ones are
+                    // read too, and kept only when the quarantine holds them.
+                    filter.insert("st", doc! {"$in": [DEAD, LEASED]});
                 }
                 if let Some(stored) = stored {
                     filter.insert("$or", stored.clone());
                 }
-                let dead = self.find_in(session, DELIVERIES, filter, None, 0).await?;
-                for d in &dead {
+                let found = self.find_in(session, DELIVERIES, filter, None, 0).await?;
+                for d in &found {
+                    let mut guard = doc! {"_id": id_of(d)?, "st": DEAD};
+                    if super::text(d, "st")? == LEASED {
+                        if opt_text(d, "c").as_deref() != Some(QUARANTINE_CONSUMER) {
+                            continue;
+                        }
+                        guard.insert("st", LEASED);
+                        guard.insert("lid", super::text(d, "lid")?);
+                    }
                     // A gated one is parked; its gate then gets its head.
                     let mut status = AVAILABLE;
                     if let Some(gate) = opt_text(d, "k") {
@@ -718,7 +757,7 @@ impl MongoBackend {
                     }
                     self.coll(DELIVERIES)
                         .update_one(
-                            doc! {"_id": id_of(d)?, "st": DEAD},
+                            guard,
                             doc! {
                                 "$set": {"st": status, "a": 0_i64},
                                 "$unset": {"due": "", "lid": "", "dat": ""},

@@ -19,7 +19,9 @@ use super::{
 };
 use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
-use rheo_core::model::{Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName};
+use rheo_core::model::{
+    Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName,
+};
 
 /// A group as fetches and rewinds read it.
 #[derive(Debug, Clone)]
@@ -66,6 +68,7 @@ fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
         max_attempts: u32::try_from(int(d, "max_attempts")?).map_err(|e| corrupt("group", e))?,
         retry_backoff_ms: backoff,
         ordering: stored_ordering(d)?,
+        on_exhausted: stored_on_exhausted(d)?,
         created_at: rheo_core::model::Timestamp::from_millis(int(d, "created_at")?),
     })
 }
@@ -76,6 +79,16 @@ pub(crate) fn stored_ordering(d: &Document) -> Result<GroupOrdering> {
     match d.get_str("ordering") {
         Ok(o) => o.parse().map_err(|e| corrupt("ordering", e)),
         Err(_) => Ok(GroupOrdering::None),
+    }
+}
+
+/// What a group document's gated heads do once out of attempts
+/// (`docs/groups.md#quarantine`; groups created before quarantine existed
+/// have none: they dead-letter).
+fn stored_on_exhausted(d: &Document) -> Result<OnExhausted> {
+    match d.get_str("on_exhausted") {
+        Ok(o) => o.parse().map_err(|e| corrupt("on_exhausted", e)),
+        Err(_) => Ok(OnExhausted::DeadLetter),
     }
 }
 
@@ -103,6 +116,7 @@ impl MongoBackend {
                 "created_at": now.as_millis(),
                 "epoch": rand::random_range(0..1_i64 << 52),
                 "ordering": spec.ordering.as_str(),
+                "on_exhausted": spec.on_exhausted.as_str(),
             };
             created = self
                 .create_after(&id, &scopes, || async {
@@ -172,6 +186,7 @@ impl MongoBackend {
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
+            on_exhausted: spec.on_exhausted,
             created_at: now,
         })
     }

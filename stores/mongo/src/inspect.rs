@@ -128,6 +128,7 @@ impl MongoBackend {
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
+            on_exhausted: config.on_exhausted,
             inflight: lag.inflight,
             dead_letters,
             skipped_by_retention: state.skipped,
@@ -269,6 +270,8 @@ impl MongoBackend {
                 attempt: u32::try_from(int(d, "a")?).map_err(|e| corrupt("attempt", e))?,
                 leased_at: Timestamp::from_millis(int(d, "lat")?),
                 expires_at: Timestamp::from_millis(int(d, "exp")?),
+                // Shown for a quarantined head only (`docs/groups.md#quarantine`).
+                reason: opt_text(d, "r"),
             });
         }
         Ok(lease_page(rows, req.after, req.limit, now))

@@ -17,7 +17,8 @@ use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
 use rheo_core::backend::policy::{
-    Held, POISON_REASON, claim_capacity, fence, poisoned, round_robin, unknown_event,
+    Held, QUARANTINE_CONSUMER, Write, claim_capacity, fence, poison_write, poisoned,
+    quarantine_until, round_robin, unknown_event,
 };
 use rheo_core::backend::{Error, FetchRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -203,6 +204,48 @@ impl Delivery {
         self.reason = Some(reason);
         self.dead_at = Some(now.as_millis());
         self
+    }
+
+    /// This delivery held by the quarantine for `reason`
+    /// (`docs/groups.md#quarantine`): leased to [`QUARANTINE_CONSUMER`]
+    /// under a fresh lease id until [`quarantine_until`] (never), its
+    /// attempts as they were, so its gate stays shut. Its `leased` index
+    /// entry is scored by that expiry: never found expired.
+    pub(super) fn quarantined(mut self, reason: String, now: Timestamp) -> Self {
+        self.status = Status::Leased;
+        self.lease_id = Some(LeaseId::generate().as_str().to_owned());
+        self.consumer = Some(QUARANTINE_CONSUMER.to_owned());
+        self.leased_at = Some(now.as_millis());
+        self.expires_at = Some(quarantine_until().as_millis());
+        self.available_at = None;
+        self.reason = Some(reason);
+        self
+    }
+
+    /// Whether the quarantine holds this delivery
+    /// (`docs/groups.md#quarantine`).
+    pub(super) fn is_quarantined(&self) -> bool {
+        self.status == Status::Leased && self.consumer.as_deref() == Some(QUARANTINE_CONSUMER)
+    }
+
+    /// This delivery as the settle policy's `write` makes it at `now`.
+    pub(super) fn written(self, write: Write, now: Timestamp) -> Self {
+        match write {
+            Write::Ack => Self {
+                status: Status::Acked,
+                ..self
+            },
+            Write::Retry { due, reason } => Self {
+                status: Status::Available,
+                lease_id: None,
+                expires_at: None,
+                available_at: due.map(|t| t.as_millis()),
+                reason: Some(reason),
+                ..self
+            },
+            Write::Dead(reason) => self.dead(reason, now),
+            Write::Quarantine(reason) => self.quarantined(reason, now),
+        }
     }
 }
 
@@ -458,7 +501,10 @@ impl RedisBackend {
             let k = self.keys.partition(s, g, p);
             for (seq, raw, delivery) in &part.poison {
                 cas.hget_is(&k.records, &seq.to_string(), Some(raw));
-                let dead = delivery.clone().dead(POISON_REASON.to_owned(), now);
+                // Unordered: nothing is gated, so poison is dead
+                // (`docs/groups.md#quarantine`).
+                let write = poison_write(false, &settings.config);
+                let dead = delivery.clone().written(write, now);
                 self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &dead);
             }
             let take = quota.min(part.claimable.len());

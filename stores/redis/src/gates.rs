@@ -22,7 +22,7 @@ use super::planned::{ahead_of, read_ahead};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use rheo_core::backend::policy::{
-    GateView as Gate, GateWalk, POISON_REASON, Share, claim_capacity, regate,
+    GateView as Gate, GateWalk, Share, Write, claim_capacity, poison_write, regate,
 };
 use rheo_core::backend::{FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName, Timestamp};
@@ -290,8 +290,9 @@ impl RedisBackend {
     /// claims, the parked deliveries, the new members and the cursors are
     /// written in one script guarded by the records, the cursors and the
     /// gates it read. A fetch that finds poison dead-letters it (letting
-    /// its gate's next delivery through) and runs again. `None` when
-    /// another node changed what it read.
+    /// its gate's next delivery through) or quarantines it
+    /// ([`bury`](Self::bury)) and runs again. `None` when another node
+    /// changed what it read.
     pub(super) async fn fetch_ordered(
         &self,
         req: &FetchRequest,
@@ -605,7 +606,9 @@ impl RedisBackend {
 
     /// Dead-letters expired last attempts of an ordered group (the poison
     /// guard, `docs/groups.md#poison-guard`), each letting its gate's next
-    /// delivery through, in one guarded script.
+    /// delivery through, in one guarded script; under quarantine a gated
+    /// one is held by the quarantine instead, its gate left shut
+    /// (`docs/groups.md#quarantine`).
     async fn bury(
         &self,
         s: &StreamName,
@@ -631,21 +634,25 @@ impl RedisBackend {
             {
                 continue;
             }
-            if let Some(gate) = &gate {
-                gated.push((p, seq, gate.clone()));
+            let write = poison_write(gate.is_some(), &settings.config);
+            // A dead head lets its gate's next delivery through; a
+            // quarantined one leaves its gate as it is.
+            let closes = gate.is_some() && !matches!(write, Write::Quarantine(_));
+            if let Some(gate) = gate.filter(|_| closes) {
+                gated.push((p, seq, gate));
             }
-            buried.push((p, seq, raw, delivery, gate.is_some()));
+            buried.push((p, seq, raw, delivery, write, closes));
         }
         let mut views = self.gate_views(s, g, &gated).await?.into_iter();
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);
         let mut released = false;
-        for (p, seq, raw, delivery, has_gate) in buried {
+        for (p, seq, raw, delivery, write, closes) in buried {
             let k = self.keys.partition(s, g, p);
             cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
             let old = Slot::of(&delivery);
-            let mut dead = delivery.dead(POISON_REASON.to_owned(), now);
-            if has_gate {
+            let mut dead = delivery.written(write, now);
+            if closes {
                 let view = views.next().expect("a view per gated delivery");
                 let through;
                 (dead, through) = self.settle_gated(&mut cas, &k, seq, &view, dead);

@@ -15,7 +15,7 @@ use super::{
 use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{
-    Group, GroupName, GroupOrdering, GroupSpec, StartPosition, StreamName, Timestamp,
+    Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName, Timestamp,
 };
 
 impl RedisBackend {
@@ -34,6 +34,7 @@ impl RedisBackend {
             "max_attempts": spec.max_attempts,
             "retry_backoff_ms": spec.retry_backoff_ms,
             "ordering": spec.ordering.as_str(),
+            "on_exhausted": spec.on_exhausted.as_str(),
             "created_at": now.as_millis(),
             "incarnation": super::incarnation(),
         });
@@ -60,6 +61,7 @@ impl RedisBackend {
                     max_attempts: spec.max_attempts,
                     retry_backoff_ms: spec.retry_backoff_ms,
                     ordering: spec.ordering,
+                    on_exhausted: spec.on_exhausted,
                     created_at: now,
                 });
             }
@@ -203,11 +205,18 @@ pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result
             Some(o) => o.parse().map_err(|_| bad())?,
             None => GroupOrdering::None,
         },
+        // Groups created before quarantine existed dead-letter
+        // (`docs/groups.md#quarantine`).
+        on_exhausted: match v["on_exhausted"].as_str() {
+            Some(o) => o.parse().map_err(|_| bad())?,
+            None => OnExhausted::DeadLetter,
+        },
         created_at: Timestamp::from_millis(v["created_at"].as_i64().ok_or_else(bad)?),
     })
 }
 
-/// A group's stored settings with another ordering.
+/// A group's stored settings with another ordering (its `on_exhausted`
+/// kept as it is).
 pub(super) fn with_ordering(raw: &str, ordering: GroupOrdering) -> Result<String> {
     let mut v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
     let settings = v.as_object_mut().ok_or_else(|| corrupt("group", raw))?;

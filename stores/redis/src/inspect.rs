@@ -125,6 +125,7 @@ impl RedisBackend {
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
+            on_exhausted: config.on_exhausted,
             inflight: lag.inflight,
             dead_letters: dead,
             skipped_by_retention: skipped.iter().sum(),
@@ -214,6 +215,8 @@ impl RedisBackend {
                 attempt: d.attempt,
                 leased_at: Timestamp::from_millis(d.leased_at.unwrap_or_default()),
                 expires_at: Timestamp::from_millis(d.expires_at.unwrap_or_default()),
+                // Shown for a quarantined head (`docs/groups.md#quarantine`).
+                reason: d.reason,
             });
         }
         Ok(rows)

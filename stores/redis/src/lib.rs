@@ -130,7 +130,7 @@ impl Keys {
     }
 
     /// Hash: group name → its settings (`max_attempts`, backoff, ordering,
-    /// creation, incarnation).
+    /// `on_exhausted`, creation, incarnation).
     pub(crate) fn groups(&self, stream: &StreamName) -> String {
         format!("{}:{{{stream}}}:groups", self.prefix)
     }

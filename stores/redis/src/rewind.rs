@@ -193,7 +193,8 @@ impl RedisBackend {
     }
 
     /// Re-opens deliveries (`fresh_attempts` for a redrive, which only
-    /// touches dead letters); returns how many were not available already.
+    /// touches dead letters and quarantined heads); returns how many were
+    /// not available already.
     async fn reopen(
         &self,
         s: &StreamName,
@@ -272,7 +273,14 @@ impl RedisBackend {
                         Some(raw) => Some(Delivery::decode(raw)?),
                         None => None,
                     };
-                    if fresh_attempts && before.as_ref().is_none_or(|d| d.status != Status::Dead) {
+                    // A redrive takes dead letters, and heads the
+                    // quarantine holds (`docs/groups.md#quarantine`): their
+                    // lease is dropped like any re-opened lease.
+                    if fresh_attempts
+                        && before
+                            .as_ref()
+                            .is_none_or(|d| d.status != Status::Dead && !d.is_quarantined())
+                    {
                         continue;
                     }
                     if before.is_none() && *seq >= cursor {

@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::claims::{Delivery, Slot, Status, entry_id, leased_prefix};
+use super::claims::{Delivery, Slot, entry_id, leased_prefix};
 use super::gates::{GateView, later_of_shared_gates, member};
 use super::{Applied, Cas, MAX_ATTEMPTS, RedisBackend, Settings};
 use rheo_core::backend::policy::{Write, settle_write};
@@ -81,24 +81,14 @@ impl RedisBackend {
                 let k = self.keys.partition(s, g, p);
                 cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
                 let (attempt, old) = (delivery.attempt, Slot::of(&delivery));
-                let write = settle_write(item.op.clone(), attempt, config, now);
+                let view = views.remove(&results.len());
+                let write = settle_write(item.op.clone(), attempt, view.is_some(), config, now);
                 requeued |= write.requeues();
-                let mut new = match write {
-                    Write::Ack => Delivery {
-                        status: Status::Acked,
-                        ..delivery
-                    },
-                    Write::Retry { due, reason } => Delivery {
-                        status: Status::Available,
-                        lease_id: None,
-                        expires_at: None,
-                        available_at: due.map(|t| t.as_millis()),
-                        reason: Some(reason),
-                        ..delivery
-                    },
-                    Write::Dead(reason) => delivery.dead(reason, now),
-                };
-                if let Some(view) = views.remove(&results.len()) {
+                // A quarantined head keeps its gate shut, untouched
+                // (`docs/groups.md#quarantine`).
+                let parks = matches!(write, Write::Quarantine(_));
+                let mut new = delivery.written(write, now);
+                if let Some(view) = view.filter(|_| !parks) {
                     let released;
                     (new, released) = self.settle_gated(&mut cas, &k, seq, &view, new);
                     requeued |= released;

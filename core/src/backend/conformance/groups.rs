@@ -167,6 +167,7 @@ pub async fn create_group_twice_is_already_exists(h: &Harness) {
         max_attempts: 3,
         retry_backoff_ms: vec![100],
         ordering: GroupOrdering::None,
+        on_exhausted: crate::model::OnExhausted::DeadLetter,
         created_at: START,
     };
     assert_eq!(created, expected);

@@ -53,6 +53,7 @@ fn listed(lease: &Lease, expired: bool) -> HeldLease {
         leased_at: lease.leased_at,
         expires_at: lease.expires_at,
         expired,
+        reason: None,
     }
 }
 

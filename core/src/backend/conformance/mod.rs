@@ -27,6 +27,7 @@ pub mod model;
 pub mod nodes;
 pub mod ordering;
 pub mod outage;
+pub mod quarantine;
 pub mod retention;
 
 use std::future::Future;
@@ -519,6 +520,12 @@ macro_rules! __conformance_list {
             ordering::key_ordering_a_retry_goes_behind_a_lower_reopened_delivery,
             ordering::key_ordering_a_replay_counts_only_what_it_reopened,
             ordering::key_ordering_a_poisoned_head_lets_a_due_retry_out_in_the_same_fetch,
+            // quarantine of a failing key
+            quarantine::quarantine_needs_an_ordering_and_shows_on_the_group,
+            quarantine::a_head_out_of_attempts_parks_its_key_until_released,
+            quarantine::the_poison_guard_parks_too_and_a_skip_dead_letters_the_head,
+            quarantine::what_is_not_gated_is_dead_lettered_and_rejects_still_dead_letter,
+            quarantine::partition_ordering_parks_the_whole_partition,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

@@ -28,8 +28,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, GroupConfig, Held as Fenced, LeaseRow, OpenCounts, POISON_REASON, Share,
-    WALK_PER_CLAIM, Write, claim_capacity, fence, poisoned, regate, settle_write, skipped_by_trim,
+    GateView, GroupConfig, Held as Fenced, LeaseRow, OpenCounts, Share, WALK_PER_CLAIM, Write,
+    claim_capacity, fence, is_quarantine, poison_write, poisoned, quarantine_consumer,
+    quarantine_until, regate, settle_write, skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -57,6 +58,8 @@ struct Held {
     consumer_id: ConsumerId,
     leased_at: Timestamp,
     expires_at: Timestamp,
+    /// Why a quarantined head is parked (`docs/groups.md#quarantine`).
+    reason: Option<String>,
 }
 
 #[derive(Debug)]
@@ -409,6 +412,7 @@ impl PartState {
             consumer_id: consumer_id.clone(),
             leased_at: now,
             expires_at,
+            reason: None,
         }));
         let attempt = slot.attempt;
         self.leases.insert((expires_at, seq));
@@ -515,6 +519,30 @@ impl GroupState {
         released
     }
 
+    /// Parks a leased (or just expired) head for good
+    /// (`docs/groups.md#quarantine`): the quarantine holds it under a fresh
+    /// lease that never expires, so its gate hands out nothing more.
+    fn quarantine(&mut self, partition: u32, seq: u64, reason: String, now: Timestamp) {
+        let part = &mut self.parts[partition as usize];
+        let old = part.slot(seq).and_then(|s| s.lease.as_deref());
+        if let Some(expires_at) = old.map(|held| held.expires_at)
+            && !part.leases.remove(&(expires_at, seq))
+        {
+            part.expired.remove(&seq);
+        }
+        let expires_at = quarantine_until();
+        part.leases.insert((expires_at, seq));
+        let slot = part.slot_mut(seq).expect("slot exists");
+        slot.status = Status::Leased;
+        slot.lease = Some(Box::new(Held {
+            lease_id: LeaseId::generate(),
+            consumer_id: quarantine_consumer(),
+            leased_at: now,
+            expires_at,
+            reason: Some(clip_reason(&reason)),
+        }));
+    }
+
     /// Claims up to `limit` deliveries from `partitions`, shared among them
     /// by the round-robin rule, starting one partition later on every call.
     /// `key_of` gives an event's key (read only under an ordering).
@@ -540,7 +568,17 @@ impl GroupState {
                     break;
                 }
                 for seq in poison {
-                    self.kill(p, seq, POISON_REASON.into(), now);
+                    let part = &self.parts[p as usize];
+                    let gated = part.slot(seq).is_some_and(|s| s.gate.is_some());
+                    match poison_write(gated, &self.config) {
+                        Write::Quarantine(reason) => self.quarantine(p, seq, reason, now),
+                        write => {
+                            let Write::Dead(reason) = write else {
+                                unreachable!("the poison guard dead-letters or quarantines")
+                            };
+                            self.kill(p, seq, reason, now);
+                        }
+                    }
                 }
             }
         }
@@ -616,8 +654,14 @@ impl GroupState {
     ) -> Result<Settled> {
         let part = &mut self.parts[partition as usize];
         part.check_fence(seq, target)?;
-        let attempt = part.slot(seq).map_or(0, |s| s.attempt);
-        let write = settle_write(op, attempt, &self.config, now);
+        let (attempt, gated) = part
+            .slot(seq)
+            .map_or((0, false), |s| (s.attempt, s.gate.is_some()));
+        let write = settle_write(op, attempt, gated, &self.config, now);
+        if let Write::Quarantine(reason) = write {
+            self.quarantine(partition, seq, reason, now);
+            return Ok(Settled::Done);
+        }
         if let Write::Dead(reason) = write {
             let released = self.kill(partition, seq, reason, now);
             return Ok(if released {
@@ -654,7 +698,9 @@ impl GroupState {
                 part.delayed.insert((due, seq));
                 Settled::Done
             }
-            (Write::Dead(_), _) => unreachable!("dead letters are written above"),
+            (Write::Dead(_) | Write::Quarantine(_), _) => {
+                unreachable!("dead letters and quarantines are written above")
+            }
         };
         match gate {
             Some(gate) if part.release(&gate) => Ok(Settled::Requeued),
@@ -756,9 +802,13 @@ impl GroupState {
     ) -> u64 {
         let targets: Vec<(u32, u64)> = match which {
             None => self.dead.keys().map(|&(seq, p)| (p, seq)).collect(),
+            // A quarantined head is redriven like a dead letter
+            // (`docs/groups.md#quarantine`).
             Some(list) => list
                 .into_iter()
-                .filter(|(p, seq)| self.dead.contains_key(&(*seq, *p)))
+                .filter(|(p, seq)| {
+                    self.dead.contains_key(&(*seq, *p)) || self.quarantined(*p, *seq)
+                })
                 .collect(),
         };
         let targets = targets.into_iter().filter(|&(p, seq)| seq >= first_of(p));
@@ -769,6 +819,15 @@ impl GroupState {
             }
         }
         count
+    }
+
+    /// Whether `seq` is a head the quarantine holds.
+    fn quarantined(&self, partition: u32, seq: u64) -> bool {
+        let part = &self.parts[partition as usize];
+        part.slot(seq)
+            .filter(|s| s.status == Status::Leased)
+            .and_then(|s| s.lease.as_deref())
+            .is_some_and(|held| is_quarantine(&held.consumer_id))
     }
 
     /// Retention removed `partition`'s events from `first` up to `upto`
@@ -899,6 +958,7 @@ impl GroupState {
                     attempt: slot.attempt,
                     leased_at: held.leased_at,
                     expires_at: held.expires_at,
+                    reason: held.reason.clone(),
                 });
             }
         }

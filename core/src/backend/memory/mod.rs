@@ -244,6 +244,7 @@ impl Backend for MemoryBackend {
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
+            on_exhausted: spec.on_exhausted,
             created_at: self.clock.now(),
         };
         groups.insert(
@@ -399,6 +400,7 @@ impl Backend for MemoryBackend {
             max_attempts: g.group.max_attempts,
             retry_backoff_ms: g.group.retry_backoff_ms.clone(),
             ordering: g.group.ordering,
+            on_exhausted: g.group.on_exhausted,
             inflight: g.inflight(),
             dead_letters: g.dead_count(),
             skipped_by_retention: g.skipped(),

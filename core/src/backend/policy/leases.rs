@@ -24,6 +24,10 @@ pub struct LeaseRow {
     pub leased_at: Timestamp,
     /// When it expires.
     pub expires_at: Timestamp,
+    /// Why it is held, kept for a quarantined head
+    /// (`docs/groups.md#quarantine`); a store may leave it `None` for a
+    /// consumer's lease, and the page shows it only for the quarantine's.
+    pub reason: Option<String>,
 }
 
 /// Whether a lease expiring at `expires_at` has expired at `now`: from
@@ -61,6 +65,7 @@ pub fn lease_page(
     let leases = rows
         .into_iter()
         .map(|r| HeldLease {
+            reason: r.reason.filter(|_| super::is_quarantine(&r.consumer_id)),
             expired: lease_expired(r.expires_at, now),
             lease_id: r.lease_id,
             event_id: r.event_id,

@@ -27,8 +27,9 @@ pub use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};
 use crate::model::{
-    Appended, Event, EventId, EventInput, Group, GroupName, Lag, PartitionLag, SettleOp,
-    Settlement, StartAfter, StartPosition, StreamName, Timestamp, backoff_ms, route,
+    Appended, ConsumerId, Event, EventId, EventInput, Group, GroupName, Lag, OnExhausted,
+    PartitionLag, SettleOp, Settlement, StartAfter, StartPosition, StreamName, Timestamp,
+    backoff_ms, route,
 };
 
 /// Validates every input of an append batch and picks its partition
@@ -206,6 +207,9 @@ pub struct GroupConfig {
     pub retry_backoff_ms: Vec<u64>,
     /// Which deliveries may be out together (`docs/groups.md#ordering`).
     pub ordering: crate::model::GroupOrdering,
+    /// What a gated head that exhausts its attempts does
+    /// (`docs/groups.md#quarantine`).
+    pub on_exhausted: OnExhausted,
 }
 
 impl From<&Group> for GroupConfig {
@@ -214,6 +218,7 @@ impl From<&Group> for GroupConfig {
             max_attempts: g.max_attempts,
             retry_backoff_ms: g.retry_backoff_ms.clone(),
             ordering: g.ordering,
+            on_exhausted: g.on_exhausted,
         }
     }
 }
@@ -232,6 +237,11 @@ pub enum Write {
     },
     /// Terminal: dead-lettered with this reason.
     Dead(String),
+    /// The head exhausted its attempts under `on_exhausted = "quarantine"`
+    /// (`docs/groups.md#quarantine`): it stays leased, to
+    /// [`QUARANTINE_CONSUMER`] until [`quarantine_until`] under a fresh
+    /// lease id, with this reason kept, so its gate stays shut.
+    Quarantine(String),
 }
 
 impl Write {
@@ -258,15 +268,22 @@ pub fn plain_acks(items: &[Settlement]) -> bool {
         })
 }
 
-/// What `op` on a leased delivery at `attempt` writes under `config`.
-pub fn settle_write(op: SettleOp, attempt: u32, config: &GroupConfig, now: Timestamp) -> Write {
+/// What `op` on a leased delivery at `attempt` writes under `config`;
+/// `gated`: the delivery belongs to a gate (`docs/groups.md#ordering`).
+pub fn settle_write(
+    op: SettleOp,
+    attempt: u32,
+    gated: bool,
+    config: &GroupConfig,
+    now: Timestamp,
+) -> Write {
     match op {
         SettleOp::Ack => Write::Ack,
         SettleOp::Reject { reason } => Write::Dead(reason.unwrap_or_else(|| "rejected".into())),
         SettleOp::Nack { reason, delay_ms } => {
             let reason = reason.unwrap_or_else(|| "retry".into());
             if attempt >= config.max_attempts {
-                return Write::Dead(format!("max_attempts: {reason}"));
+                return exhausted(format!("max_attempts: {reason}"), gated, config);
             }
             let delay = delay_ms.unwrap_or_else(|| backoff_ms(&config.retry_backoff_ms, attempt));
             Write::Retry {
@@ -279,6 +296,44 @@ pub fn settle_write(op: SettleOp, attempt: u32, config: &GroupConfig, now: Times
 
 /// The dead-letter reason of the poison guard (`docs/groups.md#poison-guard`).
 pub const POISON_REASON: &str = "max_attempts_expired";
+
+/// The consumer that holds a quarantined head (`docs/groups.md#quarantine`);
+/// no fetch may name it.
+pub const QUARANTINE_CONSUMER: &str = "rheo:quarantine";
+
+/// Whether `consumer` is the quarantine's.
+pub fn is_quarantine(consumer: &ConsumerId) -> bool {
+    consumer.as_str() == QUARANTINE_CONSUMER
+}
+
+/// The quarantine's consumer id.
+pub fn quarantine_consumer() -> ConsumerId {
+    ConsumerId::parse(QUARANTINE_CONSUMER).expect("a valid consumer id")
+}
+
+/// When a quarantine's hold on a head expires: never, in practice
+/// (9999-12-31T23:59:59.999Z, the last instant a timestamp may name).
+pub fn quarantine_until() -> Timestamp {
+    Timestamp::MAX
+}
+
+/// What a delivery that used its last attempt writes (a nack on it, or
+/// its lease expiring: the poison guard): a dead letter with `reason`,
+/// or, when it is gated and its group quarantines, a quarantine that
+/// keeps its gate shut (`docs/groups.md#quarantine`).
+pub fn exhausted(reason: String, gated: bool, config: &GroupConfig) -> Write {
+    if gated && config.on_exhausted == OnExhausted::Quarantine {
+        Write::Quarantine(reason)
+    } else {
+        Write::Dead(reason)
+    }
+}
+
+/// What the poison guard writes for an expired lease on its last attempt
+/// ([`poisoned`]): see [`exhausted`].
+pub fn poison_write(gated: bool, config: &GroupConfig) -> Write {
+    exhausted(POISON_REASON.to_owned(), gated, config)
+}
 
 /// Whether an expired lease on its `attempt`th claim is poison: it goes to
 /// the dead letters instead of being claimed again. SQL stores apply the

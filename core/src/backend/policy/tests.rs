@@ -56,6 +56,7 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
         max_attempts: 3,
         retry_backoff_ms: vec![100, 250],
         ordering: crate::model::GroupOrdering::None,
+        on_exhausted: crate::model::OnExhausted::DeadLetter,
     };
     let now = Timestamp::from_millis(1000);
     let nack = |reason: Option<&str>, delay| SettleOp::Nack {
@@ -99,14 +100,56 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
     ];
     for (op, attempt, expected) in table {
         let label = format!("{op:?} at attempt {attempt}");
-        assert_eq!(settle_write(op, attempt, &config, now), expected, "{label}");
+        assert_eq!(
+            settle_write(op.clone(), attempt, true, &config, now),
+            expected,
+            "{label}"
+        );
+        // Under quarantine, a gated delivery out of attempts is parked,
+        // not dead; a reject, or one that is not gated, is still dead.
+        let parks = GroupConfig {
+            on_exhausted: crate::model::OnExhausted::Quarantine,
+            ..config.clone()
+        };
+        let exhausted = matches!(op, SettleOp::Nack { .. }) && attempt >= parks.max_attempts;
+        let quarantined = match &expected {
+            Write::Dead(reason) if exhausted => Write::Quarantine(reason.clone()),
+            other => other.clone(),
+        };
+        assert_eq!(
+            settle_write(op.clone(), attempt, true, &parks, now),
+            quarantined,
+            "{label}, quarantine"
+        );
+        assert_eq!(
+            settle_write(op, attempt, false, &parks, now),
+            expected,
+            "{label}, quarantine, not gated"
+        );
     }
+    assert_eq!(
+        poison_write(true, &config),
+        Write::Dead(POISON_REASON.into())
+    );
+    let parks = GroupConfig {
+        on_exhausted: crate::model::OnExhausted::Quarantine,
+        ..config
+    };
+    assert_eq!(
+        poison_write(true, &parks),
+        Write::Quarantine(POISON_REASON.into())
+    );
+    assert_eq!(
+        poison_write(false, &parks),
+        Write::Dead(POISON_REASON.into())
+    );
     let immediate = GroupConfig {
         max_attempts: 5,
         retry_backoff_ms: vec![],
         ordering: crate::model::GroupOrdering::None,
+        on_exhausted: crate::model::OnExhausted::DeadLetter,
     };
-    let write = settle_write(nack(None, None), 1, &immediate, now);
+    let write = settle_write(nack(None, None), 1, false, &immediate, now);
     assert_eq!(write, retry(None, "retry"));
     assert!(write.requeues());
     assert!(!retry(Some(1), "x").requeues());
@@ -451,6 +494,7 @@ mod lease_pages {
             attempt: 1,
             leased_at: Timestamp::from_millis(0),
             expires_at: Timestamp::from_millis(expires_at),
+            reason: Some("kept only for the quarantine's".into()),
         }
     }
 

@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
     DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, GroupOrdering, Lag,
-    PartitionLag, StreamName, Timestamp,
+    OnExhausted, PartitionLag, StreamName, Timestamp,
 };
 
 /// Create a consumer group.
@@ -37,6 +37,10 @@ pub(crate) struct CreateGroupBody {
     /// sequence order, or `partition`: one per partition
     /// (`docs/groups.md#ordering`).
     pub(crate) ordering: Option<GroupOrdering>,
+    /// `dead_letter` (default), or `quarantine`: under an ordering, a head
+    /// that exhausts its attempts parks its key until released
+    /// (`docs/groups.md#quarantine`).
+    pub(crate) on_exhausted: Option<OnExhausted>,
 }
 
 /// A consumer group.
@@ -54,6 +58,8 @@ pub(crate) struct GroupBody {
     retry_backoff_ms: Vec<u64>,
     /// Which deliveries may be out at once.
     ordering: GroupOrdering,
+    /// What a head that exhausts its attempts does.
+    on_exhausted: OnExhausted,
     /// When it was created.
     #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
@@ -67,6 +73,7 @@ impl From<Group> for GroupBody {
             max_attempts: g.max_attempts,
             retry_backoff_ms: g.retry_backoff_ms,
             ordering: g.ordering,
+            on_exhausted: g.on_exhausted,
             created_at: g.created_at,
         }
     }
@@ -207,6 +214,8 @@ pub(crate) struct GroupInfoBody {
     retry_backoff_ms: Vec<u64>,
     /// Which deliveries may be out at once.
     ordering: GroupOrdering,
+    /// What a head that exhausts its attempts does.
+    on_exhausted: OnExhausted,
     /// Lag over all partitions.
     lag: LagBody,
     /// Deliveries leased now.
@@ -229,6 +238,7 @@ impl From<GroupInfo> for GroupInfoBody {
             max_attempts: i.max_attempts,
             retry_backoff_ms: i.retry_backoff_ms,
             ordering: i.ordering,
+            on_exhausted: i.on_exhausted,
             lag: i.lag.into(),
             inflight: i.inflight,
             dead_letters: i.dead_letters,

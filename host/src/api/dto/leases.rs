@@ -331,6 +331,10 @@ pub(crate) struct HeldLeaseBody {
     /// (or dead-letter it on its last attempt), but until one does the
     /// holder may still ack, nack, reject or renew it.
     expired: bool,
+    /// Only on a head the quarantine holds (`consumer_id`
+    /// `rheo:quarantine`): its last failure (`docs/groups.md#quarantine`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 impl HeldLeaseBody {
@@ -347,6 +351,7 @@ impl HeldLeaseBody {
             leased_at: l.leased_at,
             expires_at: l.expires_at,
             expired: l.expired,
+            reason: l.reason,
         }
     }
 }

@@ -62,6 +62,7 @@ async fn group_create(
             .unwrap_or(state.settings.default_max_attempts),
         retry_backoff_ms: body.retry_backoff_ms.unwrap_or_default(),
         ordering: body.ordering.unwrap_or_default(),
+        on_exhausted: body.on_exhausted.unwrap_or_default(),
         name: body.name,
     };
     let group = state.backend.create_group(&stream, spec).await?;

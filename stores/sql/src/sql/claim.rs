@@ -24,12 +24,12 @@ use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
 use rheo_core::backend::policy::{
-    GateWalk, Held as Fenced, POISON_REASON, Share, claim_capacity, fence,
+    GateWalk, Held as Fenced, POISON_REASON, Share, claim_capacity, fence, quarantine_until,
 };
 use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use rheo_core::model::{
-    ConsumerId, EventId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName,
-    Timestamp,
+    ConsumerId, EventId, GroupName, GroupOrdering, Lease, LeaseId, OnExhausted, SettleTarget,
+    StreamName, Timestamp,
 };
 
 /// Positions and fresh lease ids as the columns `fetch_claim.sql` and
@@ -75,6 +75,8 @@ pub(super) struct Held {
     pub(super) attempt: u32,
     pub(super) consumer_id: Option<String>,
     pub(super) leased_at: Option<Timestamp>,
+    /// It belongs to a gate (`docs/groups.md#ordering`).
+    pub(super) gated: bool,
 }
 
 impl<D: Dialect> SqlBackend<D> {
@@ -109,7 +111,19 @@ impl<D: Dialect> SqlBackend<D> {
             self.same_ordering((s, g), ordering, stored)?;
         }
         let max = small(config.max_attempts);
-        let poison = args![s, g, now, max, partitions(&selected), POISON_REASON];
+        // A group that quarantines holds a gated head out of attempts
+        // instead of dead-lettering it (docs/groups.md#quarantine).
+        let parks = small(u32::from(config.on_exhausted == OnExhausted::Quarantine));
+        let poison = args![
+            s,
+            g,
+            now,
+            max,
+            partitions(&selected),
+            POISON_REASON,
+            parks,
+            quarantine_until()
+        ];
         if ordering == GroupOrdering::None {
             exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
         } else {
@@ -517,6 +531,7 @@ impl<D: Dialect> SqlBackend<D> {
             attempt: row.u32(3)?,
             consumer_id: row.opt_text(5)?,
             leased_at: row.opt_ts(6)?,
+            gated: row.opt_text(8)?.is_some(),
         }))
     }
 

@@ -54,7 +54,15 @@ impl<D: Dialect> SqlBackend<D> {
         let backoff = spec.retry_backoff_ms.iter().map(|d| int(*d)).collect();
         let max = small(spec.max_attempts);
         let backoff = Arg::List(Column::I64(backoff));
-        let args = args![s, &spec.name, max, backoff, now, spec.ordering.as_str()];
+        let args = args![
+            s,
+            &spec.name,
+            max,
+            backoff,
+            now,
+            spec.ordering.as_str(),
+            spec.on_exhausted.as_str()
+        ];
         if insert_new::<D>(&mut tx, Statement::create_group, args)
             .await?
             .is_none()
@@ -74,6 +82,7 @@ impl<D: Dialect> SqlBackend<D> {
             max_attempts: spec.max_attempts,
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
+            on_exhausted: spec.on_exhausted,
             created_at: now,
         })
     }
@@ -96,6 +105,7 @@ impl<D: Dialect> SqlBackend<D> {
                     max_attempts: row.u32(1)?,
                     retry_backoff_ms: row.backoff(2)?,
                     ordering: super::ordering(row.text(4)?)?,
+                    on_exhausted: super::on_exhausted(row.text(5)?)?,
                     created_at: row.ts(3)?,
                 })
             })

@@ -103,6 +103,7 @@ impl<D: Dialect> SqlBackend<D> {
             max_attempts: config.max_attempts,
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
+            on_exhausted: config.on_exhausted,
             inflight: lag.inflight,
             dead_letters,
             skipped_by_retention: positions.values().map(|at| at.skipped).sum(),
@@ -199,6 +200,7 @@ impl<D: Dialect> SqlBackend<D> {
                 attempt: row.u32(5)?,
                 leased_at: row.ts(6)?,
                 expires_at: row.ts(7)?,
+                reason: row.opt_text(8)?,
             });
         }
         if leases.is_empty() {

@@ -109,7 +109,7 @@ macro_rules! with_statements {
             fetch_open, fetch_lease,
             fetch_window, gates_busy, fetch_park, release_gates, regate,
             advance_cursors, delivery_by_event, lease_by_event, renew,
-            settle_acks, settle_retry, settle_dead,
+            settle_acks, settle_retry, settle_dead, settle_quarantine,
             lag_open, dead_count, dead_letters, leases, claimable_now, next_due,
             redrive_all, redrive_events, reopen_insert, reopen_update, reopen_undelay,
             lower_floors, reset_partitions, set_cursors, set_ordering,
@@ -561,6 +561,11 @@ pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
 /// A group's ordering as stored.
 pub(crate) fn ordering(stored: String) -> Result<rheo_core::model::GroupOrdering, Error> {
     stored.parse().map_err(|e| corrupt("group ordering", e))
+}
+
+/// A group's stored `on_exhausted` (`docs/groups.md#quarantine`).
+pub(crate) fn on_exhausted(stored: String) -> Result<rheo_core::model::OnExhausted, Error> {
+    stored.parse().map_err(|e| corrupt("group on_exhausted", e))
 }
 
 #[cfg(test)]

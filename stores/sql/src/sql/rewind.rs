@@ -97,6 +97,7 @@ impl<D: Dialect> SqlBackend<D> {
             max_attempts: row.u32(0)?,
             retry_backoff_ms: row.backoff(1)?,
             ordering: super::ordering(row.text(2)?)?,
+            on_exhausted: super::on_exhausted(row.text(5)?)?,
         };
         self.catalog.keep_group(s, g, config.clone(), at);
         Ok(config)

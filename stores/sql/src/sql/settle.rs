@@ -4,12 +4,14 @@
 
 use std::collections::HashSet;
 
-use super::engine::{rows, rows_in};
+use super::engine::{exec, rows, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
-use rheo_core::backend::policy::{Write, plain_acks, settle_write};
+use rheo_core::backend::policy::{
+    QUARANTINE_CONSUMER, Write, plain_acks, quarantine_until, settle_write,
+};
 use rheo_core::backend::{Error, Result, validate_settlements};
 use rheo_core::model::{
-    EventId, GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason,
+    EventId, GroupName, GroupOrdering, LeaseId, SettleTarget, Settlement, StreamName, clip_reason,
 };
 
 /// An acked event id, with its (partition, gate) when it has one.
@@ -167,7 +169,7 @@ impl<D: Dialect> SqlBackend<D> {
                 }
             };
             let t = &item.target;
-            let write = settle_write(item.op, held.attempt, &config, now);
+            let write = settle_write(item.op, held.attempt, held.gated, &config, now);
             requeued |= write.requeues();
             // Fenced on the lease, located by the full key the fence read.
             let (p, seq) = (small(held.partition), big(held.sequence));
@@ -191,6 +193,25 @@ impl<D: Dialect> SqlBackend<D> {
                         }
                     }
                     retried.len() as u64
+                }
+                Write::Quarantine(reason) => {
+                    // The gate stays shut: nothing to release
+                    // (docs/groups.md#quarantine).
+                    let (hold, reason) = (LeaseId::generate(), clip_reason(&reason));
+                    let args = args![
+                        s,
+                        g,
+                        &t.event_id,
+                        &t.lease_id,
+                        hold.as_str(),
+                        QUARANTINE_CONSUMER,
+                        now,
+                        quarantine_until(),
+                        reason,
+                        p,
+                        seq
+                    ];
+                    exec::<D>(&mut tx, Statement::settle_quarantine, args).await?
                 }
                 Write::Dead(reason) => {
                     let reason = clip_reason(&reason);

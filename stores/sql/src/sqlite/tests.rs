@@ -557,6 +557,14 @@ async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
         names
     };
     assert_eq!(indexes().await, ["rheo_deliveries_by_event"]);
+    // Today's statements read the column 0012 adds: lent for the writes
+    // before the migration, and taken back before it runs.
+    let writer = &b.dialect.writer;
+    let shim = |sql: &'static str| async move {
+        sqlx::query(sql).execute(writer).await.unwrap();
+    };
+    shim("ALTER TABLE rheo_groups ADD COLUMN on_exhausted TEXT NOT NULL DEFAULT 'dead_letter'")
+        .await;
 
     let (s, g) = names();
     stream_and_group(&b, 1).await;
@@ -578,8 +586,9 @@ async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
     b.set_retention(&s, Some(retention)).await.unwrap();
     assert_eq!(trim_stream(&b, &s, TRIM_BATCH).await.unwrap().removed, 2);
 
+    shim("ALTER TABLE rheo_groups DROP COLUMN on_exhausted").await;
     let applied = b.dialect.migrate().await.unwrap();
-    assert_eq!(applied, ["0011 settles by position"]);
+    assert_eq!(applied, ["0011 settles by position", "0012 quarantine"]);
     assert_eq!(indexes().await, ["rheo_deliveries_dead_by_event"]);
 
     // Taken before the migration, settled after it.

@@ -697,6 +697,7 @@ impl Model {
             max_attempts: group.max_attempts,
             retry_backoff_ms: group.backoff.clone(),
             ordering: group.ordering,
+            on_exhausted: crate::model::OnExhausted::DeadLetter,
             inflight: lag.inflight,
             dead_letters: self.dead_letters(g).len() as u64,
             skipped_by_retention: 0,

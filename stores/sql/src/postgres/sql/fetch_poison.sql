@@ -1,4 +1,8 @@
--- Leases that expired on their last attempt go to the dead letters. The rows
+-- Leases that expired on their last attempt go to the dead letters, or, a
+-- gated one of a group that quarantines ($7 = 1), stay leased to the
+-- quarantine under a fresh lease that never expires ($8), so the gate stays
+-- shut (docs/groups.md#quarantine); only a dead letter's gate is returned,
+-- to be released. The rows
 -- are found among the open deliveries above each partition's floor and
 -- updated by ctid (a TID scan), so the plan never walks the group's history
 -- whatever the table statistics say.
@@ -16,7 +20,14 @@ WITH doomed AS (
     WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($5)
 )
 UPDATE rheo_deliveries d
-SET status = 'dead', reason = $6, dead_lettered_at = $3,
-    lease_id = NULL, available_at = NULL
+SET status = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN 'leased' ELSE 'dead' END,
+    reason = $6,
+    dead_lettered_at = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN NULL ELSE $3 END,
+    lease_id = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN gen_random_uuid()::text END,
+    consumer_id = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN 'rheo:quarantine'
+                       ELSE d.consumer_id END,
+    leased_at = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN $3 ELSE d.leased_at END,
+    expires_at = CASE WHEN $7 = 1 AND d.gate IS NOT NULL THEN $8 ELSE d.expires_at END,
+    available_at = NULL
 WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM doomed))
-RETURNING d.partition, d.gate
+RETURNING d.partition, CASE WHEN d.status = 'dead' THEN d.gate END

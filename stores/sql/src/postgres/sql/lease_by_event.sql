@@ -9,7 +9,7 @@
 SELECT d.* FROM rheo_events e
 CROSS JOIN LATERAL (
     SELECT d.partition, d.sequence, d.status, d.attempt, d.lease_id, d.consumer_id,
-           d.leased_at, d.expires_at
+           d.leased_at, d.expires_at, d.gate
     FROM rheo_deliveries d
     WHERE d.stream = $1 AND d.group_name = $2
       AND d.partition = e.partition AND d.sequence = e.sequence AND d.event_id = $3

@@ -4,11 +4,11 @@
 -- page is cut, and what has expired judged, by the core
 -- (policy::lease_page).
 SELECT d.partition, d.sequence, d.event_id, d.lease_id, d.consumer_id, d.attempt,
-       d.leased_at, d.expires_at
+       d.leased_at, d.expires_at, d.reason
 FROM rheo_group_partitions gp
 CROSS JOIN LATERAL (
     SELECT o.partition, o.sequence, o.event_id, o.lease_id, o.consumer_id, o.attempt,
-           o.leased_at, o.expires_at
+           o.leased_at, o.expires_at, o.reason
     FROM rheo_deliveries o
     WHERE o.stream = gp.stream AND o.group_name = gp.group_name
       AND o.partition = gp.partition AND o.sequence >= gp.floor

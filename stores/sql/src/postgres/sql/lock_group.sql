@@ -5,7 +5,8 @@
 -- so that it never re-opens deliveries below a cursor a reset is moving.
 -- With the stream's partition count and creation time, to check what the
 -- caller kept of the stream.
-SELECT g.max_attempts, g.retry_backoff_ms, g.ordering, s.partition_count, s.created_at
+SELECT g.max_attempts, g.retry_backoff_ms, g.ordering, s.partition_count, s.created_at,
+       g.on_exhausted
 FROM rheo_groups g
 JOIN rheo_streams s ON s.name = g.stream
 WHERE g.stream = $1 AND g.name = $2

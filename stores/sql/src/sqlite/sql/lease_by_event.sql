@@ -4,7 +4,7 @@
 -- A delivery whose event retention removed is never leased, so nothing
 -- fenced is missed; delivery_by_event still finds those (dead letters).
 SELECT d.partition, d.sequence, d.status, d.attempt, d.lease_id, d.consumer_id,
-       d.leased_at, d.expires_at
+       d.leased_at, d.expires_at, d.gate
 FROM rheo_events AS e
 CROSS JOIN rheo_deliveries AS d
 WHERE e.stream = ?1 AND e.id = ?3

@@ -3,7 +3,8 @@
 -- the lag counts in flight. The page is cut, and what has expired judged,
 -- by the core (policy::lease_page). The IN term is the open-deliveries
 -- index's own condition, so that SQLite uses it.
-SELECT partition, sequence, event_id, lease_id, consumer_id, attempt, leased_at, expires_at
+SELECT partition, sequence, event_id, lease_id, consumer_id, attempt, leased_at, expires_at,
+       reason
 FROM rheo_deliveries
 WHERE stream = ?1 AND group_name = ?2
   AND status IN ('available', 'leased') AND status = 'leased'
