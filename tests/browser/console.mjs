@@ -4,8 +4,8 @@
 // the HTTP API and passes:
 //
 //   RHEO_URL              the server, e.g. http://127.0.0.1:41234
-//   RHEO_SCENARIO         drain | redrive | swap | write | recovery |
-//                         inflight | canary | readonly | token
+//   RHEO_SCENARIO         drain | redrive | quarantine | swap | write |
+//                         recovery | inflight | canary | readonly | token
 //   RHEO_SCREENSHOTS_DIR  where to write PNGs of the pages (optional)
 //   RHEO_SWAP_WASM        swap, canary: the .wasm to upload
 //   RHEO_TOKEN            token, readonly: the server's --auth-token
@@ -219,6 +219,26 @@ const scenarios = {
     await until('the groups page', async () => page.url().endsWith('#/groups'));
     await until('no group left', async () => (await byId(page, 'groups-table').locator('td.empty').count()) === 1);
     step('group page: deleted; the groups page lists none');
+  },
+
+  /** One key parked behind its failing head; Skip head dead-letters it and the key goes on; Resume hands the other's head out again. */
+  async quarantine(page) {
+    await go(page, '#/groups/accounts/ledger');
+    await textOf(page, 'group-parked', (t) => number(t) === 2, 'two parked keys');
+    const row = byId(page, 'parked-acct-7');
+    await until('the acct-7 row', async () => (await row.count()) === 1);
+    const reason = await row.locator('.reason').textContent();
+    if (reason !== 'max_attempts: ledger locked') throw new Error(`reason ${reason}`);
+    step('group page: acct-7 and acct-9 parked, "max_attempts: ledger locked"');
+    await page.getByRole('button', { name: 'Skip the head of acct-7' }).click();
+    await textOf(page, 'notice', (t) => t.includes('1 released, head dead-lettered'), 'the skip notice');
+    await textOf(page, 'group-parked', (t) => number(t) === 1, 'one parked key left');
+    await textOf(page, 'group-dead-letters', (t) => number(t) === 1, 'the skipped head in the dead letters');
+    step('group page: acct-7 skipped into the dead letters');
+    await page.getByRole('button', { name: 'Resume acct-9' }).click();
+    await textOf(page, 'group-parked', (t) => number(t) === 0, 'no parked key');
+    await until('the empty state', async () => (await byId(page, 'parked-table').locator('td.empty').count()) === 1);
+    step('group page: acct-9 resumed; nothing parked');
   },
 
   /** A new module uploaded through the file input; the page shows the new version and digest; then a deploy from the form. */

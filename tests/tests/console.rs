@@ -267,6 +267,68 @@ fn console_redrives_dead_letters_and_deletes_the_group() {
 }
 
 #[test]
+fn console_releases_parked_keys() {
+    let Some((_dir, server, http)) = fresh() else {
+        return;
+    };
+    stream(&http, &server, "accounts", 1);
+    group(
+        &http,
+        &server,
+        "accounts",
+        json!({"name": "ledger", "ordering": "key", "on_exhausted": "quarantine", "max_attempts": 1}),
+    );
+    let events = ["acct-7", "acct-9", "acct-7"]
+        .iter()
+        .map(|key| json!({"type": "entry.posted", "key": key}))
+        .collect();
+    append(&http, &server, "accounts", events);
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/accounts/groups/ledger/fetch",
+        &json!({"limit": 10}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let leases = body["leases"].as_array().expect("leases").clone();
+    assert_eq!(leases.len(), 2, "one head per key: {body}");
+    for lease in &leases {
+        let (status, body) = post(
+            &http,
+            &server,
+            "/v1/streams/accounts/groups/ledger/nack",
+            &lease_ref(lease, &json!({"reason": "ledger locked"})),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+
+    run_scenario(&server, "quarantine", &[]);
+
+    // acct-7 went on with its next event; acct-9's head is out again.
+    let (status, body) = post(
+        &http,
+        &server,
+        "/v1/streams/accounts/groups/ledger/fetch",
+        &json!({"limit": 10}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut out: Vec<(String, u64)> = (body["leases"].as_array().into_iter().flatten())
+        .map(|l| {
+            (
+                l["event"]["key"].as_str().unwrap().to_owned(),
+                l["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    assert_eq!(
+        out,
+        [("acct-7".to_owned(), 1), ("acct-9".to_owned(), 1)],
+        "{body}"
+    );
+}
+
+#[test]
 fn console_swaps_a_handler_module_from_a_file() {
     let Some((dir, server, http)) = fresh() else {
         return;

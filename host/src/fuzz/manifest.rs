@@ -155,6 +155,7 @@ fn generated_valid_manifests_round_trip() {
                 stream: StreamName::parse(stream).unwrap(),
                 group: GroupName::parse(group).unwrap(),
                 ordering: None,
+                on_exhausted: None,
                 module,
                 concurrency,
                 batch_size,

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Partitions;
 use crate::model::{
     ConsumerId, DEFAULT_LEASE_MS, GroupName, GroupOrdering, HandlerName, MAX_FETCH_LIMIT,
-    StreamName, validate_lease_ms,
+    OnExhausted, StreamName, validate_lease_ms,
 };
 use crate::runtime::{
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_IDLE_POLL, DEFAULT_MAX_RETRY_DELAY_MS, HandlerSettings,
@@ -70,6 +70,12 @@ pub struct Manifest {
     /// group's own (a new one: `none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering: Option<GroupOrdering>,
+    /// What a head that exhausts its attempts does
+    /// (`docs/groups.md#quarantine`): the group is created with it, and an
+    /// existing group must have it. Unset: the group's own (a new one:
+    /// `dead_letter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exhausted: Option<OnExhausted>,
     /// The `.wasm` file, relative to the manifest (files only; uploads carry
     /// the module separately).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +174,7 @@ impl Manifest {
             stream,
             group,
             ordering: None,
+            on_exhausted: None,
             module: None,
             concurrency: defaults::concurrency(),
             batch_size: defaults::batch_size(),
@@ -260,6 +267,7 @@ impl Manifest {
             stream: self.stream.clone(),
             group: self.group.clone(),
             ordering: self.ordering,
+            on_exhausted: self.on_exhausted,
             partitions: self
                 .partitions
                 .clone()

@@ -17,7 +17,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::history::{HandlerSample, History};
 use crate::backend::Backend;
-use crate::model::GroupInfo;
+use crate::backend::quarantine::parked_keys;
+use crate::model::{GroupInfo, OnExhausted};
 
 /// At most this many groups are sampled (the first by stream and group
 /// name); past it, a warning says so once per round.
@@ -50,6 +51,9 @@ impl std::fmt::Debug for GroupSamples {
 #[derive(Debug, Default)]
 struct Sample {
     groups: Vec<GroupInfo>,
+    /// Per group of `groups`, the keys it has parked
+    /// (`docs/groups.md#quarantine`): 0 for a group that dead-letters.
+    parked: Vec<u64>,
     /// How long the round took (seconds), and whether it has run at all.
     took: Option<f64>,
 }
@@ -103,6 +107,18 @@ impl GroupSamples {
                 "metrics: too many groups; the rest have no group series"
             );
         }
+        // Only a group that quarantines can park a key; counting its holds
+        // reads its leases.
+        let mut parked = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let n = match g.on_exhausted {
+                OnExhausted::DeadLetter => 0,
+                OnExhausted::Quarantine => parked_keys(backend, &g.stream, &g.group)
+                    .await
+                    .map_or(0, |p| p.len() as u64),
+            };
+            parked.push(n);
+        }
         let handlers = self
             .handlers
             .load()
@@ -127,6 +143,7 @@ impl GroupSamples {
         );
         self.last.store(Arc::new(Sample {
             groups,
+            parked,
             took: Some(started.elapsed().as_secs_f64()),
         }));
     }
@@ -226,6 +243,21 @@ impl Collector for GroupSamples {
             "Deliveries dead-lettered",
             |g| Some(g.dead_letters as f64),
         )?;
+        {
+            let mut metric = encoder.encode_descriptor(
+                "rheo_group_parked_keys",
+                "Keys parked behind a head that exhausted its attempts (on_exhausted = quarantine)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (g, n) in s.groups.iter().zip(&s.parked) {
+                let labels = GroupLabels {
+                    stream: g.stream.to_string(),
+                    group: g.group.to_string(),
+                };
+                ConstGauge::new(*n as f64).encode(metric.encode_family(&labels)?)?;
+            }
+        }
         per_group(
             &mut encoder,
             s,

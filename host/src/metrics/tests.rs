@@ -4,9 +4,9 @@ use prometheus_parse::{Scrape, Value};
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{CreateStream, Error};
+use crate::backend::{CreateStream, Error, FetchRequest, Partitions};
 use crate::clock::FrozenClock;
-use crate::model::{EventInput, GroupName, GroupSpec, StreamName};
+use crate::model::{ConsumerId, EventInput, GroupName, GroupSpec, StreamName};
 
 /// Parses `text` as the Prometheus text format, after checking each line
 /// is a comment or `name[{labels}] value`.
@@ -219,4 +219,62 @@ async fn a_scrape_does_not_touch_the_backend() {
     let second = metrics.render();
     assert_eq!(count(&first), Some(1.0));
     assert_eq!(count(&second), Some(1.0));
+}
+
+#[tokio::test]
+async fn parked_keys_are_sampled_for_a_group_that_quarantines() {
+    use crate::model::{GroupOrdering, OnExhausted};
+    let metrics = Metrics::new();
+    let backend = with_stream(&metrics, 1).await;
+    let spec = GroupSpec {
+        ordering: GroupOrdering::Key,
+        on_exhausted: OnExhausted::Quarantine,
+        max_attempts: 1,
+        ..GroupSpec::new(group())
+    };
+    backend.create_group(&stream(), spec).await.unwrap();
+    backend
+        .create_group(
+            &stream(),
+            GroupSpec::new(GroupName::parse("plain").unwrap()),
+        )
+        .await
+        .unwrap();
+    let keyed = |k: &str| EventInput {
+        key: Some(k.to_owned()),
+        ..EventInput::default()
+    };
+    backend
+        .append(&stream(), vec![keyed("a"), keyed("b"), keyed("c")])
+        .await
+        .unwrap();
+    let leases = backend
+        .fetch(FetchRequest {
+            stream: stream(),
+            group: group(),
+            limit: 10,
+            consumer_id: ConsumerId::parse("c1").unwrap(),
+            lease_ms: 30_000,
+            partitions: Partitions::All,
+        })
+        .await
+        .unwrap();
+    for lease in leases
+        .iter()
+        .filter(|l| l.event.key.as_deref() != Some("c"))
+    {
+        backend
+            .nack(&stream(), &group(), lease.target(), None, None)
+            .await
+            .unwrap();
+    }
+    metrics.groups.refresh(backend.as_ref()).await;
+    let sampled = parse(&metrics.render());
+    let labels = [("stream", "orders"), ("group", "billing")];
+    assert_eq!(
+        value(&sampled, "rheo_group_parked_keys", &labels),
+        Some(2.0)
+    );
+    let plain = [("stream", "orders"), ("group", "plain")];
+    assert_eq!(value(&sampled, "rheo_group_parked_keys", &plain), Some(0.0));
 }

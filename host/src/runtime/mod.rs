@@ -151,6 +151,9 @@ pub struct HandlerSettings {
     /// The ordering the group is created with, and must have if it
     /// exists; `None`: whatever it has (a new one: `none`).
     pub ordering: Option<GroupOrdering>,
+    /// What a head that exhausts its attempts does, for a new group; an
+    /// existing one must have it. `None`: whatever it has.
+    pub on_exhausted: Option<crate::model::OnExhausted>,
     /// Partitions to claim from.
     pub partitions: Partitions,
     /// Deliveries handled at the same time (calls, when the handler takes
@@ -184,6 +187,7 @@ impl HandlerSettings {
             stream,
             group,
             ordering: None,
+            on_exhausted: None,
             partitions: Partitions::All,
             concurrency: 1,
             batch_size: 1,

@@ -66,6 +66,7 @@ impl Runtime {
         let (s, g) = (&settings.stream, &settings.group);
         let spec = GroupSpec {
             ordering: settings.ordering.unwrap_or_default(),
+            on_exhausted: settings.on_exhausted.unwrap_or_default(),
             ..GroupSpec::new(g.clone())
         };
         match self.backend.create_group(s, spec).await {
@@ -73,11 +74,31 @@ impl Runtime {
             Err(BackendError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        let Some(wanted) = settings.ordering else {
+        if settings.ordering.is_none() && settings.on_exhausted.is_none() {
             return Ok(());
-        };
+        }
         let groups = self.backend.list_groups(s).await?;
         let Some(group) = groups.iter().find(|group| &group.name == g) else {
+            return Ok(());
+        };
+        if let Some(wanted) = settings.on_exhausted
+            && group.on_exhausted != wanted
+        {
+            return Err(BackendError::invalid(
+                "on_exhausted",
+                format!(
+                    "group {:?} of stream {:?} exists with on_exhausted {:?}, not {:?}: \
+                     a group gets it at creation; consume as a new group, or leave \
+                     on_exhausted unset to take the group's",
+                    g.as_str(),
+                    s.as_str(),
+                    group.on_exhausted.as_str(),
+                    wanted.as_str()
+                ),
+            )
+            .into());
+        }
+        let Some(wanted) = settings.ordering else {
             return Ok(());
         };
         if group.ordering == wanted {
@@ -225,6 +246,7 @@ fn same_consumption(a: &HandlerSettings, b: &HandlerSettings) -> bool {
     a.stream == b.stream
         && a.group == b.group
         && a.ordering == b.ordering
+        && a.on_exhausted == b.on_exhausted
         && a.partitions == b.partitions
         && a.concurrency == b.concurrency
         && a.max_demand == b.max_demand

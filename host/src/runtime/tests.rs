@@ -841,3 +841,78 @@ async fn a_handler_that_takes_no_batches_gets_one_lease_a_call_whatever_batch_si
     assert_eq!(calls.load(Ordering::SeqCst), 12);
     e.runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_failing_one_key_parks_it_and_a_release_resumes_it_in_order() {
+    use crate::backend::quarantine::{Parked, ReleaseRequest, parked_keys, release};
+    use crate::model::OnExhausted;
+    use std::sync::atomic::AtomicBool;
+    let e = env().await;
+    let keyed = |key: &str| EventInput {
+        key: Some(key.to_owned()),
+        partition: Some(0),
+        ..EventInput::default()
+    };
+    let inputs = ["bad", "good", "bad", "good", "good"].map(keyed).to_vec();
+    e.backend.append(&e.stream, inputs).await.unwrap();
+    let fixed = Arc::new(AtomicBool::new(false));
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let handler = {
+        let (fixed, order) = (Arc::clone(&fixed), Arc::clone(&order));
+        FnHandler(move |l: &Lease| {
+            if l.event.key.as_deref() == Some("bad") && !fixed.load(Ordering::SeqCst) {
+                return HandlerOutcome::Retry {
+                    reason: "downstream 500".into(),
+                    delay_ms: Some(0),
+                };
+            }
+            order.lock().push(l.event.sequence);
+            HandlerOutcome::Ack
+        })
+    };
+    let h = name("parking");
+    let mut settings = e.settings();
+    // The runtime creates the group so: a failing key parks.
+    settings.ordering = Some(GroupOrdering::Key);
+    settings.on_exhausted = Some(OnExhausted::Quarantine);
+    e.runtime
+        .run(&h, settings, version(1, handler), false)
+        .await
+        .unwrap();
+    let parked = async || parked_keys(&*e.backend, &e.stream, &e.group).await.unwrap();
+    eventually("bad parked, good done", async || {
+        parked().await.len() == 1 && order.lock().len() == 3
+    })
+    .await;
+    // The frontier waits below the parked head.
+    assert_eq!(e.lag().await, 5);
+    let head = parked().await.remove(0);
+    assert_eq!((head.key.as_deref(), head.sequence), (Some("bad"), 1));
+    assert_eq!(head.reason, "max_attempts: downstream 500");
+    assert_eq!(*order.lock(), vec![2, 4, 5], "the other key flowed");
+    assert_eq!(
+        e.backend
+            .group_info(&e.stream, &e.group)
+            .await
+            .unwrap()
+            .dead_letters,
+        0
+    );
+    fixed.store(true, Ordering::SeqCst);
+    let released = release(
+        &*e.backend,
+        ReleaseRequest {
+            stream: e.stream.clone(),
+            group: e.group.clone(),
+            which: Parked::Keys(vec!["bad".into()]),
+            skip_head: false,
+            confirm: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(released.released.len(), 1);
+    eventually("resumed", async || e.lag().await == 0).await;
+    assert_eq!(*order.lock(), vec![2, 4, 5, 1, 3], "bad resumed in order");
+    e.runtime.shutdown().await;
+}

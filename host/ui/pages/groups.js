@@ -1,7 +1,8 @@
 // Consumer groups (docs/groups.md): every group with its lag (one
 // request, GET /v1/groups) and a form to create one; one group's lag per
-// partition, frontier and hole, pending work, the leases out, dead letters
-// with redrive, replay and reset, and a plot of lag and throughput over the last minutes
+// partition, frontier and hole, pending work, the leases out, parked keys
+// with release (docs/groups.md#quarantine), dead letters with redrive,
+// replay and reset, and a plot of lag and throughput over the last minutes
 // (seeded from the server's samples, samples.js).
 
 import { api, seg } from '../api.js';
@@ -68,13 +69,16 @@ function createGroupForm(onCreated) {
     h('option', { value: 'none', text: 'none: any delivery any time' }),
     h('option', { value: 'key', text: 'key: one per key at a time' }),
     h('option', { value: 'partition', text: 'partition: one per partition at a time' }));
+  const exhausted = h('select', { id: 'cg-exhausted', 'data-testid': 'create-group-exhausted' },
+    h('option', { value: 'dead_letter', text: 'dead-letter the event' }),
+    h('option', { value: 'quarantine', text: 'quarantine: park its key (needs an ordering)' }));
   const start = startPoint('cg');
   const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'create-group', text: 'Create group' });
   const form = h('form', {},
     h('p', { class: 'muted small', text: 'Every group sees every event of its stream, with delivery state of its own; its cursor and frontier begin at the start point.' }),
     h('div', { class: 'field-row' },
       field('Stream', stream), field('Group name', name), field('Max attempts', attempts, 'default 5'),
-      field('Ordering', ordering)),
+      field('Ordering', ordering), field('When attempts run out', exhausted)),
     h('div', { class: 'field-row' },
       start.element, field('Retry backoff (ms, by attempt)', retry, 'optional; the last repeats')),
     errors, notice,
@@ -97,7 +101,7 @@ function createGroupForm(onCreated) {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     busy(submit, errors, notice, async () => {
-      const body = { name: name.value.trim(), ordering: ordering.value, ...start.fields() };
+      const body = { name: name.value.trim(), ordering: ordering.value, on_exhausted: exhausted.value, ...start.fields() };
       if (attempts.value !== '') body.max_attempts = Number(attempts.value);
       const schedule = backoff(retry.value);
       if (schedule) body.retry_backoff_ms = schedule;
@@ -320,7 +324,9 @@ function inFlightSection(path) {
         td(h('span', { class: 'mono', 'data-testid': 'lease-holder', text: l.consumer_id })),
         td(h('span', { 'data-testid': 'lease-attempt', text: num(l.attempt) }), 'num'),
         td(duration(l.age_ms), 'num'),
-        td(l.expired
+        td(l.consumer_id === QUARANTINE
+          ? h('span', { class: 'bad', title: l.reason || '', 'data-testid': 'lease-expiry', text: 'never: parked' })
+          : l.expired
           ? h('span', { class: 'bad', title: l.expires_at, 'data-testid': 'lease-expiry', text: 'expired' })
           : h('span', { title: l.expires_at, 'data-testid': 'lease-expiry', text: `in ${duration(l.expires_in_ms)}` }))));
     }
@@ -337,6 +343,57 @@ function inFlightSection(path) {
   prev.addEventListener('click', () => { if (page > 0) { page -= 1; load(); } });
   next.addEventListener('click', () => { if (afters[page + 1]) { page += 1; load(); } });
   return { section, refresh: load };
+}
+
+/** The consumer that holds a quarantined head (docs/groups.md#quarantine). */
+const QUARANTINE = 'rheo:quarantine';
+
+/** Parked keys of a group that quarantines, each with Resume and Skip head. */
+function parkedSection(path, report) {
+  const { table: parkedTable, body } = table(
+    [['Key'], ['Partition', 'num'], ['Head'], ['Sequence', 'num'], ['Attempts', 'num'], ['Last error'], ['Parked'], ['']],
+    { 'data-testid': 'parked-table' });
+  const section = h('section', { class: 'card', 'data-testid': 'parked-section', hidden: true },
+    h('h2', { text: 'Parked keys' }),
+    h('p', { class: 'muted small', text: 'A key whose head ran out of attempts waits here, in order, while the rest of the group flows. Resume hands the head out again with fresh attempts, then the rest of the key; Skip head dead-letters the head and goes on with the key’s next event.' }),
+    parkedTable);
+
+  async function release(body, what) {
+    try {
+      const answer = await api('POST', `${path}/quarantine/release`, { json: { confirm: true, ...body } });
+      report(null, `${what}: ${num(answer.released.length)} released${body.skip_head ? ', head dead-lettered' : ''}.`);
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function show(info, parked) {
+    section.hidden = info.on_exhausted !== 'quarantine';
+    if (section.hidden) return;
+    if (!parked.length) {
+      fill(body, emptyRow(8, 'No key is parked.'));
+      return;
+    }
+    if (body.querySelector('.empty-row')) fill(body);
+    const name = (k) => (k.key === null ? `partition ${k.partition}` : k.key);
+    const which = (k) => (k.key === null ? { event_ids: [k.event_id] } : { keys: [k.key] });
+    setRows(body, parked, (k) => k.event_id, (k) => h('tr', { 'data-testid': `parked-${name(k)}` },
+      td(h('span', { class: 'mono', text: k.key === null ? '(partition)' : k.key })),
+      td(num(k.partition), 'num'),
+      td(h('span', { class: 'mono', text: k.event_id })),
+      td(num(k.sequence), 'num'),
+      td(num(k.attempt), 'num'),
+      td(h('span', { class: 'reason', text: k.reason })),
+      td(time(k.parked_at)),
+      td([
+        h('button', { type: 'button', class: 'secondary small', 'data-write': true, 'aria-label': `Resume ${name(k)}`,
+          onclick: () => release(which(k), `Key ${name(k)}`), text: 'Resume' }),
+        ' ',
+        h('button', { type: 'button', class: 'secondary small', 'data-write': true, 'aria-label': `Skip the head of ${name(k)}`,
+          onclick: () => release({ ...which(k), skip_head: true }, `Key ${name(k)}`), text: 'Skip head' }),
+      ], 'row-actions')));
+  }
+  return { section, show };
 }
 
 export function detail(root, [stream, group]) {
@@ -357,6 +414,11 @@ export function detail(root, [stream, group]) {
     { 'data-testid': 'dead-letters-table' });
   const redriveAll = h('button', { type: 'button', class: 'secondary', 'data-write': true, 'data-testid': 'redrive-all', text: 'Redrive all', hidden: true });
   const deadMore = h('p', { class: 'muted small' });
+  const parked = parkedSection(path, async (e, text) => {
+    fill(actionErrors, e ? errorBanner(e) : null);
+    fill(notice, e ? null : h('div', { class: 'notice', 'data-testid': 'notice', text }));
+    await refresh();
+  });
 
   fill(root,
     heading(['Group ', h('span', { class: 'mono', text: group })],
@@ -367,6 +429,7 @@ export function detail(root, [stream, group]) {
       h('p', { class: 'muted small', text: 'Everything up to the frontier is settled; the hole is the first sequence after it still unsettled, which holds the frontier back.' }),
       partTable),
     inFlight.section,
+    parked.section,
     h('section', { class: 'card' },
       h('div', { class: 'section-head' }, h('h2', { text: 'Dead letters' }), redriveAll),
       deadTable, deadMore),
@@ -396,9 +459,11 @@ export function detail(root, [stream, group]) {
     await seeding;
     let info;
     let dead;
+    let held = [];
     let handlers = null;
     try {
       [info, dead] = await Promise.all([api('GET', path), api('GET', `${path}/dead-letters?limit=100`)]);
+      held = info.on_exhausted === 'quarantine' ? (await api('GET', `${path}/quarantine`)).parked : [];
       handlers = await api('GET', '/v1/handlers').catch(() => null);
       fill(errors);
     } catch (e) {
@@ -414,10 +479,14 @@ export function detail(root, [stream, group]) {
       stat('Waiting retry', num(lag.waiting_retry), 'group-waiting', 'nacked, not yet due'),
       stat('Dead letters', num(info.dead_letters), 'group-dead-letters', `after ${info.max_attempts} attempts or a reject`),
       stat('Oldest unacked', duration(lag.oldest_unacked_age_ms), 'group-oldest', 'age'),
+      info.on_exhausted === 'quarantine'
+        ? stat('Parked keys', num(held.length), 'group-parked', 'waiting for a release')
+        : null,
       info.skipped_by_retention
         ? stat('Skipped by retention', num(info.skipped_by_retention), 'group-skipped', 'removed before settled')
         : null);
     fill(plotBox, plots(stream, group));
+    parked.show(info, held);
 
     const mine = handlers ? handlers.handlers.filter((x) => x.stream === stream && x.group === group) : [];
     fill(consumers, mine.length

@@ -8,10 +8,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::events::{EventBody, QueryBody};
 use crate::api::error::ApiError;
+use crate::backend::quarantine::Parked;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
     DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, GroupOrdering, Lag,
-    OnExhausted, PartitionLag, StreamName, Timestamp,
+    OnExhausted, ParkedKey, PartitionLag, StreamName, Timestamp,
 };
 
 /// Create a consumer group.
@@ -440,4 +441,94 @@ impl RedriveBody {
 pub(crate) struct RedrivenBody {
     /// The count.
     pub(crate) redriven: u64,
+}
+
+/// A key parked behind a head that exhausted its attempts
+/// (`docs/groups.md#quarantine`).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ParkedKeyBody {
+    /// The key; null under `ordering = "partition"`, which parks the whole
+    /// partition.
+    key: Option<String>,
+    /// The head's partition.
+    partition: u32,
+    /// The head's sequence: the key's events from here on wait.
+    sequence: u64,
+    /// The head's event id.
+    #[schema(value_type = String)]
+    event_id: EventId,
+    /// Claims the head had.
+    attempt: u32,
+    /// Its last failure.
+    reason: String,
+    /// When it was parked.
+    #[schema(value_type = String, format = DateTime)]
+    parked_at: Timestamp,
+}
+
+impl From<ParkedKey> for ParkedKeyBody {
+    fn from(p: ParkedKey) -> Self {
+        Self {
+            key: p.key,
+            partition: p.partition,
+            sequence: p.sequence,
+            event_id: p.event_id,
+            attempt: p.attempt,
+            reason: p.reason,
+            parked_at: p.parked_at,
+        }
+    }
+}
+
+/// The keys a group has parked, in (partition, sequence) order of their heads.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QuarantineBody {
+    /// The parked keys.
+    pub(crate) parked: Vec<ParkedKeyBody>,
+}
+
+/// Release parked keys: `confirm: true` and exactly one of `keys`,
+/// `event_ids` (the parked heads) or `all: true`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReleaseBody {
+    /// Must be exactly `true`.
+    pub(crate) confirm: bool,
+    /// These keys.
+    keys: Option<Vec<String>>,
+    /// The keys whose parked heads are these events (the way to name a
+    /// partition parked under `ordering = "partition"`).
+    #[schema(value_type = Option<Vec<String>>)]
+    event_ids: Option<Vec<EventId>>,
+    /// Every parked key.
+    all: Option<bool>,
+    /// Send each head to the dead letters and go on with the key's next
+    /// event, instead of handing the head out again with its attempts
+    /// started over (default false).
+    #[serde(default)]
+    pub(crate) skip_head: bool,
+}
+
+impl ReleaseBody {
+    /// Which parked keys.
+    pub(crate) fn parked(&self) -> Result<Parked, ApiError> {
+        match (&self.keys, &self.event_ids, self.all) {
+            (Some(keys), None, None) => Ok(Parked::Keys(keys.clone())),
+            (None, Some(ids), None) => Ok(Parked::Events(ids.clone())),
+            (None, None, Some(true)) => Ok(Parked::All),
+            _ => Err(ApiError::invalid(
+                "release",
+                "give exactly one of {\"keys\": [...]}, {\"event_ids\": [...]} or {\"all\": true}",
+            )),
+        }
+    }
+}
+
+/// What a release did.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReleasedBody {
+    /// The keys released, as they were listed.
+    pub(crate) released: Vec<ParkedKeyBody>,
+    /// Named keys (or event ids) that were not parked: left alone.
+    pub(crate) not_parked: Vec<String>,
 }

@@ -29,7 +29,8 @@ pub(crate) use events::{
 };
 pub(crate) use groups::{
     CreateGroupBody, DeadLetterPageBody, DeadLetterParams, GroupBody, GroupInfoBody, GroupListBody,
-    LagBody, LagParams, RedriveBody, RedrivenBody, ReopenedBody, ReplayBody, ResetBody,
+    LagBody, LagParams, QuarantineBody, RedriveBody, RedrivenBody, ReleaseBody, ReleasedBody,
+    ReopenedBody, ReplayBody, ResetBody,
 };
 #[cfg(feature = "wasm")]
 pub(crate) use handlers::{

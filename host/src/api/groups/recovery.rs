@@ -9,12 +9,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::dto::{
-    self, DeadLetterPageBody, DeadLetterParams, OkBody, RedriveBody, RedrivenBody, ReopenedBody,
-    ReplayBody, ResetBody,
+    self, DeadLetterPageBody, DeadLetterParams, OkBody, QuarantineBody, RedriveBody, RedrivenBody,
+    ReleaseBody, ReleasedBody, ReopenedBody, ReplayBody, ResetBody,
 };
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{AnyJson, AppJson, AppQuery, GroupPath};
 use crate::api::state::AppState;
+use crate::backend::quarantine::{self, ReleaseRequest};
 use crate::backend::{DeadLettersRequest, Error, ResetRequest};
 use crate::model::DEFAULT_QUERY_LIMIT;
 
@@ -25,6 +26,8 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(group_reset))
         .routes(routes!(dead_letter_list))
         .routes(routes!(dead_letter_redrive))
+        .routes(routes!(quarantine_list))
+        .routes(routes!(quarantine_release))
 }
 
 /// Re-open deliveries (attempts kept; current holders become stale) and
@@ -144,4 +147,69 @@ async fn dead_letter_redrive(
     let which = body.into_redrive()?;
     let redriven = state.backend.redrive(&stream, &group, which).await?;
     Ok(Json(RedrivenBody { redriven }))
+}
+
+/// The keys the group has parked: each behind a head that exhausted its
+/// attempts under `on_exhausted = "quarantine"` (`docs/groups.md#quarantine`).
+#[utoipa::path(get, path = "/v1/streams/{stream}/groups/{group}/quarantine", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+    ),
+    responses(
+        (status = 200, body = QuarantineBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn quarantine_list(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+) -> Result<Json<QuarantineBody>, ApiError> {
+    let parked = quarantine::parked_keys(&*state.backend, &stream, &group).await?;
+    Ok(Json(QuarantineBody {
+        parked: parked.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Release parked keys: each head goes out again first, its attempts
+/// started over, then the rest of its key in order; with `skip_head`, the
+/// head goes to the dead letters and the key goes on with its next event.
+/// Needs `confirm: true`, checked before anything else.
+#[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/quarantine/release", tag = "recovery",
+    params(
+        ("stream" = String, Path, description = "Stream name"),
+        ("group" = String, Path, description = "Group name"),
+    ),
+    request_body = ReleaseBody,
+    responses(
+        (status = 200, description = "What was released, and what named was not parked", body = ReleasedBody),
+        (status = 400, description = "confirm_required, or not exactly one of keys, event_ids and all", body = ErrorBody),
+        (status = 404, description = "No such stream or group", body = ErrorBody),
+    ))]
+async fn quarantine_release(
+    State(state): State<AppState>,
+    GroupPath(stream, group): GroupPath,
+    AnyJson(raw): AnyJson,
+) -> Result<Json<ReleasedBody>, ApiError> {
+    // As for a reset: a missing or non-`true` confirm is the answer,
+    // whatever else is wrong with the body.
+    if raw.get("confirm") != Some(&Value::Bool(true)) {
+        return Err(ApiError::Refused(Error::ConfirmRequired));
+    }
+    let body: ReleaseBody = serde_json::from_value(raw)
+        .map_err(|e| ApiError::invalid("body", format!("bad release request: {e}")))?;
+    let released = quarantine::release(
+        &*state.backend,
+        ReleaseRequest {
+            stream,
+            group,
+            which: body.parked()?,
+            skip_head: body.skip_head,
+            confirm: body.confirm,
+        },
+    )
+    .await?;
+    Ok(Json(ReleasedBody {
+        released: released.released.into_iter().map(Into::into).collect(),
+        not_parked: released.not_parked,
+    }))
 }

@@ -22,7 +22,7 @@ async fn create_answers_201_with_the_group() {
         json!({
             "stream": "s", "name": "g", "max_attempts": 3,
             "retry_backoff_ms": [100, 1000], "ordering": "none",
-            "created_at": "2026-01-01T00:00:00.000Z",
+            "on_exhausted": "dead_letter", "created_at": "2026-01-01T00:00:00.000Z",
         })
     );
 }

@@ -83,6 +83,11 @@ async fn the_openapi_document_lists_every_route_with_its_methods() {
             "/v1/streams/{stream}/groups/{group}/dead-letters/redrive",
             &["post"],
         ),
+        ("/v1/streams/{stream}/groups/{group}/quarantine", &["get"]),
+        (
+            "/v1/streams/{stream}/groups/{group}/quarantine/release",
+            &["post"],
+        ),
         ("/v1/test/clock", &["get", "post"]),
         ("/v1/handlers", &["get"]),
         ("/v1/handlers/{handler}", &["delete", "get", "put"]),

@@ -260,3 +260,81 @@ async fn redrive_by_ids_or_all_resets_attempts() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_quarantined_key_is_listed_and_released_over_http() {
+    let app = TestApp::new();
+    app.stream("s", 1).await;
+    let created = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "g", "ordering": "key", "on_exhausted": "quarantine", "max_attempts": 1}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.body["on_exhausted"], "quarantine");
+    let plain = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "h", "on_exhausted": "quarantine"}),
+        )
+        .await;
+    assert_eq!(plain.status, StatusCode::BAD_REQUEST);
+    assert!(
+        plain.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ordering")
+    );
+    for id in ["a1", "a2"] {
+        app.append("s", json!({"id": id, "key": "a"})).await;
+    }
+    let out = app.fetch("s", "g", json!({"limit": 10})).await;
+    assert_eq!(out.len(), 1);
+    let nack = lease_ref_with(&out[0], json!({"reason": "downstream 500"}));
+    let a = app.post("/v1/streams/s/groups/g/nack", nack).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(app.fetch("s", "g", json!({"limit": 10})).await.is_empty());
+
+    let listed = app.get("/v1/streams/s/groups/g/quarantine").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let parked = &listed.body["parked"][0];
+    assert_eq!(parked["key"], "a");
+    assert_eq!(parked["event_id"], "a1");
+    assert_eq!(parked["reason"], "max_attempts: downstream 500");
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(info.body["on_exhausted"], "quarantine");
+    let leases = app.get("/v1/streams/s/groups/g/leases").await;
+    assert_eq!(leases.body["leases"][0]["consumer_id"], "rheo:quarantine");
+    assert_eq!(
+        leases.body["leases"][0]["reason"],
+        "max_attempts: downstream 500"
+    );
+
+    let unconfirmed = app
+        .post(
+            "/v1/streams/s/groups/g/quarantine/release",
+            json!({"keys": ["a"]}),
+        )
+        .await;
+    assert_eq!(code(&unconfirmed), "confirm_required");
+    let both = app
+        .post(
+            "/v1/streams/s/groups/g/quarantine/release",
+            json!({"confirm": true, "keys": ["a"], "all": true}),
+        )
+        .await;
+    assert_eq!(code(&both), "invalid");
+    let released = app
+        .post(
+            "/v1/streams/s/groups/g/quarantine/release",
+            json!({"confirm": true, "keys": ["a", "zz"]}),
+        )
+        .await;
+    assert_eq!(released.status, StatusCode::OK);
+    assert_eq!(released.body["released"][0]["event_id"], "a1");
+    assert_eq!(released.body["not_parked"], json!(["zz"]));
+    let again = app.fetch("s", "g", json!({"limit": 10})).await;
+    assert_eq!(again[0]["event_id"], "a1");
+    assert_eq!(again[0]["attempt"], 1, "a released head starts over");
+}

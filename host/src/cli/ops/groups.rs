@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::{GroupRef, ServerArgs, cell, join, start_after};
+use crate::backend::policy::QUARANTINE_CONSUMER;
 use crate::cli::client::segment;
 use crate::cli::table::{Align, Table, key_values};
 use crate::model::human_ms;
@@ -70,6 +71,12 @@ enum GroupsAction {
     Replay(super::recovery::ReplayArgs),
     /// Forget a group's delivery state and start it again (needs --confirm).
     Reset(super::recovery::ResetArgs),
+    /// The keys a group has parked, each behind a head that exhausted its
+    /// attempts (docs/groups.md#quarantine).
+    Quarantine(super::recovery::QuarantineArgs),
+    /// Resume parked keys, or skip their heads into the dead letters
+    /// (needs --confirm).
+    Release(super::recovery::ReleaseArgs),
     /// Create a consumer group.
     Create {
         /// The stream it consumes.
@@ -98,6 +105,12 @@ enum GroupsAction {
         /// (docs/groups.md#ordering) [server default: none]
         #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
         ordering: Option<String>,
+        /// What a head that exhausts its attempts does: dead_letter, or,
+        /// under an ordering, quarantine: its key waits, in order, until
+        /// `rheo group release` (docs/groups.md#quarantine) [server default:
+        /// dead_letter]
+        #[arg(long, value_name = "WHAT", value_parser = ["dead_letter", "quarantine"])]
+        on_exhausted: Option<String>,
     },
     /// Delete a group with its cursors, deliveries and dead letters, for
     /// good; the stream and its other groups stay
@@ -128,6 +141,8 @@ impl GroupsArgs {
             Some(GroupsAction::Redrive(args)) => return args.run(),
             Some(GroupsAction::Replay(args)) => return args.run(),
             Some(GroupsAction::Reset(args)) => return args.run(),
+            Some(GroupsAction::Quarantine(args)) => return args.run(),
+            Some(GroupsAction::Release(args)) => return args.run(),
             _ => {}
         }
         if self.stream.is_some() && self.action.is_some() {
@@ -172,6 +187,7 @@ impl GroupsArgs {
             start_at,
             retry_backoff_ms,
             ordering,
+            on_exhausted,
         }) = self.action
         else {
             return list(self.stream.as_deref().unwrap_or_default());
@@ -193,15 +209,19 @@ impl GroupsArgs {
         if let Some(ordering) = ordering {
             body.insert("ordering".into(), json!(ordering));
         }
+        if let Some(on_exhausted) = on_exhausted {
+            body.insert("on_exhausted".into(), json!(on_exhausted));
+        }
         let path = format!("/v1/streams/{}/groups", segment(&stream));
         let answer = client.post(&path, &Value::Object(body))?;
         self.server.print(&answer, |g| {
             format!(
-                "created group {} on stream {} (max_attempts {}, ordering {})\n",
+                "created group {} on stream {} (max_attempts {}, ordering {}, on_exhausted {})\n",
                 cell(&g["name"]),
                 cell(&g["stream"]),
                 cell(&g["max_attempts"]),
-                cell(&g["ordering"])
+                cell(&g["ordering"]),
+                cell(&g["on_exhausted"])
             )
         })
     }
@@ -328,6 +348,8 @@ fn render_leases(target: &GroupRef, page: &Value, wide: bool) -> String {
     let mut table = Table::new(&columns);
     for lease in leases {
         let expires = match lease["expires_in_ms"].as_u64() {
+            // A quarantined head (docs/groups.md#quarantine).
+            _ if lease["consumer_id"] == QUARANTINE_CONSUMER => "never: parked".to_owned(),
             _ if lease["expired"].as_bool() == Some(true) => "expired".to_owned(),
             Some(ms) => format!("in {}", human_ms(ms)),
             None => cell(&lease["expires_at"]),
@@ -383,6 +405,7 @@ fn render_info(info: &Value) -> String {
         ("max attempts", cell(&info["max_attempts"])),
         ("retry backoff", backoff(&info["retry_backoff_ms"])),
         ("ordering", cell(&info["ordering"])),
+        ("on exhausted", cell(&info["on_exhausted"])),
         ("lag", cell(&lag["lag"])),
         ("pending", cell(&lag["pending"])),
         ("inflight", cell(&info["inflight"])),

@@ -135,6 +135,11 @@ enum HandlerAction {
         /// Continue after a previous dry run's last event (its next cursor).
         #[arg(long, value_name = "CURSOR")]
         cursor: Option<String>,
+        /// Only the events a key parked in the handler's group is holding
+        /// back: its head and what follows it in its partition
+        /// (docs/groups.md#quarantine).
+        #[arg(long, value_name = "KEY")]
+        parked_key: Option<String>,
     },
     /// Every deployed handler with its version and counters.
     List {
@@ -239,15 +244,27 @@ impl HandlerArgs {
                 from,
                 limit,
                 cursor,
+                parked_key,
                 ..
             } => {
+                let mut filter = filter.clone();
+                let mut after_sequence = None;
+                if let Some(key) = parked_key {
+                    let head = parked_head(&client, name, key)?;
+                    let mut narrowed = filter.take().unwrap_or_else(|| serde_json::json!({}));
+                    narrowed["key"] = serde_json::json!(key);
+                    narrowed["partition"] = head["partition"].clone();
+                    filter = Some(narrowed);
+                    after_sequence = head["sequence"].as_u64().map(|seq| seq - 1);
+                }
                 let mut query = serde_json::Map::new();
                 let mut put = |key: &str, value: Value| {
                     if !value.is_null() {
                         query.insert(key.to_owned(), value);
                     }
                 };
-                put("where", filter.clone().unwrap_or(Value::Null));
+                put("where", filter.unwrap_or(Value::Null));
+                put("after_sequence", serde_json::json!(after_sequence));
                 put("from", serde_json::json!(from));
                 put("limit", serde_json::json!(limit));
                 put("cursor", serde_json::json!(cursor));
@@ -912,6 +929,33 @@ impl SseParser {
         }
         None
     }
+}
+
+/// The parked head of `key` in the group handler `name` consumes
+/// (`docs/groups.md#quarantine`).
+fn parked_head(
+    client: &crate::cli::client::Client,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Value> {
+    let handler = client.get(&format!("/v1/handlers/{}", segment(name)), &[])?;
+    let (stream, group) = (cell(&handler["stream"]), cell(&handler["group"]));
+    let path = format!(
+        "/v1/streams/{}/groups/{}/quarantine",
+        segment(&stream),
+        segment(&group)
+    );
+    let parked = client.get(&path, &[])?;
+    (parked["parked"].as_array().into_iter().flatten())
+        .find(|p| p["key"].as_str() == Some(key))
+        .cloned()
+        .ok_or_else(|| {
+            super::Invalid(format!(
+                "key {key:?} is not parked in group {group} of stream {stream} \
+                 (`rheo group quarantine {stream} {group}` lists the parked keys)"
+            ))
+            .into()
+        })
 }
 
 #[cfg(test)]

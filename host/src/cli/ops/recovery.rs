@@ -1,5 +1,6 @@
 //! Sending work back through a group: `rheo group dead-letters`,
-//! `rheo group redrive`, `rheo group replay` and `rheo group reset`.
+//! `rheo group redrive`, `rheo group replay`, `rheo group reset`, and the
+//! parked keys of `rheo group quarantine` and `rheo group release`.
 
 use clap::{ArgGroup, Args};
 use serde_json::{Map, Value, json};
@@ -241,6 +242,143 @@ impl ResetArgs {
                 "reset group {} on stream {}\n",
                 self.target.group, self.target.stream
             ),
+        })
+    }
+}
+
+/// Arguments of `rheo group quarantine`.
+#[derive(Debug, Args)]
+pub(crate) struct QuarantineArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(flatten)]
+    target: GroupRef,
+}
+
+impl QuarantineArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        let client = self.server.client()?;
+        let answer = client.get(&self.target.path("/quarantine"), &[])?;
+        self.server.print(&answer, |a| {
+            parked_table(&a["parked"])
+                .unwrap_or_else(|| format!("no keys parked in group {}\n", self.target.group))
+        })
+    }
+}
+
+/// Parked keys as a table; `None` when there are none.
+fn parked_table(parked: &Value) -> Option<String> {
+    let parked = parked.as_array().filter(|p| !p.is_empty())?;
+    let mut table = Table::new(&[
+        ("KEY", Align::Left),
+        ("PARTITION", Align::Right),
+        ("SEQ", Align::Right),
+        ("EVENT-ID", Align::Left),
+        ("ATTEMPT", Align::Right),
+        ("REASON", Align::Left),
+        ("PARKED", Align::Left),
+    ]);
+    for key in parked {
+        let name = match &key["key"] {
+            Value::Null => "(partition)".to_owned(),
+            k => cell(k),
+        };
+        table.row([
+            name,
+            cell(&key["partition"]),
+            cell(&key["sequence"]),
+            cell(&key["event_id"]),
+            cell(&key["attempt"]),
+            cell(&key["reason"]),
+            cell(&key["parked_at"]),
+        ]);
+    }
+    Some(table.render())
+}
+
+/// Arguments of `rheo group release`: exactly one of --all, --key, --event-id.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["all", "keys", "event_ids"])))]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+
+    #[command(flatten)]
+    target: GroupRef,
+
+    /// Every parked key.
+    #[arg(long)]
+    all: bool,
+
+    /// These keys, e.g. --key acct-7,acct-9.
+    #[arg(long = "key", value_name = "KEY,…", value_delimiter = ',')]
+    keys: Option<Vec<String>>,
+
+    /// The keys whose parked heads are these events (a partition parked
+    /// under ordering = partition is named this way).
+    #[arg(long = "event-id", value_name = "ID,…", value_delimiter = ',')]
+    event_ids: Option<Vec<String>>,
+
+    /// Send each head to the dead letters and go on with the key's next
+    /// event, instead of handing the head out again with fresh attempts.
+    #[arg(long)]
+    skip_head: bool,
+
+    /// Really release: the key's events go out again from its head.
+    #[arg(long)]
+    confirm: bool,
+}
+
+impl ReleaseArgs {
+    pub(crate) fn run(self) -> anyhow::Result<()> {
+        super::require(self.confirm, || {
+            format!(
+                "not releasing without --confirm: group {}'s parked keys would go out again \
+                 (confirm_required; `rheo group quarantine {} {}` lists them)",
+                self.target.group, self.target.stream, self.target.group
+            )
+        })?;
+        let client = self.server.client()?;
+        let mut body = Map::new();
+        body.insert("confirm".into(), json!(true));
+        body.insert("skip_head".into(), json!(self.skip_head));
+        if self.all {
+            body.insert("all".into(), json!(true));
+        } else if let Some(keys) = &self.keys {
+            body.insert("keys".into(), json!(keys));
+        } else if let Some(ids) = &self.event_ids {
+            body.insert("event_ids".into(), json!(ids));
+        }
+        let answer = client.post(
+            &self.target.path("/quarantine/release"),
+            &Value::Object(body),
+        )?;
+        self.server.print(&answer, |a| {
+            let released = a["released"].as_array().map_or(0, Vec::len) as u64;
+            let how = if self.skip_head {
+                "heads dead-lettered, the keys go on with their next events"
+            } else {
+                "heads go out again first, attempts started over"
+            };
+            let mut out = format!(
+                "released {} of group {}: {how}\n",
+                count(released, "key"),
+                self.target.group
+            );
+            if let Some(table) = parked_table(&a["released"]) {
+                out.push_str(&table);
+            }
+            let missing: Vec<String> = (a["not_parked"].as_array().into_iter().flatten())
+                .map(cell)
+                .collect();
+            if !missing.is_empty() {
+                out.push_str(&format!(
+                    "not parked (left alone): {}\n",
+                    missing.join(", ")
+                ));
+            }
+            out
         })
     }
 }
