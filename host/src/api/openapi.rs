@@ -350,6 +350,17 @@ fn add_body_rules(doc: &mut Value) {
                        lacks(&["event_ids"])]},
         ]}),
     );
+    // dto::ReleaseBody::parked: keys, event ids or all of them
+    // (`docs/groups.md#quarantine`).
+    extend(
+        "ReleaseBody",
+        json!({"oneOf": [
+            {"allOf": [has("keys"), lacks(&["event_ids", "all"])]},
+            {"allOf": [has("event_ids"), lacks(&["keys", "all"])]},
+            {"allOf": [{"required": ["all"], "properties": {"all": {"const": true}}},
+                       lacks(&["keys", "event_ids"])]},
+        ]}),
+    );
     // dto::SettleBody::into_settlements: what each operation takes.
     extend(
         "SettlementBody",
@@ -359,9 +370,11 @@ fn add_body_rules(doc: &mut Value) {
             {"allOf": [{"properties": {"op": {"const": "reject"}}}, lacks(&["delay_ms"])]},
         ]}),
     );
-    let confirm = &mut doc["components"]["schemas"]["ResetBody"]["properties"]["confirm"];
-    if let Some(confirm) = confirm.as_object_mut() {
-        confirm.insert("const".into(), json!(true));
+    for body in ["ResetBody", "ReleaseBody"] {
+        let confirm = &mut doc["components"]["schemas"][body]["properties"]["confirm"];
+        if let Some(confirm) = confirm.as_object_mut() {
+            confirm.insert("const".into(), json!(true));
+        }
     }
     for path in doc["paths"]
         .as_object_mut()

@@ -451,6 +451,7 @@ pub(crate) fn rules() -> Vec<(Target, Value)> {
         (Prop("ResetBody", "start_at"), v(timestamp_or_null())),
         (Prop("ResetBody", "partitions"), v(partitions_or_null())),
         (Prop("RedriveBody", "event_ids"), v(ids_or_null())),
+        (Prop("ReleaseBody", "event_ids"), v(ids_or_null())),
         (Param("dead_letter_list", "limit"), v(query_limit_or_null())),
         (Param("dead_letter_list", "after"), v(id_or_null())),
         (Param("group_leases", "limit"), v(query_limit_or_null())),

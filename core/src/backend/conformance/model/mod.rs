@@ -43,7 +43,7 @@ use rand::{Rng, SeedableRng};
 
 use super::{Harness, gn};
 use crate::backend::CreateStream;
-use crate::model::{GroupSpec, StartAfter, StartPosition};
+use crate::model::{GroupOrdering, GroupSpec, OnExhausted, StartAfter, StartPosition};
 use reference::Model;
 use run::{ORDERINGS, Run};
 
@@ -97,6 +97,10 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         spec.max_attempts = rng.random_range(attempts);
         spec.retry_backoff_ms = backoffs.choose(&mut rng).expect("backoff").to_vec();
         spec.ordering = *ORDERINGS.choose(&mut rng).expect("ordering");
+        // Half the ordered groups park a failing key (docs/groups.md#quarantine).
+        if spec.ordering != GroupOrdering::None && rng.random_bool(0.5) {
+            spec.on_exhausted = OnExhausted::Quarantine;
+        }
         if name == "g2" {
             spec.start = StartPosition::After(StartAfter::All(rng.random_range(0..=2)));
         }
@@ -113,12 +117,13 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         specs
             .iter()
             .map(|s| format!(
-                "{} (max_attempts {}, backoff {:?}, start {:?}, ordering {})",
+                "{} (max_attempts {}, backoff {:?}, start {:?}, ordering {}, on_exhausted {})",
                 s.name,
                 s.max_attempts,
                 s.retry_backoff_ms,
                 s.start,
-                s.ordering.as_str()
+                s.ordering.as_str(),
+                s.on_exhausted.as_str()
             ))
             .collect::<Vec<_>>()
             .join(", ")
@@ -146,9 +151,12 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         }
     }
     eprintln!(
-        "model check on {}: seed {seed}, {steps} steps ({} restarts) in {:.1?}",
+        "model check on {}: seed {seed}, {steps} steps ({} restarts; a key parked after {} \
+         steps, {} releases of one) in {:.1?}",
         h.b().kind(),
         run.restarts,
+        run.parked.0,
+        run.parked.1,
         started.elapsed()
     );
 }

@@ -8,10 +8,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::backend::policy::is_quarantine;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
-    EventId, GroupInfo, GroupName, GroupOrdering, GroupSpec, Lag, LeaseId, PartitionLag, SettleOp,
-    SettleTarget, Settlement, StartAfter, StartPosition, StreamName, Timestamp,
+    EventId, GroupInfo, GroupName, GroupOrdering, GroupSpec, Lag, LeaseId, OnExhausted,
+    PartitionLag, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
+    Timestamp,
 };
 
 /// An error code the model predicts (`docs/errors.md`).
@@ -32,6 +34,10 @@ pub(super) enum State {
         receipt: Option<String>,
         leased_at: Timestamp,
         expires_at: Timestamp,
+        /// Held by the quarantine (docs/groups.md#quarantine), with its
+        /// head's last failure; its lease id is the backend's, learned
+        /// from the leases it lists ([`Model::learn_holds`]).
+        hold: Option<String>,
     },
     Acked,
     Dead {
@@ -104,6 +110,7 @@ pub(super) struct ModelGroup {
     pub(super) max_attempts: u32,
     pub(super) backoff: Vec<u64>,
     pub(super) ordering: GroupOrdering,
+    pub(super) on_exhausted: OnExhausted,
     pub(super) parts: Vec<Part>,
 }
 
@@ -154,6 +161,14 @@ pub(super) struct Model {
 
 /// `(event id, partition, sequence, attempt, reason, at)` of a dead letter.
 pub(super) type DeadRow = (EventId, u32, u64, u32, String, Timestamp);
+
+/// `(key, partition, sequence, attempt, reason, parked at)` of a parked key.
+pub(super) type ParkedRow = (Option<String>, u32, u64, u32, String, Timestamp);
+
+/// The lease id of a hold the model has not learned yet.
+fn unlearned() -> LeaseId {
+    LeaseId::parse("(unlearned hold)").expect("a lease id")
+}
 
 /// `(event id, partition, sequence, lease id, attempt, leased at, expires
 /// at, expired)` of a lease a group has out.
@@ -248,6 +263,7 @@ impl Model {
         self.groups.push(ModelGroup {
             name: spec.name.clone(),
             max_attempts: spec.max_attempts,
+            on_exhausted: spec.on_exhausted,
             backoff: spec.retry_backoff_ms.clone(),
             ordering: spec.ordering,
             parts,
@@ -287,18 +303,130 @@ impl Model {
     /// The poison guard at the start of a fetch: in the selected partitions
     /// an expired lease on its last attempt is dead-lettered.
     pub(super) fn guard(&mut self, g: usize, parts: &[u32], now: Timestamp) {
-        let group = &mut self.groups[g];
+        let max_attempts = self.groups[g].max_attempts;
         for &p in parts {
-            for d in group.parts[p as usize].deliveries.values_mut() {
-                if let State::Leased { expires_at, .. } = d.state
-                    && expires_at <= now
-                    && d.attempt >= group.max_attempts
-                {
-                    d.state = State::Dead {
-                        reason: "max_attempts_expired".into(),
-                        at: now,
-                    };
+            let poisoned: Vec<u64> = (self.groups[g].parts[p as usize].deliveries.iter())
+                .filter(|(_, d)| {
+                    matches!(d.state, State::Leased { expires_at, .. } if expires_at <= now)
+                        && d.attempt >= max_attempts
+                })
+                .map(|(seq, _)| *seq)
+                .collect();
+            for seq in poisoned {
+                let state = self.exhausted(g, p, seq, "max_attempts_expired".into(), now);
+                self.delivery_mut(g, p, seq).state = state;
+            }
+        }
+    }
+
+    /// What a delivery that used its last attempt becomes
+    /// (docs/groups.md#quarantine): a dead letter, or, gated in a group
+    /// that quarantines, held by the quarantine for good, its lease id yet
+    /// to be learned.
+    fn exhausted(&self, g: usize, p: u32, seq: u64, reason: String, now: Timestamp) -> State {
+        if self.groups[g].on_exhausted == OnExhausted::Quarantine && self.gate(g, p, seq).is_some()
+        {
+            State::Leased {
+                lease_id: unlearned(),
+                receipt: None,
+                leased_at: now,
+                expires_at: Timestamp::MAX,
+                hold: Some(reason),
+            }
+        } else {
+            State::Dead { reason, at: now }
+        }
+    }
+
+    /// Gives each hold of group `g` the lease id the backend lists for it
+    /// (`rows`: its leases), once: it must be held by the quarantine, not
+    /// one `known` already. `Err` says what is wrong.
+    pub(super) fn learn_holds(
+        &mut self,
+        g: usize,
+        rows: &[crate::model::HeldLease],
+        known: &std::collections::HashSet<LeaseId>,
+    ) -> std::result::Result<(), String> {
+        for (p, part) in self.groups[g].parts.iter_mut().enumerate() {
+            for (seq, d) in part.deliveries.iter_mut() {
+                let State::Leased {
+                    lease_id,
+                    hold: Some(_),
+                    ..
+                } = &mut d.state
+                else {
+                    continue;
+                };
+                if *lease_id != unlearned() {
+                    continue;
                 }
+                let row = rows
+                    .iter()
+                    .find(|r| r.partition == p as u32 && r.sequence == *seq);
+                let Some(row) = row.filter(|r| is_quarantine(&r.consumer_id)) else {
+                    return Err(format!(
+                        "p{p}/{seq} should be held by the quarantine; the backend lists {row:?}"
+                    ));
+                };
+                if known.contains(&row.lease_id) {
+                    return Err(format!(
+                        "the hold on p{p}/{seq} reuses lease id {}",
+                        row.lease_id
+                    ));
+                }
+                *lease_id = row.lease_id.clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// Group `g`'s parked keys as `(key, partition, sequence, attempt,
+    /// reason, parked at)`, in (partition, sequence) order.
+    pub(super) fn parked(&self, g: usize) -> Vec<ParkedRow> {
+        let group = &self.groups[g];
+        let mut out = Vec::new();
+        for (p, part) in group.parts.iter().enumerate() {
+            let p = p as u32;
+            for (seq, d) in &part.deliveries {
+                if let State::Leased {
+                    hold: Some(reason),
+                    leased_at,
+                    ..
+                } = &d.state
+                {
+                    let key = match group.ordering {
+                        GroupOrdering::Partition => None,
+                        _ => self.key(p, *seq).map(str::to_owned),
+                    };
+                    out.push((key, p, *seq, d.attempt, reason.clone(), *leased_at));
+                }
+            }
+        }
+        out
+    }
+
+    /// A release (docs/groups.md#quarantine) of the parked heads at
+    /// `heads`: each goes out again with its attempts started over, or,
+    /// with `skip`, to the dead letters.
+    pub(super) fn release(&mut self, g: usize, heads: &[(u32, u64)], skip: bool, now: Timestamp) {
+        for &(p, seq) in heads {
+            let d = self.delivery_mut(g, p, seq);
+            let State::Leased {
+                hold: Some(reason), ..
+            } = &d.state
+            else {
+                unreachable!("a parked head")
+            };
+            if skip {
+                d.state = State::Dead {
+                    reason: crate::backend::quarantine::skipped_reason(reason),
+                    at: now,
+                };
+            } else {
+                *d = Delivery {
+                    attempt: 0,
+                    state: State::Available { due: now },
+                };
             }
         }
     }
@@ -430,6 +558,7 @@ impl Model {
             receipt,
             leased_at: now,
             expires_at: now.add_ms(lease_ms),
+            hold: None,
         };
         Ok(d.attempt)
     }
@@ -480,10 +609,10 @@ impl Model {
                 reason: reason.clone().unwrap_or_else(|| "rejected".into()),
                 at: now,
             },
-            SettleOp::Nack { reason, .. } if attempt >= max_attempts => State::Dead {
-                reason: format!("max_attempts: {}", reason.as_deref().unwrap_or("retry")),
-                at: now,
-            },
+            SettleOp::Nack { reason, .. } if attempt >= max_attempts => {
+                let reason = format!("max_attempts: {}", reason.as_deref().unwrap_or("retry"));
+                self.exhausted(g, p, seq, reason, now)
+            }
             SettleOp::Nack { delay_ms, .. } => State::Available {
                 due: now.add_ms(delay_ms.unwrap_or(backoff)),
             },
@@ -541,8 +670,12 @@ impl Model {
         };
         let mut n = 0;
         for (p, seq) in targets {
+            // A parked head too (docs/groups.md#quarantine).
             if let Some(d) = self.groups[g].parts[p as usize].deliveries.get_mut(&seq)
-                && matches!(d.state, State::Dead { .. })
+                && matches!(
+                    d.state,
+                    State::Dead { .. } | State::Leased { hold: Some(_), .. }
+                )
             {
                 *d = Delivery {
                     attempt: 0,
@@ -697,7 +830,7 @@ impl Model {
             max_attempts: group.max_attempts,
             retry_backoff_ms: group.backoff.clone(),
             ordering: group.ordering,
-            on_exhausted: crate::model::OnExhausted::DeadLetter,
+            on_exhausted: group.on_exhausted,
             inflight: lag.inflight,
             dead_letters: self.dead_letters(g).len() as u64,
             skipped_by_retention: 0,
@@ -777,6 +910,7 @@ impl Model {
                         format!("due+{}", due.ms_since(now))
                     }
                     State::Available { .. } => "available".into(),
+                    State::Leased { hold: Some(_), .. } => "parked".into(),
                     State::Leased { expires_at, .. } if *expires_at <= now => "expired".into(),
                     _ => "leased".into(),
                 };

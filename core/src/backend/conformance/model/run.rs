@@ -10,14 +10,17 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 
 use super::super::{Harness, gn};
-use super::reference::{Code, DeadRow, Model, OutRow};
+use super::reference::{Code, DeadRow, Model, OutRow, ParkedRow};
+use crate::backend::policy::is_quarantine;
+use crate::backend::quarantine::{Parked, ReleaseRequest, parked_keys, release};
 use crate::backend::{
     Backend, DeadLettersRequest, LeasesRequest, Partitions, Redrive, RenewRequest, Replay,
     ResetRequest, Result,
 };
 use crate::model::{
-    Appended, EventId, EventInput, GroupName, GroupOrdering, HeldLease, Lease, LeaseId, SettleOp,
-    SettleTarget, Settlement, StartAfter, StartPosition, StreamName, Timestamp,
+    Appended, EventId, EventInput, GroupName, GroupOrdering, HeldLease, Lease, LeaseId,
+    OnExhausted, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
+    Timestamp,
 };
 
 pub(super) const LEASES_MS: [u64; 4] = [1_000, 2_000, 5_000, 30_000];
@@ -93,6 +96,9 @@ pub(super) struct Run<'h> {
     pub(super) steps: Vec<String>,
     /// Restarts so far (see [`Run::restart`]), for the summary line.
     pub(super) restarts: usize,
+    /// Steps that ended with a key parked, and releases that released
+    /// one, for the summary line.
+    pub(super) parked: (usize, usize),
     /// Set by a fetch of an ordered group: (group, partitions) whose
     /// cursors the backend may have moved past events it parked (the
     /// store's choice, see [`Model::pass`]); [`Run::compare`] follows it.
@@ -114,6 +120,7 @@ impl<'h> Run<'h> {
             next_id: 0,
             steps: Vec::new(),
             restarts: 0,
+            parked: (0, 0),
             passed: None,
         }
     }
@@ -796,6 +803,9 @@ impl Run<'_> {
                 1000
             };
             let leases = self.leases_of(&gname, limit).await?;
+            self.model
+                .learn_holds(g, &leases, &self.lease_ids)
+                .map_err(|e| format!("leases of {gname}: {e}"))?;
             let got: Vec<OutRow> = leases
                 .iter()
                 .map(|l| {
@@ -819,8 +829,9 @@ impl Run<'_> {
                 &got,
                 &self.model.leases(g, now),
             )?;
-            // The holder is the consumer of the fetch that handed it out.
-            for l in &leases {
+            // The holder is the consumer of the fetch that handed it out,
+            // or the quarantine (learned above).
+            for l in leases.iter().filter(|l| !is_quarantine(&l.consumer_id)) {
                 let issued = (self.issued.iter().rev()).find(|(_, i)| i.lease_id == l.lease_id);
                 if issued.map(|(_, i)| &i.consumer_id) != Some(&l.consumer_id) {
                     return Err(format!(
@@ -831,8 +842,112 @@ impl Run<'_> {
                     ));
                 }
             }
+            if self.model.groups[g].on_exhausted == OnExhausted::Quarantine {
+                let listed = parked_keys(self.b(), &self.stream, &gname)
+                    .await
+                    .map_err(|e| format!("parked keys of {gname} failed: {e:?}"))?;
+                let got: Vec<ParkedRow> = listed
+                    .into_iter()
+                    .map(|k| {
+                        (
+                            k.key,
+                            k.partition,
+                            k.sequence,
+                            k.attempt,
+                            k.reason,
+                            k.parked_at,
+                        )
+                    })
+                    .collect();
+                same(
+                    &format!(
+                        "parked keys of {gname} (key, partition, sequence, attempt, reason, \
+                         parked at)"
+                    ),
+                    &got,
+                    &self.model.parked(g),
+                )?;
+                if !got.is_empty() {
+                    self.parked.0 += 1;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A release of parked keys (docs/groups.md#quarantine): all, or some
+    /// keys (one maybe not parked), resumed or skipped into the dead
+    /// letters.
+    async fn release(&mut self) -> std::result::Result<(), Divergence> {
+        let Some(g) = (0..self.model.groups.len())
+            .find(|&g| self.model.groups[g].on_exhausted == OnExhausted::Quarantine)
+        else {
+            return self.lag().await;
+        };
+        let parked = self.model.parked(g);
+        let which = if parked.is_empty() || self.rng.random_bool(0.3) {
+            Parked::All
+        } else {
+            let mut keys: Vec<String> = parked.iter().filter_map(|k| k.0.clone()).collect();
+            keys.push("zz".into());
+            Parked::Keys(self.pick_keys(&keys))
+        };
+        let skip_head = self.rng.random_bool(0.5);
+        let gname = self.group_name(g);
+        self.note(format!("release {gname} {which:?} skip_head {skip_head}"));
+        let got = release(
+            self.b(),
+            ReleaseRequest {
+                stream: self.stream.clone(),
+                group: gname.clone(),
+                which: which.clone(),
+                skip_head,
+                confirm: true,
+            },
+        )
+        .await
+        .map_err(|e| format!("release failed: {e:?}"))?;
+        let chosen: Vec<(u32, u64)> = parked
+            .iter()
+            .filter(|k| match &which {
+                Parked::All => true,
+                Parked::Keys(keys) => k.0.as_ref().is_some_and(|key| keys.contains(key)),
+                Parked::Events(_) => unreachable!("not generated"),
+            })
+            .map(|k| (k.1, k.2))
+            .collect();
+        let released: Vec<(u32, u64)> = got
+            .released
+            .iter()
+            .map(|k| (k.partition, k.sequence))
+            .collect();
+        same("released (partition, sequence)", &released, &chosen)?;
+        let not_parked: Vec<String> = match &which {
+            Parked::Keys(keys) => {
+                let mut missing: Vec<String> = (keys.iter())
+                    .filter(|key| !parked.iter().any(|k| k.0.as_ref() == Some(*key)))
+                    .cloned()
+                    .collect();
+                missing.sort();
+                missing.dedup();
+                missing
+            }
+            _ => Vec::new(),
+        };
+        same("not parked", &got.not_parked, &not_parked)?;
+        let now = self.now();
+        self.model.release(g, &chosen, skip_head, now);
+        if !chosen.is_empty() {
+            self.parked.1 += 1;
+        }
+        self.then(&format!(" → {} released", released.len()));
+        Ok(())
+    }
+
+    /// Up to three of `keys`, at random.
+    fn pick_keys(&mut self, keys: &[String]) -> Vec<String> {
+        let n = self.rng.random_range(1..=keys.len().min(3));
+        keys.choose_multiple(&mut self.rng, n).cloned().collect()
     }
 
     /// One random operation, then [`Run::compare`]. A backend that can be
@@ -852,6 +967,7 @@ impl Run<'_> {
             81..86 => self.redrive().await?,
             86..92 => self.replay().await?,
             92..95 => self.reset().await?,
+            95..97 => self.release().await?,
             _ => self.lag().await?,
         }
         self.compare().await
