@@ -1232,3 +1232,83 @@ fn promoting_a_handler_without_a_canary_is_a_conflict() {
     let refused = c.post("/v1/handlers/worker/promote", &json!({}));
     assert_error(&refused, 409, "no_canary");
 }
+
+/// A handler whose key exhausts its attempts parks it (the group was
+/// created from the manifest to quarantine); `rheo handler try
+/// --parked-key` dry-runs a fix over what the key holds back, and a key
+/// that is not parked is refused (docs/groups.md#quarantine).
+#[test]
+fn a_dry_run_over_a_parked_key_tries_its_head_and_what_waits_behind_it() {
+    let (dir, server, http) = start();
+    stream(&http, &server, "ledger", 1);
+    let manifest = json!({"stream": "ledger", "group": "posting",
+        "ordering": "key", "on_exhausted": "quarantine"});
+    let (status, body) = deploy(&http, &server, "poster", &manifest, &guest("batch"));
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let events = json!({"events": [
+        {"id": "l1", "key": "acct-7", "payload": {"do": "retry", "delay_ms": 0}},
+        {"id": "l2", "key": "acct-9"},
+        {"id": "l3", "key": "acct-7"},
+    ]});
+    let (status, body) = post(&http, &server, "/v1/streams/ledger/events/batch", &events);
+    assert_eq!(status, 201, "{body}");
+    let parked = eventually("acct-7 parked", CATCH_UP, || {
+        let (_, body) = get(
+            &http,
+            &server,
+            "/v1/streams/ledger/groups/posting/quarantine",
+        );
+        (body["parked"].as_array()?.len() == 1).then_some(body)
+    });
+    assert_eq!(parked["parked"][0]["key"], "acct-7", "{parked}");
+    assert_eq!(parked["parked"][0]["attempt"], 5, "{parked}");
+    assert_eq!(
+        parked["parked"][0]["reason"], "max_attempts: retry in a batch of 1",
+        "{parked}"
+    );
+
+    let echo = dir.path().join("echo.wasm");
+    std::fs::write(&echo, guest("echo")).unwrap();
+    let module = echo.to_str().unwrap();
+    let args = [
+        "handler",
+        "try",
+        "poster",
+        "--module",
+        module,
+        "--parked-key",
+        "acct-7",
+        "--json",
+        "--server",
+        server.base(),
+    ];
+    let run = rheo_e2e::run_rheo_with(&args, &[], None);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
+    let ids: Vec<&str> = (report["events"].as_array().unwrap().iter())
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["l1", "l3"], "{report:#}");
+    assert_eq!(report["differing"], 1, "{report:#}");
+    assert_eq!(report["candidate"]["totals"]["acked"], 2, "{report:#}");
+
+    let args = [
+        "handler",
+        "try",
+        "poster",
+        "--module",
+        module,
+        "--parked-key",
+        "acct-9",
+        "--server",
+        server.base(),
+    ];
+    let run = rheo_e2e::run_rheo_with(&args, &[], None);
+    assert_eq!(run.code, Some(2), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("key \"acct-9\" is not parked in group posting"),
+        "{}",
+        run.stderr
+    );
+}
