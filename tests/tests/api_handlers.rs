@@ -1269,20 +1269,23 @@ fn a_dry_run_over_a_parked_key_tries_its_head_and_what_waits_behind_it() {
 
     let echo = dir.path().join("echo.wasm");
     std::fs::write(&echo, guest("echo")).unwrap();
-    let module = echo.to_str().unwrap();
-    let args = [
-        "handler",
-        "try",
-        "poster",
-        "--module",
-        module,
-        "--parked-key",
-        "acct-7",
-        "--json",
-        "--server",
-        server.base(),
-    ];
-    let run = rheo_e2e::run_rheo_with(&args, &[], None);
+    let try_on = |key: &str| {
+        let module = echo.to_str().unwrap();
+        let args = [
+            "handler",
+            "try",
+            "poster",
+            "--module",
+            module,
+            "--parked-key",
+            key,
+            "--json",
+            "--server",
+            server.base(),
+        ];
+        rheo_e2e::run_rheo_with(&args, &[], None)
+    };
+    let run = try_on("acct-7");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
     let ids: Vec<&str> = (report["events"].as_array().unwrap().iter())
@@ -1292,18 +1295,7 @@ fn a_dry_run_over_a_parked_key_tries_its_head_and_what_waits_behind_it() {
     assert_eq!(report["differing"], 1, "{report:#}");
     assert_eq!(report["candidate"]["totals"]["acked"], 2, "{report:#}");
 
-    let args = [
-        "handler",
-        "try",
-        "poster",
-        "--module",
-        module,
-        "--parked-key",
-        "acct-9",
-        "--server",
-        server.base(),
-    ];
-    let run = rheo_e2e::run_rheo_with(&args, &[], None);
+    let run = try_on("acct-9");
     assert_eq!(run.code, Some(2), "{}", run.stdout);
     assert!(
         run.stderr

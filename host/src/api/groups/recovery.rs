@@ -77,13 +77,7 @@ async fn group_reset(
     GroupPath(stream, group): GroupPath,
     AnyJson(raw): AnyJson,
 ) -> Result<Json<OkBody>, ApiError> {
-    // Read loosely first: whatever else is wrong with the body, a missing
-    // or non-`true` confirm is the answer (`"true"` or `1` do not count).
-    if raw.get("confirm") != Some(&Value::Bool(true)) {
-        return Err(ApiError::Refused(Error::ConfirmRequired));
-    }
-    let body: ResetBody = serde_json::from_value(raw)
-        .map_err(|e| ApiError::invalid("body", format!("bad reset request: {e}")))?;
+    let body: ResetBody = confirmed(raw, "reset")?;
     state
         .backend
         .reset(ResetRequest {
@@ -190,13 +184,7 @@ async fn quarantine_release(
     GroupPath(stream, group): GroupPath,
     AnyJson(raw): AnyJson,
 ) -> Result<Json<ReleasedBody>, ApiError> {
-    // As for a reset: a missing or non-`true` confirm is the answer,
-    // whatever else is wrong with the body.
-    if raw.get("confirm") != Some(&Value::Bool(true)) {
-        return Err(ApiError::Refused(Error::ConfirmRequired));
-    }
-    let body: ReleaseBody = serde_json::from_value(raw)
-        .map_err(|e| ApiError::invalid("body", format!("bad release request: {e}")))?;
+    let body: ReleaseBody = confirmed(raw, "release")?;
     let released = quarantine::release(
         &*state.backend,
         ReleaseRequest {
@@ -212,4 +200,15 @@ async fn quarantine_release(
         released: released.released.into_iter().map(Into::into).collect(),
         not_parked: released.not_parked,
     }))
+}
+
+/// The body of a `what` that needs `confirm: true`, read loosely first:
+/// whatever else is wrong with it, a missing or non-`true` confirm is the
+/// answer (`"true"` or `1` do not count).
+fn confirmed<T: serde::de::DeserializeOwned>(raw: Value, what: &str) -> Result<T, ApiError> {
+    if raw.get("confirm") != Some(&Value::Bool(true)) {
+        return Err(ApiError::Refused(Error::ConfirmRequired));
+    }
+    serde_json::from_value(raw)
+        .map_err(|e| ApiError::invalid("body", format!("bad {what} request: {e}")))
 }
