@@ -65,14 +65,29 @@ struct Hold {
     lease_id: LeaseId,
 }
 
-async fn holds(store: &dyn Backend, stream: &StreamName, group: &GroupName) -> Result<Vec<Hold>> {
+/// The group's ordering, which says whether a hold parks a key or a
+/// partition.
+async fn ordering_of(
+    store: &dyn Backend,
+    stream: &StreamName,
+    group: &GroupName,
+) -> Result<GroupOrdering> {
     let groups = store.list_groups(stream).await?;
-    let Some(g) = groups.into_iter().find(|g| &g.name == group) else {
-        return Err(Error::GroupNotFound {
+    match groups.into_iter().find(|g| &g.name == group) {
+        Some(g) => Ok(g.ordering),
+        None => Err(Error::GroupNotFound {
             stream: stream.clone(),
             group: group.clone(),
-        });
-    };
+        }),
+    }
+}
+
+async fn holds(
+    store: &dyn Backend,
+    stream: &StreamName,
+    group: &GroupName,
+    ordering: GroupOrdering,
+) -> Result<Vec<Hold>> {
     let mut out = Vec::new();
     let mut after: Option<LeaseCursor> = None;
     // Every lease is read: quarantined heads are few, but sit anywhere
@@ -90,7 +105,7 @@ async fn holds(store: &dyn Backend, stream: &StreamName, group: &GroupName) -> R
             if !is_quarantine(&lease.consumer_id) {
                 continue;
             }
-            let key = match g.ordering {
+            let key = match ordering {
                 GroupOrdering::Partition => None,
                 GroupOrdering::Key | GroupOrdering::None => store
                     .read(ReadRequest {
@@ -132,7 +147,19 @@ pub async fn parked_keys(
     stream: &StreamName,
     group: &GroupName,
 ) -> Result<Vec<ParkedKey>> {
-    Ok(holds(store, stream, group)
+    let ordering = ordering_of(store, stream, group).await?;
+    parked_keys_under(store, stream, group, ordering).await
+}
+
+/// [`parked_keys`] of a group whose ordering the caller has just read
+/// (a group's info, say), without reading it again.
+pub async fn parked_keys_under(
+    store: &dyn Backend,
+    stream: &StreamName,
+    group: &GroupName,
+    ordering: GroupOrdering,
+) -> Result<Vec<ParkedKey>> {
+    Ok(holds(store, stream, group, ordering)
         .await?
         .into_iter()
         .map(|h| h.parked)
@@ -149,30 +176,25 @@ pub async fn release(store: &dyn Backend, req: ReleaseRequest) -> Result<Release
     if !req.confirm {
         return Err(Error::ConfirmRequired);
     }
-    let holds = holds(store, &req.stream, &req.group).await?;
-    let mut named: BTreeSet<String> = match &req.which {
+    let ordering = ordering_of(store, &req.stream, &req.group).await?;
+    let holds = holds(store, &req.stream, &req.group, ordering).await?;
+    // What names each hold: its key, or its head's event id.
+    let name = |h: &Hold| match &req.which {
+        Parked::Events(_) => Some(h.parked.event_id.as_str().to_owned()),
+        _ => h.parked.key.clone(),
+    };
+    let named: BTreeSet<String> = match &req.which {
         Parked::All => BTreeSet::new(),
         Parked::Keys(keys) => keys.iter().cloned().collect(),
         Parked::Events(ids) => ids.iter().map(|id| id.as_str().to_owned()).collect(),
     };
+    // A key may be parked in several partitions: each is released.
     let chosen: Vec<Hold> = holds
         .into_iter()
-        .filter(|h| match &req.which {
-            Parked::All => true,
-            Parked::Keys(_) => h.parked.key.as_ref().is_some_and(|k| {
-                // A key may be parked in several partitions: each is named.
-                named.contains(k)
-            }),
-            Parked::Events(_) => named.contains(h.parked.event_id.as_str()),
-        })
+        .filter(|h| req.which == Parked::All || name(h).is_some_and(|n| named.contains(&n)))
         .collect();
-    for h in &chosen {
-        match &req.which {
-            Parked::All => {}
-            Parked::Keys(_) => drop(named.remove(h.parked.key.as_deref().unwrap_or_default())),
-            Parked::Events(_) => drop(named.remove(h.parked.event_id.as_str())),
-        }
-    }
+    let found: BTreeSet<String> = chosen.iter().filter_map(name).collect();
+    let mut not_parked: BTreeSet<String> = named.difference(&found).cloned().collect();
     let mut released = Vec::new();
     if req.skip_head {
         let items = chosen
@@ -195,7 +217,7 @@ pub async fn release(store: &dyn Backend, req: ReleaseRequest) -> Result<Release
                 // Released meanwhile (by another release, a replay or a
                 // reset): not parked any more.
                 Err(Error::StaleLease) => {
-                    named.insert(h.parked.event_id.as_str().to_owned());
+                    not_parked.insert(h.parked.event_id.as_str().to_owned());
                 }
                 Err(e) => return Err(e),
             }
@@ -209,6 +231,6 @@ pub async fn release(store: &dyn Backend, req: ReleaseRequest) -> Result<Release
     }
     Ok(Released {
         released,
-        not_parked: named.into_iter().collect(),
+        not_parked: not_parked.into_iter().collect(),
     })
 }

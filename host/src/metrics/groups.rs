@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::history::{HandlerSample, History};
 use crate::backend::Backend;
-use crate::backend::quarantine::parked_keys;
+use crate::backend::quarantine::parked_keys_under;
 use crate::model::{GroupInfo, OnExhausted};
 
 /// At most this many groups are sampled (the first by stream and group
@@ -113,9 +113,11 @@ impl GroupSamples {
         for g in &groups {
             let n = match g.on_exhausted {
                 OnExhausted::DeadLetter => 0,
-                OnExhausted::Quarantine => parked_keys(backend, &g.stream, &g.group)
-                    .await
-                    .map_or(0, |p| p.len() as u64),
+                OnExhausted::Quarantine => {
+                    parked_keys_under(backend, &g.stream, &g.group, g.ordering)
+                        .await
+                        .map_or(0, |p| p.len() as u64)
+                }
             };
             parked.push(n);
         }

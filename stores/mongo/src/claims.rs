@@ -33,8 +33,8 @@ use super::{
     uint,
 };
 use rheo_core::backend::policy::{
-    GroupConfig, Held, POISON_REASON, QUARANTINE_CONSUMER, Write, claim_capacity, fence,
-    plain_acks, poison_write, quarantine_until, round_robin, settle_write, unknown_event,
+    GroupConfig, Held, Hold, POISON_REASON, Write, claim_capacity, fence, plain_acks, poison_write,
+    round_robin, settle_write, unknown_event,
 };
 use rheo_core::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
@@ -81,15 +81,15 @@ pub(crate) fn lease_update(
 /// a fresh `lease_id` that never expires (so no claim and no poison guard
 /// picks it up), its attempts unchanged and `reason` kept; its gate stays
 /// out.
-pub(crate) fn quarantine_update(lease_id: &LeaseId, reason: &str, now: Timestamp) -> Document {
+pub(crate) fn quarantine_update(hold: &Hold) -> Document {
     doc! {
         "$set": {
             "st": LEASED,
-            "lid": lease_id.as_str(),
-            "c": QUARANTINE_CONSUMER,
-            "lat": now.as_millis(),
-            "exp": quarantine_until().as_millis(),
-            "r": clip_reason(reason),
+            "lid": hold.lease_id.as_str(),
+            "c": hold.consumer_id.as_str(),
+            "lat": hold.leased_at.as_millis(),
+            "exp": hold.expires_at.as_millis(),
+            "r": &hold.reason,
         },
         "$unset": {"due": ""},
     }
@@ -347,7 +347,7 @@ impl MongoBackend {
                     }
                     let (id, lid) = (super::gates::id_of(&d)?, text(&d, "lid")?);
                     let guard = doc! {"_id": id, "st": LEASED, "lid": lid};
-                    let hold = quarantine_update(&LeaseId::generate(), &reason, now);
+                    let hold = quarantine_update(&Hold::new(&reason, now));
                     deliveries
                         .update_one(guard, hold)
                         .await
@@ -873,7 +873,7 @@ impl MongoBackend {
                     "$unset": {"lid": "", "due": ""},
                 },
                 // `docs/groups.md#quarantine`
-                Write::Quarantine(reason) => quarantine_update(&LeaseId::generate(), &reason, now),
+                Write::Quarantine(reason) => quarantine_update(&Hold::new(&reason, now)),
             };
             let changed = self
                 .coll(DELIVERIES)

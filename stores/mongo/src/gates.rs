@@ -31,8 +31,8 @@ use super::{
     is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
-    GateView, GateWalk, GroupConfig, QUARANTINE_CONSUMER, Regate, Share, Write, claim_capacity,
-    fence, poison_write, regate, settle_write,
+    GateView, GateWalk, GroupConfig, Hold, QUARANTINE_CONSUMER, Regate, Share, Write,
+    claim_capacity, fence, poison_write, regate, settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
@@ -207,7 +207,7 @@ impl MongoBackend {
             let update = match poison_write(gate.is_some(), config) {
                 // Parked, its gate left shut (`docs/groups.md#quarantine`).
                 Write::Quarantine(reason) => {
-                    let hold = quarantine_update(&LeaseId::generate(), &reason, now);
+                    let hold = quarantine_update(&Hold::new(&reason, now));
                     self.coll(DELIVERIES)
                         .update_one(guard, hold)
                         .session(&mut *session)
@@ -577,13 +577,12 @@ impl MongoBackend {
                 // Parked under the quarantine's lease: its gate stays out,
                 // untouched (`docs/groups.md#quarantine`).
                 Write::Quarantine(reason) => {
-                    let lease_id = LeaseId::generate();
+                    let hold = Hold::new(&reason, now);
                     let mut guard = held_by(s, g, t);
                     guard.insert("_id", id_of(held)?);
-                    let hold = quarantine_update(&lease_id, &reason, now);
-                    updates.push(doc! {"q": guard, "u": hold});
+                    updates.push(doc! {"q": guard, "u": quarantine_update(&hold)});
                     // Later items of the batch find the caller's lease gone.
-                    held.insert("lid", lease_id.as_str());
+                    held.insert("lid", hold.lease_id.as_str());
                     results.push(Ok(()));
                     continue;
                 }

@@ -17,8 +17,8 @@ use super::{
     Applied, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, Settings, corrupt, map_error,
 };
 use rheo_core::backend::policy::{
-    Held, QUARANTINE_CONSUMER, Write, claim_capacity, fence, poison_write, poisoned,
-    quarantine_until, round_robin, unknown_event,
+    Held, Hold, QUARANTINE_CONSUMER, Write, claim_capacity, fence, poison_write, poisoned,
+    round_robin, unknown_event,
 };
 use rheo_core::backend::{Error, FetchRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -208,17 +208,18 @@ impl Delivery {
 
     /// This delivery held by the quarantine for `reason`
     /// (`docs/groups.md#quarantine`): leased to [`QUARANTINE_CONSUMER`]
-    /// under a fresh lease id until [`quarantine_until`] (never), its
+    /// under a fresh lease id that never expires ([`Hold`]), its
     /// attempts as they were, so its gate stays shut. Its `leased` index
     /// entry is scored by that expiry: never found expired.
-    pub(super) fn quarantined(mut self, reason: String, now: Timestamp) -> Self {
+    pub(super) fn quarantined(mut self, reason: &str, now: Timestamp) -> Self {
+        let hold = Hold::new(reason, now);
         self.status = Status::Leased;
-        self.lease_id = Some(LeaseId::generate().as_str().to_owned());
-        self.consumer = Some(QUARANTINE_CONSUMER.to_owned());
-        self.leased_at = Some(now.as_millis());
-        self.expires_at = Some(quarantine_until().as_millis());
+        self.lease_id = Some(hold.lease_id.as_str().to_owned());
+        self.consumer = Some(hold.consumer_id.as_str().to_owned());
+        self.leased_at = Some(hold.leased_at.as_millis());
+        self.expires_at = Some(hold.expires_at.as_millis());
         self.available_at = None;
-        self.reason = Some(reason);
+        self.reason = Some(hold.reason);
         self
     }
 
@@ -244,7 +245,7 @@ impl Delivery {
                 ..self
             },
             Write::Dead(reason) => self.dead(reason, now),
-            Write::Quarantine(reason) => self.quarantined(reason, now),
+            Write::Quarantine(reason) => self.quarantined(&reason, now),
         }
     }
 }

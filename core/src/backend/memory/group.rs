@@ -28,9 +28,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, GroupConfig, Held as Fenced, LeaseRow, OpenCounts, Share, WALK_PER_CLAIM, Write,
-    claim_capacity, fence, is_quarantine, poison_write, poisoned, quarantine_consumer,
-    quarantine_until, regate, settle_write, skipped_by_trim,
+    GateView, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Share, WALK_PER_CLAIM,
+    Write, claim_capacity, fence, is_quarantine, poison_write, poisoned, regate, settle_write,
+    skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -522,7 +522,7 @@ impl GroupState {
     /// Parks a leased (or just expired) head for good
     /// (`docs/groups.md#quarantine`): the quarantine holds it under a fresh
     /// lease that never expires, so its gate hands out nothing more.
-    fn quarantine(&mut self, partition: u32, seq: u64, reason: String, now: Timestamp) {
+    fn quarantine(&mut self, partition: u32, seq: u64, reason: &str, now: Timestamp) {
         let part = &mut self.parts[partition as usize];
         let old = part.slot(seq).and_then(|s| s.lease.as_deref());
         if let Some(expires_at) = old.map(|held| held.expires_at)
@@ -530,16 +530,16 @@ impl GroupState {
         {
             part.expired.remove(&seq);
         }
-        let expires_at = quarantine_until();
-        part.leases.insert((expires_at, seq));
+        let hold = Hold::new(reason, now);
+        part.leases.insert((hold.expires_at, seq));
         let slot = part.slot_mut(seq).expect("slot exists");
         slot.status = Status::Leased;
         slot.lease = Some(Box::new(Held {
-            lease_id: LeaseId::generate(),
-            consumer_id: quarantine_consumer(),
-            leased_at: now,
-            expires_at,
-            reason: Some(clip_reason(&reason)),
+            lease_id: hold.lease_id,
+            consumer_id: hold.consumer_id,
+            leased_at: hold.leased_at,
+            expires_at: hold.expires_at,
+            reason: Some(hold.reason),
         }));
     }
 
@@ -571,13 +571,9 @@ impl GroupState {
                     let part = &self.parts[p as usize];
                     let gated = part.slot(seq).is_some_and(|s| s.gate.is_some());
                     match poison_write(gated, &self.config) {
-                        Write::Quarantine(reason) => self.quarantine(p, seq, reason, now),
-                        write => {
-                            let Write::Dead(reason) = write else {
-                                unreachable!("the poison guard dead-letters or quarantines")
-                            };
-                            self.kill(p, seq, reason, now);
-                        }
+                        Write::Quarantine(reason) => self.quarantine(p, seq, &reason, now),
+                        Write::Dead(reason) => drop(self.kill(p, seq, reason, now)),
+                        _ => unreachable!("the poison guard dead-letters or quarantines"),
                     }
                 }
             }
@@ -659,7 +655,7 @@ impl GroupState {
             .map_or((0, false), |s| (s.attempt, s.gate.is_some()));
         let write = settle_write(op, attempt, gated, &self.config, now);
         if let Write::Quarantine(reason) = write {
-            self.quarantine(partition, seq, reason, now);
+            self.quarantine(partition, seq, &reason, now);
             return Ok(Settled::Done);
         }
         if let Write::Dead(reason) = write {

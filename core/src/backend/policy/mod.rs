@@ -27,7 +27,7 @@ pub use share::{Share, claim_capacity, round_robin};
 
 use super::{Error, Result};
 use crate::model::{
-    Appended, ConsumerId, Event, EventId, EventInput, Group, GroupName, Lag, OnExhausted,
+    Appended, ConsumerId, Event, EventId, EventInput, Group, GroupName, Lag, LeaseId, OnExhausted,
     PartitionLag, SettleOp, Settlement, StartAfter, StartPosition, StreamName, Timestamp,
     backoff_ms, route,
 };
@@ -315,6 +315,36 @@ pub fn quarantine_consumer() -> ConsumerId {
 /// (9999-12-31T23:59:59.999Z, the last instant a timestamp may name).
 pub fn quarantine_until() -> Timestamp {
     Timestamp::MAX
+}
+
+/// The quarantine's hold on a head (`docs/groups.md#quarantine`): what a
+/// store writes over the delivery's lease when [`Write::Quarantine`] says
+/// to, so that every store holds a head the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// A fresh fencing token: the former holder's lease is stale.
+    pub lease_id: LeaseId,
+    /// [`QUARANTINE_CONSUMER`].
+    pub consumer_id: ConsumerId,
+    /// When it was parked.
+    pub leased_at: Timestamp,
+    /// [`quarantine_until`]: never, so no claim and no poison guard takes it.
+    pub expires_at: Timestamp,
+    /// The head's last failure, clipped as every reason is.
+    pub reason: String,
+}
+
+impl Hold {
+    /// The hold written at `now` for a head that failed with `reason`.
+    pub fn new(reason: &str, now: Timestamp) -> Self {
+        Hold {
+            lease_id: LeaseId::generate(),
+            consumer_id: quarantine_consumer(),
+            leased_at: now,
+            expires_at: quarantine_until(),
+            reason: crate::model::clip_reason(reason),
+        }
+    }
 }
 
 /// What a delivery that used its last attempt writes (a nack on it, or

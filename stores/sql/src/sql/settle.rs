@@ -6,12 +6,10 @@ use std::collections::HashSet;
 
 use super::engine::{exec, rows, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
-use rheo_core::backend::policy::{
-    QUARANTINE_CONSUMER, Write, plain_acks, quarantine_until, settle_write,
-};
+use rheo_core::backend::policy::{Hold, Write, plain_acks, settle_write};
 use rheo_core::backend::{Error, Result, validate_settlements};
 use rheo_core::model::{
-    EventId, GroupName, GroupOrdering, LeaseId, SettleTarget, Settlement, StreamName, clip_reason,
+    EventId, GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason,
 };
 
 /// An acked event id, with its (partition, gate) when it has one.
@@ -197,17 +195,17 @@ impl<D: Dialect> SqlBackend<D> {
                 Write::Quarantine(reason) => {
                     // The gate stays shut: nothing to release
                     // (docs/groups.md#quarantine).
-                    let (hold, reason) = (LeaseId::generate(), clip_reason(&reason));
+                    let hold = Hold::new(&reason, now);
                     let args = args![
                         s,
                         g,
                         &t.event_id,
                         &t.lease_id,
-                        hold.as_str(),
-                        QUARANTINE_CONSUMER,
-                        now,
-                        quarantine_until(),
-                        reason,
+                        hold.lease_id.as_str(),
+                        hold.consumer_id.as_str(),
+                        hold.leased_at,
+                        hold.expires_at,
+                        hold.reason,
                         p,
                         seq
                     ];
