@@ -40,11 +40,11 @@ pub use wakeup::{Notifier, Wakeup};
 
 use crate::clock::SharedClock;
 use crate::model::{
-    Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Group, GroupInfo, GroupName,
-    GroupOrdering, GroupSpec, Lag, Lease, LeaseCursor, LeasePage, MAX_FETCH_LIMIT, MAX_PARTITIONS,
-    MAX_QUERY_LIMIT, MAX_SETTLE_BATCH, Page, Query, Retention, SettleOp, SettleTarget, Settlement,
-    StartPosition, Stream, StreamName, Timestamp, ValidationError, validate_lease_ms,
-    validate_limit, validate_sequence,
+    Appended, ConsumerId, DeadLetterPage, Event, EventId, EventInput, Flow, Group, GroupInfo,
+    GroupName, GroupOrdering, GroupSpec, Lag, Lease, LeaseCursor, LeasePage, MAX_FETCH_LIMIT,
+    MAX_PARTITIONS, MAX_QUERY_LIMIT, MAX_SETTLE_BATCH, Page, Query, Retention, SettleOp,
+    SettleTarget, Settlement, StartPosition, Stream, StreamName, Timestamp, ValidationError,
+    validate_lease_ms, validate_limit, validate_sequence,
 };
 
 /// What a backend can promise beyond the invariants every backend keeps.
@@ -370,6 +370,9 @@ pub struct ResetRequest {
     /// The group's ordering from now on (`docs/groups.md#ordering`);
     /// `None` keeps it. Changing it needs every partition reset.
     pub ordering: Option<GroupOrdering>,
+    /// The group's flow control from now on (`docs/groups.md#flow`);
+    /// `None` keeps it. Changing it needs every partition reset.
+    pub flow: Option<Flow>,
 }
 
 impl ResetRequest {
@@ -383,6 +386,7 @@ impl ResetRequest {
             start: StartPosition::Beginning,
             partitions: Partitions::All,
             ordering: None,
+            flow: None,
         }
     }
 
@@ -399,7 +403,25 @@ impl ResetRequest {
                  reset every partition (leave partitions out) to change it",
             ));
         }
+        if self.flow.is_some() && self.partitions != Partitions::All {
+            return Err(Error::invalid(
+                "flow",
+                "a group's flow changes for all its partitions at once: \
+                 reset every partition (leave partitions out) to change it",
+            ));
+        }
         Ok(())
+    }
+
+    /// The ordering and flow the group has after this reset, from what it
+    /// had (`now`), checked together ([`Flow::validate`]); a store calls
+    /// this with the settings it read under the reset's lock, and writes
+    /// what it returns.
+    pub fn settings_after(&self, now: (GroupOrdering, Flow)) -> Result<(GroupOrdering, Flow)> {
+        let ordering = self.ordering.unwrap_or(now.0);
+        let flow = self.flow.unwrap_or(now.1);
+        flow.validate(ordering)?;
+        Ok((ordering, flow))
     }
 }
 

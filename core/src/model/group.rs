@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{GroupName, StreamName, Timestamp, ValidationError, validate_sequence};
+use super::{Flow, GroupName, StreamName, Timestamp, ValidationError, validate_sequence};
 
 /// `max_attempts` when the caller gives none: enough for transient faults,
 /// few enough that a poison event reaches the dead letters quickly.
@@ -35,6 +35,9 @@ pub struct Group {
     /// (`docs/groups.md#quarantine`).
     #[serde(default)]
     pub on_exhausted: OnExhausted,
+    /// Its flow control (`docs/groups.md#flow`).
+    #[serde(default)]
+    pub flow: Flow,
     /// When it was created.
     pub created_at: Timestamp,
 }
@@ -214,6 +217,8 @@ pub struct GroupSpec {
     pub ordering: GroupOrdering,
     /// See [`Group::on_exhausted`].
     pub on_exhausted: OnExhausted,
+    /// See [`Group::flow`].
+    pub flow: Flow,
 }
 
 impl GroupSpec {
@@ -226,14 +231,16 @@ impl GroupSpec {
             retry_backoff_ms: Vec::new(),
             ordering: GroupOrdering::None,
             on_exhausted: OnExhausted::DeadLetter,
+            flow: Flow::default(),
         }
     }
 
     /// Checks the numeric options, the start point (see
-    /// [`StartPosition::validate`]) and that a quarantine has a gate to
-    /// park.
+    /// [`StartPosition::validate`]), that a quarantine has a gate to
+    /// park and that the flow fits the ordering ([`Flow::validate`]).
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.start.validate()?;
+        self.flow.validate(self.ordering)?;
         if self.on_exhausted == OnExhausted::Quarantine && self.ordering == GroupOrdering::None {
             return Err(ValidationError::new(
                 "on_exhausted",

@@ -64,6 +64,9 @@ pub struct GroupInfo {
     pub ordering: super::GroupOrdering,
     /// What a gated head that exhausts its attempts does.
     pub on_exhausted: super::OnExhausted,
+    /// Its flow control (`docs/groups.md#flow`).
+    #[serde(default)]
+    pub flow: super::Flow,
     /// Lag over all partitions.
     pub lag: Lag,
     /// Deliveries currently leased.

@@ -104,6 +104,7 @@ async fn reset(
             start,
             partitions,
             ordering: None,
+            flow: None,
         })
         .await
 }

@@ -168,6 +168,7 @@ pub async fn create_group_twice_is_already_exists(h: &Harness) {
         retry_backoff_ms: vec![100],
         ordering: GroupOrdering::None,
         on_exhausted: crate::model::OnExhausted::DeadLetter,
+        flow: crate::model::Flow::default(),
         created_at: START,
     };
     assert_eq!(created, expected);

@@ -53,6 +53,7 @@ fn reset_req(s: &StreamName, g: &GroupName, confirm: bool, start: StartPosition)
         start,
         partitions: Partitions::All,
         ordering: None,
+        flow: None,
     }
 }
 

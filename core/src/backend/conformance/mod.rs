@@ -17,6 +17,7 @@
 #![allow(missing_docs)]
 
 pub mod concurrency;
+pub mod flow;
 pub mod frontier;
 pub mod groups;
 pub mod inputs;
@@ -526,6 +527,13 @@ macro_rules! __conformance_list {
             quarantine::the_poison_guard_parks_too_and_a_skip_dead_letters_the_head,
             quarantine::what_is_not_gated_is_dead_lettered_and_rejects_still_dead_letter,
             quarantine::partition_ordering_parks_the_whole_partition,
+            // flow control: at most N of a key
+            flow::key_concurrency_needs_no_ordering_and_shows_on_the_group,
+            flow::key_concurrency_keeps_at_most_n_of_a_key_out,
+            flow::key_concurrency_dead_letters_free_a_slot,
+            flow::key_concurrency_replay_and_redrive_wait_for_a_free_slot,
+            flow::competing_consumers_never_hold_more_than_n_of_a_key,
+            flow::a_reset_of_every_partition_changes_the_flow,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

@@ -17,24 +17,26 @@
 //! to `ready`, then claims the lowest sequence among `ready`, `expired` and
 //! the cursor, round-robin across partitions.
 //!
-//! Under a group `ordering` (`docs/groups.md#ordering`) every ordered
-//! delivery belongs to a *gate* — its key, or its whole partition — and a
-//! gate hands out one delivery at a time, its lowest open sequence. The
-//! gate's other open deliveries are *parked*: available, but in none of
-//! the indexes above until the gate releases them, so a claim never walks
-//! past them and costs what it costs unordered.
+//! Under a group `ordering` (`docs/groups.md#ordering`) or
+//! `flow.key_concurrency` (`docs/groups.md#flow`) every gated delivery
+//! belongs to a *gate* — its key, or its whole partition — and a gate
+//! hands out at most its slots' worth of deliveries at a time (one under
+//! an ordering), its lowest open sequences. The gate's other open
+//! deliveries are *parked*: available, but in none of the indexes above
+//! until the gate releases them, so a claim never walks past them and
+//! costs what it costs ungated.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Share, WALK_PER_CLAIM,
-    Write, claim_capacity, fence, is_quarantine, poison_write, poisoned, regate, settle_write,
-    skipped_by_trim,
+    GateView, Gating, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Share,
+    WALK_PER_CLAIM, Write, claim_capacity, fence, is_quarantine, poison_write, poisoned, regate,
+    settle_write, skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
-    ConsumerId, EventId, Group, GroupOrdering, LeaseCursor, LeaseId, SettleOp, SettleTarget,
+    ConsumerId, EventId, Flow, Group, GroupOrdering, LeaseCursor, LeaseId, SettleOp, SettleTarget,
     Timestamp, clip_reason,
 };
 
@@ -71,7 +73,7 @@ struct Slot {
     /// Set while `Available` and waiting in `delayed` (or parked with a
     /// retry delay).
     due: Option<Timestamp>,
-    /// Its gate under the group's ordering; `None`: not ordered.
+    /// Its gate under the group's ordering or flow; `None`: not gated.
     gate: Option<Arc<str>>,
     /// Available but held back by its gate: in no claim index.
     parked: bool,
@@ -129,15 +131,23 @@ struct PartState {
     gates: HashMap<Arc<str>, Gate>,
 }
 
-/// One key's (or partition's) open deliveries under an ordering.
+/// One key's (or partition's) open deliveries under an ordering or a
+/// `key_concurrency`.
 #[derive(Debug, Default)]
 struct Gate {
     /// Its open sequences: available (parked or not) or leased.
     open: BTreeSet<u64>,
     /// How many of them are leased (expired or not).
     leased: u32,
-    /// The one it released to the claim indexes, not yet claimed.
-    released: Option<u64>,
+    /// Those it released to the claim indexes, not yet claimed.
+    released: BTreeSet<u64>,
+}
+
+impl Gate {
+    /// Its heads: out, or released to the claims.
+    fn heads(&self) -> usize {
+        self.leased as usize + self.released.len()
+    }
 }
 
 impl PartState {
@@ -238,67 +248,76 @@ impl PartState {
         if leased {
             gate.leased = gate.leased.saturating_sub(1);
         }
-        if gate.released == Some(seq) {
-            gate.released = None;
-        }
+        gate.released.remove(&seq);
         if close {
             gate.open.remove(&seq);
         }
         Some(gate_name)
     }
 
-    /// Gives `gate` the head the shared rule gives it ([`regate`]): none
-    /// while one of its deliveries is out, else its lowest open one
-    /// (parking again one released before it that is no longer the
-    /// lowest: a replay re-opened a lower one). Whether a delivery became
-    /// claimable.
-    fn release(&mut self, gate_name: &Arc<str>) -> bool {
+    /// Gives `gate` the heads the shared rule gives it ([`regate`]) with
+    /// `slots` of them: its deliveries out and, for the slots left, its
+    /// lowest open ones (parking again one released before that is no
+    /// longer among them: a replay re-opened lower ones). Whether a
+    /// delivery became claimable.
+    fn release(&mut self, gate_name: &Arc<str>, slots: usize) -> bool {
         let Some(gate) = self.gates.get_mut(gate_name) else {
             return false;
         };
-        let step = regate(GateView {
-            out: gate.leased > 0,
-            head: gate.released,
-            lowest: gate.open.first().copied(),
-        });
         if gate.open.is_empty() {
             self.gates.remove(gate_name);
+            return false;
         }
-        if let Some(before) = step.park {
+        let gate = &self.gates[gate_name];
+        let waiting = gate
+            .open
+            .iter()
+            .copied()
+            .filter(|&seq| self.slot(seq).is_some_and(|s| s.status != Status::Leased))
+            .take(slots)
+            .collect();
+        let step = regate(&GateView {
+            slots,
+            out: gate.leased as usize,
+            heads: gate.released.iter().copied().collect(),
+            waiting,
+        });
+        for before in step.park {
             if let Some(gate) = self.gates.get_mut(gate_name) {
-                gate.released = None;
+                gate.released.remove(&before);
             }
             let due = self.slot(before).and_then(|s| s.due);
             self.unindex(before);
             self.park(before);
             self.slot_mut(before).expect("slot exists").due = due;
         }
-        let Some(head) = step.release else {
-            return false;
-        };
-        self.gates
-            .get_mut(gate_name)
-            .expect("a gate with a head")
-            .released = Some(head);
-        let slot = self.slot_mut(head).expect("slot exists");
-        debug_assert!(slot.parked, "a gate's unreleased open delivery is parked");
-        slot.parked = false;
-        let (due, fresh) = (slot.due, slot.attempt == 0);
-        if fresh {
-            self.fresh -= 1;
-        }
-        match due {
-            Some(due) => {
-                self.delayed.insert((due, head));
+        let released = !step.release.is_empty();
+        for head in step.release {
+            self.gates
+                .get_mut(gate_name)
+                .expect("a gate with a head")
+                .released
+                .insert(head);
+            let slot = self.slot_mut(head).expect("slot exists");
+            debug_assert!(slot.parked, "a gate's unreleased open delivery is parked");
+            slot.parked = false;
+            let (due, fresh) = (slot.due, slot.attempt == 0);
+            if fresh {
+                self.fresh -= 1;
             }
-            None => self.make_ready(head),
+            match due {
+                Some(due) => {
+                    self.delayed.insert((due, head));
+                }
+                None => self.make_ready(head),
+            }
         }
-        true
+        released
     }
 
-    /// Opens `seq` in its gate (named by the event's key under
-    /// `ordering`), parked, and lets the gate release what is next.
-    fn gate_open(&mut self, seq: u64, gate_name: Arc<str>) -> bool {
+    /// Opens `seq` in its gate (named by the event's key under the
+    /// group's gating), parked, and lets the gate release what is next.
+    fn gate_open(&mut self, seq: u64, gate_name: Arc<str>, slots: usize) -> bool {
         self.slot_mut(seq).expect("slot exists").gate = Some(Arc::clone(&gate_name));
         self.gates
             .entry(Arc::clone(&gate_name))
@@ -306,7 +325,7 @@ impl PartState {
             .open
             .insert(seq);
         self.park(seq);
-        self.release(&gate_name)
+        self.release(&gate_name, slots)
     }
 
     /// Advances the frontier over settled sequences.
@@ -346,16 +365,17 @@ impl PartState {
         poison
     }
 
-    /// Claims the lowest claimable sequence, if any. Under an ordering an
-    /// unseen event whose gate has a delivery open is parked as the cursor
-    /// passes it (at most [`WALK_PER_CLAIM`] of them per call).
+    /// Claims the lowest claimable sequence, if any. Under a gating an
+    /// unseen event whose gate is full (or has deliveries parked) is
+    /// parked as the cursor passes it (at most [`WALK_PER_CLAIM`] of them
+    /// per call).
     fn claim_next(
         &mut self,
         high_watermark: u64,
         consumer_id: &ConsumerId,
         lease_ms: u64,
         now: Timestamp,
-        ordering: GroupOrdering,
+        gating: Gating,
         key_of: KeyOf<'_>,
     ) -> Option<(u64, u32, LeaseId, Timestamp)> {
         let mut walked = 0;
@@ -374,7 +394,7 @@ impl PartState {
                 }
                 if let Some(gate) = gate {
                     let gate = self.gates.entry(gate).or_default();
-                    gate.released = None;
+                    gate.released.remove(&seq);
                     gate.leased += 1;
                 }
                 break seq;
@@ -385,16 +405,19 @@ impl PartState {
             }
             self.slots.push_back(Slot::new(Status::Available));
             let key = key_of(seq);
-            let Some(gate_name) = ordering.gate(key.as_deref()).map(Arc::<str>::from) else {
+            let Some(gate_name) = gating.gate(key.as_deref()).map(Arc::<str>::from) else {
                 break seq;
             };
             self.slot_mut(seq).expect("slot exists").gate = Some(Arc::clone(&gate_name));
             let gate = self.gates.entry(gate_name).or_default();
-            gate.open.insert(seq);
-            if gate.open.len() == 1 {
+            // Free: nothing parked (every open one is a head) and a slot left.
+            let heads = gate.heads();
+            if gate.open.len() == heads && heads < gating.slots() {
+                gate.open.insert(seq);
                 gate.leased += 1;
                 break seq;
             }
+            gate.open.insert(seq);
             self.park(seq);
             walked += 1;
             if walked >= WALK_PER_CLAIM {
@@ -499,6 +522,7 @@ impl GroupState {
 
     /// Dead-letters `seq`; whether its gate released a delivery.
     fn kill(&mut self, partition: u32, seq: u64, reason: String, now: Timestamp) -> bool {
+        let slots = self.config.gating().slots();
         let part = &mut self.parts[partition as usize];
         let gate = part.ungate(seq, true);
         part.unindex(seq);
@@ -506,7 +530,7 @@ impl GroupState {
         slot.status = Status::Dead;
         let attempt = slot.attempt;
         part.walk();
-        let released = gate.is_some_and(|g| part.release(&g));
+        let released = gate.is_some_and(|g| part.release(&g, slots));
         self.dead.insert(
             (seq, partition),
             DeadRecord {
@@ -583,7 +607,7 @@ impl GroupState {
         }
         let first = self.next_first % partitions.len();
         self.next_first = self.next_first.wrapping_add(1);
-        let ordering = self.group.ordering;
+        let gating = self.config.gating();
         let mut out = Vec::new();
         let claim = |part: &mut PartState, p: u32| {
             let key_of = |seq: u64| key_of(p, seq);
@@ -592,7 +616,7 @@ impl GroupState {
                 consumer_id,
                 lease_ms,
                 now,
-                ordering,
+                gating,
                 &key_of,
             )?;
             Some(Claimed {
@@ -666,6 +690,7 @@ impl GroupState {
                 Settled::Done
             });
         }
+        let slots = self.config.gating().slots();
         let part = &mut self.parts[partition as usize];
         let close = matches!(write, Write::Ack);
         let gate = part.ungate(seq, close);
@@ -699,7 +724,7 @@ impl GroupState {
             }
         };
         match gate {
-            Some(gate) if part.release(&gate) => Ok(Settled::Requeued),
+            Some(gate) if part.release(&gate, slots) => Ok(Settled::Requeued),
             _ => Ok(settled),
         }
     }
@@ -743,7 +768,7 @@ impl GroupState {
         fresh_attempts: bool,
         key_of: &impl Fn(u32, u64) -> Option<String>,
     ) -> bool {
-        let ordering = self.group.ordering;
+        let gating = self.config.gating();
         let part = &mut self.parts[partition as usize];
         if !part.ensure_slot(seq) {
             return false;
@@ -756,12 +781,12 @@ impl GroupState {
         }
         let gate = gate.or_else(|| {
             let key = key_of(partition, seq);
-            ordering.gate(key.as_deref()).map(Arc::<str>::from)
+            gating.gate(key.as_deref()).map(Arc::<str>::from)
         });
         match gate {
             Some(gate) => {
                 part.slot_mut(seq).expect("slot exists").due = None;
-                part.gate_open(seq, gate);
+                part.gate_open(seq, gate, gating.slots());
             }
             None => part.make_ready(seq),
         }
@@ -869,8 +894,9 @@ impl GroupState {
             part.lo = upto;
         }
         part.walk();
+        let slots = self.config.gating().slots();
         for gate in gates {
-            part.release(&gate);
+            part.release(&gate, slots);
         }
         self.skipped += skipped;
         skipped
@@ -892,6 +918,19 @@ impl GroupState {
     pub(super) fn reset(&mut self, partition: u32, start: u64) {
         self.parts[partition as usize] = PartState::new(start);
         self.dead.retain(|&(_, p), _| p != partition);
+    }
+
+    /// Sets the group's ordering and flow, once every partition was reset
+    /// (`ResetRequest::settings_after`): no delivery is left to re-gate.
+    pub(super) fn set_gating(&mut self, ordering: GroupOrdering, flow: Flow) {
+        self.group.ordering = ordering;
+        self.group.flow = flow;
+        self.config = GroupConfig::from(&self.group);
+    }
+
+    /// The group's ordering and flow.
+    pub(super) fn gating_settings(&self) -> (GroupOrdering, Flow) {
+        (self.group.ordering, self.group.flow)
     }
 
     /// One partition's open deliveries, as the shared lag rules count them.

@@ -245,6 +245,7 @@ impl Backend for MemoryBackend {
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
             on_exhausted: spec.on_exhausted,
+            flow: spec.flow,
             created_at: self.clock.now(),
         };
         groups.insert(
@@ -401,6 +402,7 @@ impl Backend for MemoryBackend {
             retry_backoff_ms: g.group.retry_backoff_ms.clone(),
             ordering: g.group.ordering,
             on_exhausted: g.group.on_exhausted,
+            flow: g.group.flow,
             inflight: g.inflight(),
             dead_letters: g.dead_count(),
             skipped_by_retention: g.skipped(),
@@ -541,14 +543,13 @@ impl Backend for MemoryBackend {
             let mut g = group.lock();
             let log = state.log.read();
             let starts = state.start_points(&req.start, &log)?;
+            let (ordering, flow) = req.settings_after(g.gating_settings())?;
             for p in parts {
                 g.reset(p, starts[p as usize]);
             }
             // Every partition was reset (`ResetRequest::validate`): no
             // delivery is left to re-gate.
-            if let Some(ordering) = req.ordering {
-                g.group.ordering = ordering;
-            }
+            g.set_gating(ordering, flow);
         }
         self.notifier.notify(&req.stream);
         Ok(())

@@ -1,12 +1,112 @@
-//! Group ordering's decisions (`docs/groups.md#ordering`): which events a
-//! fetch's walk over unseen events leases or parks ([`GateWalk`]), and
-//! which delivery heads a gate after a settle, a poison guard, a replay or
-//! a redrive ([`regate`]). A store reads the gate, asks here, and writes
-//! what it is told under a guard on what it read; it never decides itself.
+//! Group ordering's and flow's gates (`docs/groups.md#ordering`,
+//! `docs/groups.md#flow`): which events a fetch's walk over unseen events
+//! leases or parks ([`GateWalk`]), and which deliveries head a gate after
+//! a settle, a poison guard, a replay or a redrive ([`regate`]). A store
+//! reads the gate, asks here, and writes what it is told under a guard on
+//! what it read; it never decides itself.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use crate::model::GroupOrdering;
+use crate::model::{Flow, GroupOrdering};
+
+/// How a group's deliveries pass gates: the ordering's one head per key or
+/// partition, or `flow.key_concurrency`'s N heads per key in any order
+/// (`docs/groups.md#flow`). A gate's *heads* are its open deliveries that
+/// are not parked (out, or handed to the claims); it has at most
+/// [`Gating::slots`] of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gating {
+    ordering: GroupOrdering,
+    /// `flow.key_concurrency` under `ordering = "none"`; 0 when off.
+    key_concurrency: u32,
+}
+
+impl Gating {
+    /// The gating of a group with this ordering and flow.
+    pub fn new(ordering: GroupOrdering, flow: &Flow) -> Self {
+        Self {
+            ordering,
+            key_concurrency: match ordering {
+                GroupOrdering::None => flow.key_concurrency.unwrap_or(0),
+                _ => 0,
+            },
+        }
+    }
+
+    /// The ordering it keeps.
+    pub fn ordering(self) -> GroupOrdering {
+        self.ordering
+    }
+
+    /// Whether any delivery has a gate.
+    pub fn is_gated(self) -> bool {
+        self.ordering != GroupOrdering::None || self.key_concurrency > 0
+    }
+
+    /// The gate an event with `key` passes, `None` when it passes none:
+    /// its key under `ordering = "key"` or `flow.key_concurrency`, its
+    /// partition's one gate (`""`) under `ordering = "partition"`.
+    pub fn gate(self, key: Option<&str>) -> Option<&str> {
+        match self.ordering {
+            GroupOrdering::None if self.key_concurrency > 0 => key,
+            ordering => ordering.gate(key),
+        }
+    }
+
+    /// How many heads a gate may have: 1 under an ordering.
+    pub fn slots(self) -> usize {
+        match self.key_concurrency {
+            0 => 1,
+            n => n as usize,
+        }
+    }
+
+    /// What a gate is named after, as stores that compute it in a
+    /// statement take it: `"key"`, `"partition"`, or `"none"` (no gate).
+    pub fn gate_source(self) -> &'static str {
+        match self.ordering {
+            GroupOrdering::None if self.key_concurrency > 0 => "key",
+            ordering => ordering.as_str(),
+        }
+    }
+}
+
+/// What a fetch's walk must know of a gate it passes: how many heads it
+/// has, and whether deliveries are parked behind them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateState {
+    /// Its open deliveries that are not parked: out, or handed to the
+    /// claims.
+    pub heads: usize,
+    /// Some of its deliveries are parked.
+    pub parked: bool,
+}
+
+impl GateState {
+    /// A gate with nothing open.
+    pub const FREE: Self = Self {
+        heads: 0,
+        parked: false,
+    };
+    /// A gate of one slot that is full.
+    pub const BUSY: Self = Self {
+        heads: 1,
+        parked: false,
+    };
+
+    /// [`GateState::BUSY`] or [`GateState::FREE`]: what a store that only
+    /// asks whether a gate has any delivery open knows, enough under an
+    /// ordering (one slot).
+    pub fn busy(busy: bool) -> Self {
+        if busy { Self::BUSY } else { Self::FREE }
+    }
+
+    /// Whether an event reaching this gate must be parked, `taken` heads
+    /// being leased by the walk already.
+    fn is_full(self, taken: usize, slots: usize) -> bool {
+        self.parked || self.heads + taken >= slots
+    }
+}
 
 /// The most unseen events one claim looks at in a partition before it
 /// gives up for this fetch (`docs/groups.md#ordering`): under an ordering,
@@ -29,7 +129,7 @@ pub const WALK_PER_CLAIM: usize = 4096;
 /// where the cursor goes are then in the walk.
 #[derive(Debug)]
 pub struct GateWalk {
-    ordering: GroupOrdering,
+    gating: Gating,
     want: usize,
     /// The walk looks at sequences below this.
     limit: u64,
@@ -38,8 +138,11 @@ pub struct GateWalk {
     span: u64,
     /// Stopped at a busy event under `partition` ordering.
     stopped: bool,
-    /// Gates this walk leased an event of.
-    taken: HashSet<String>,
+    /// Gates this walk leased events of, with how many.
+    taken: HashMap<String, usize>,
+    /// Gates this walk parked an event behind: everything after it of the
+    /// gate is parked too.
+    full: HashSet<String>,
     /// Sequences to lease now, with their gate.
     pub lease: Vec<(u64, Option<String>)>,
     /// Sequences to park behind their gate's head.
@@ -53,9 +156,9 @@ impl GateWalk {
     const MAX_SPAN: u64 = 1024;
 
     /// A walk from `cursor` that wants `want` leases.
-    pub fn new(ordering: GroupOrdering, cursor: u64, want: usize) -> Self {
+    pub fn new(gating: Gating, cursor: u64, want: usize) -> Self {
         Self {
-            ordering,
+            gating,
             want,
             limit: cursor.saturating_add(WALK_PER_CLAIM as u64),
             // The first window holds what is wanted when it is read (a
@@ -63,7 +166,8 @@ impl GateWalk {
             // one, after parked events, twice as many.
             span: 0,
             stopped: false,
-            taken: HashSet::new(),
+            taken: HashMap::new(),
+            full: HashSet::new(),
             lease: Vec::new(),
             park: Vec::new(),
             next: cursor,
@@ -105,27 +209,31 @@ impl GateWalk {
 
     /// The gates of a window's events, given as (sequence, key), whose
     /// state the store must give [`GateWalk::pass`]: those this walk has
-    /// not leased an event of.
+    /// not filled or parked behind itself.
     pub fn to_ask<'a>(
         &self,
         events: impl IntoIterator<Item = &'a (u64, Option<String>)>,
     ) -> HashSet<String> {
+        let slots = self.gating.slots();
         events
             .into_iter()
-            .filter_map(|(_, key)| self.ordering.gate(key.as_deref()))
-            .filter(|gate| !self.taken.contains(*gate))
+            .filter_map(|(_, key)| self.gating.gate(key.as_deref()))
+            .filter(|gate| {
+                !self.full.contains(*gate) && self.taken.get(*gate).copied().unwrap_or(0) < slots
+            })
             .map(str::to_owned)
             .collect()
     }
 
     /// Passes a window's events, (sequence, key) in sequence order from
-    /// [`GateWalk::next`] on; `busy` says whether an asked gate has a
-    /// delivery open. A window without events ends the walk.
+    /// [`GateWalk::next`] on; `state` says what an asked gate holds in the
+    /// store ([`GateState`]). A window without events ends the walk.
     pub fn pass(
         &mut self,
         events: impl IntoIterator<Item = (u64, Option<String>)>,
-        busy: impl Fn(&str) -> bool,
+        state: impl Fn(&str) -> GateState,
     ) {
+        let slots = self.gating.slots();
         let mut events = events.into_iter().peekable();
         if events.peek().is_none() {
             self.stopped = true;
@@ -134,18 +242,24 @@ impl GateWalk {
             if self.lease.len() == self.want {
                 return;
             }
-            match self.ordering.gate(key.as_deref()).map(str::to_owned) {
+            match self.gating.gate(key.as_deref()).map(str::to_owned) {
                 None => self.lease.push((seq, None)),
-                Some(gate) if self.taken.contains(&gate) || busy(&gate) => {
-                    if self.ordering == GroupOrdering::Partition {
-                        self.stopped = true;
-                        return;
-                    }
-                    self.park.push((seq, gate));
-                }
                 Some(gate) => {
-                    self.taken.insert(gate.clone());
-                    self.lease.push((seq, Some(gate)));
+                    let taken = self.taken.get(&gate).copied().unwrap_or(0);
+                    if self.full.contains(&gate)
+                        || taken >= slots
+                        || state(&gate).is_full(taken, slots)
+                    {
+                        if self.gating.ordering() == GroupOrdering::Partition {
+                            self.stopped = true;
+                            return;
+                        }
+                        self.full.insert(gate.clone());
+                        self.park.push((seq, gate));
+                    } else {
+                        *self.taken.entry(gate.clone()).or_default() += 1;
+                        self.lease.push((seq, Some(gate)));
+                    }
                 }
             }
             self.next = seq + 1;
@@ -154,53 +268,88 @@ impl GateWalk {
 }
 
 /// A gate's open deliveries as [`regate`] needs to see them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GateView {
-    /// One of its deliveries is out: leased (its lease expired or not) and
-    /// not re-opened.
-    pub out: bool,
-    /// Its delivery handed to the claims — available, not parked — if it
-    /// has one.
-    pub head: Option<u64>,
-    /// Its lowest open delivery: out, head or parked.
-    pub lowest: Option<u64>,
+    /// How many heads it may have ([`Gating::slots`]).
+    pub slots: usize,
+    /// How many of its deliveries are out: leased (their lease expired or
+    /// not) and not re-opened.
+    pub out: usize,
+    /// Its deliveries handed to the claims (available, not parked), in
+    /// sequence order.
+    pub heads: Vec<u64>,
+    /// Its lowest open deliveries that are not out — handed to the claims
+    /// or parked — in sequence order: all of them, or at least `slots`.
+    pub waiting: Vec<u64>,
 }
 
-/// What a gate changes so that it has the one head the rule gives it
+impl GateView {
+    /// The view of a gate of one slot (an ordering's): whether one of its
+    /// deliveries is out, its head if it has one, and its lowest open
+    /// delivery that is not out.
+    pub fn one(out: bool, head: Option<u64>, waiting: Option<u64>) -> Self {
+        Self {
+            slots: 1,
+            out: usize::from(out),
+            heads: head.into_iter().collect(),
+            waiting: waiting.into_iter().collect(),
+        }
+    }
+}
+
+/// What a gate changes so that it has the heads the rule gives it
 /// ([`regate`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Regate {
-    /// The parked delivery to hand to the claims: the gate's new head
-    /// (claimable at once, or at its retry's due time).
-    pub release: Option<u64>,
-    /// The delivery handed to the claims to park again: it is no longer
-    /// the head (a replay re-opened a lower one, or one is out).
-    pub park: Option<u64>,
+    /// Parked deliveries to hand to the claims: new heads (claimable at
+    /// once, or at their retry's due time).
+    pub release: Vec<u64>,
+    /// Deliveries handed to the claims to park again: they are no longer
+    /// heads (a replay re-opened lower ones, or ones are out).
+    pub park: Vec<u64>,
 }
 
-/// The rule of a gate's head (`docs/groups.md#ordering`): while one of its
-/// deliveries is out, the gate hands out nothing; else its lowest open
-/// delivery is its head. Every change of a gate ends with this decision:
+impl Regate {
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.release.is_empty() && self.park.is_empty()
+    }
+}
+
+/// The rule of a gate's heads (`docs/groups.md#ordering`,
+/// `docs/groups.md#flow`): a gate has at most `slots` heads, its
+/// deliveries out and, for the slots left, its lowest open deliveries
+/// that are not out; every other open delivery is parked. Under an
+/// ordering (one slot), while one of its deliveries is out the gate hands
+/// out nothing, else its lowest open delivery is its head. Every change of
+/// a gate ends with this decision:
 ///
 /// - an ack, a dead letter (a reject, `max_attempts`, the poison guard):
 ///   the settled delivery leaves the gate, which then hands out its lowest
 ///   parked one;
 /// - a retry: the settled delivery is parked (with its due time), and the
-///   gate hands out its lowest open one — the retried one itself, unless a
+///   gate hands out its lowest open ones — the retried one itself, unless a
 ///   replay or a redrive re-opened a lower one while it was out;
 /// - a replay or a redrive: the re-opened deliveries are parked (one that
 ///   was out is no longer), and each gate they belong to hands out its
-///   lowest open one, unless another of its deliveries is still out.
+///   lowest open ones, as many as its slots not taken by deliveries out.
 ///
 /// A store reads `view`, writes the returned changes guarded on what it
 /// read, and sets nothing else.
-pub fn regate(view: GateView) -> Regate {
-    let head = if view.out { None } else { view.lowest };
-    if view.head == head {
-        return Regate::default();
-    }
+pub fn regate(view: &GateView) -> Regate {
+    let free = view.slots.saturating_sub(view.out);
+    let want: Vec<u64> = view.waiting.iter().copied().take(free).collect();
     Regate {
-        release: head,
-        park: view.head,
+        release: want
+            .iter()
+            .copied()
+            .filter(|seq| !view.heads.contains(seq))
+            .collect(),
+        park: view
+            .heads
+            .iter()
+            .copied()
+            .filter(|seq| !want.contains(seq))
+            .collect(),
     }
 }

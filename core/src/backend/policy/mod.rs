@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 pub use fence::{Held, fence};
-pub use gates::{GateView, GateWalk, Regate, WALK_PER_CLAIM, regate};
+pub use gates::{GateState, GateView, GateWalk, Gating, Regate, WALK_PER_CLAIM, regate};
 pub use leases::{LeaseRow, lease_expired, lease_page};
 pub use retention::{TrimInputs, skipped_by_trim, trim_point};
 pub use share::{Share, claim_capacity, round_robin};
@@ -210,6 +210,15 @@ pub struct GroupConfig {
     /// What a gated head that exhausts its attempts does
     /// (`docs/groups.md#quarantine`).
     pub on_exhausted: OnExhausted,
+    /// Its flow control (`docs/groups.md#flow`).
+    pub flow: crate::model::Flow,
+}
+
+impl GroupConfig {
+    /// How its deliveries pass gates: its ordering's, or its flow's.
+    pub fn gating(&self) -> Gating {
+        Gating::new(self.ordering, &self.flow)
+    }
 }
 
 impl From<&Group> for GroupConfig {
@@ -219,6 +228,7 @@ impl From<&Group> for GroupConfig {
             retry_backoff_ms: g.retry_backoff_ms.clone(),
             ordering: g.ordering,
             on_exhausted: g.on_exhausted,
+            flow: g.flow,
         }
     }
 }

@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::gates::Regate;
 use super::*;
-use crate::model::{EventId, EventInput, SettleOp, StartAfter, StartPosition, Timestamp};
+use crate::model::{
+    EventId, EventInput, Flow, GroupOrdering, SettleOp, StartAfter, StartPosition, Timestamp,
+};
 
 fn input(id: Option<&str>) -> EventInput {
     EventInput {
@@ -57,6 +59,7 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
         retry_backoff_ms: vec![100, 250],
         ordering: crate::model::GroupOrdering::None,
         on_exhausted: crate::model::OnExhausted::DeadLetter,
+        flow: Flow::default(),
     };
     let now = Timestamp::from_millis(1000);
     let nack = |reason: Option<&str>, delay| SettleOp::Nack {
@@ -148,6 +151,7 @@ fn settle_writes_follow_attempts_reasons_and_backoff() {
         retry_backoff_ms: vec![],
         ordering: crate::model::GroupOrdering::None,
         on_exhausted: crate::model::OnExhausted::DeadLetter,
+        flow: Flow::default(),
     };
     let write = settle_write(nack(None, None), 1, false, &immediate, now);
     assert_eq!(write, retry(None, "retry"));
@@ -280,14 +284,13 @@ fn walked(keys: &[&str]) -> Vec<(u64, Option<String>)> {
 
 #[test]
 fn a_gate_walk_leases_free_gates_parks_busy_ones_and_stops_when_it_has_enough() {
-    use crate::model::GroupOrdering;
     let events = walked(&["a", "b", "a", "", "c", "b", "d"]);
-    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 3);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Key), 1, 3);
     assert_eq!(walk.window(7), Some((1, 7)), "the first window holds 16");
     let asked = walk.to_ask(&events);
     assert_eq!(asked, ["a", "b", "c", "d"].map(String::from).into());
     // b has a delivery out already.
-    walk.pass(events, |gate| gate == "b");
+    walk.pass(events, |gate| GateState::busy(gate == "b"));
     let leased: Vec<u64> = walk.lease.iter().map(|(seq, _)| *seq).collect();
     assert_eq!(leased, [1, 4, 5], "a, the keyless event, c");
     assert_eq!(walk.park, [(2, "b".to_owned()), (3, "a".to_owned())]);
@@ -297,15 +300,14 @@ fn a_gate_walk_leases_free_gates_parks_busy_ones_and_stops_when_it_has_enough() 
 
 #[test]
 fn a_gate_walk_doubles_its_windows_and_stops_at_the_claims_limit_or_the_end() {
-    use crate::model::GroupOrdering;
-    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 2);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Key), 1, 2);
     let mut windows = Vec::new();
     while let Some((first, last)) = walk.window(u64::MAX) {
         windows.push((first, last));
         let hot: Vec<(u64, Option<String>)> = (first..=last)
             .map(|seq| (seq, Some("hot".into())))
             .collect();
-        walk.pass(hot, |_| true);
+        walk.pass(hot, |_| GateState::BUSY);
     }
     assert_eq!(windows[..3], [(1, 16), (17, 48), (49, 112)]);
     assert_eq!(
@@ -316,25 +318,24 @@ fn a_gate_walk_doubles_its_windows_and_stops_at_the_claims_limit_or_the_end() {
     assert_eq!(walk.park.len(), WALK_PER_CLAIM);
     assert!(walk.lease.is_empty());
 
-    let mut walk = GateWalk::new(GroupOrdering::Key, 5, 10);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Key), 5, 10);
     assert_eq!(walk.window(6), Some((5, 6)));
-    walk.pass(Vec::new(), |_| false);
+    walk.pass(Vec::new(), |_| GateState::FREE);
     assert_eq!(walk.window(6), None, "a window without events ends it");
 }
 
 #[test]
 fn a_partition_walk_stops_at_its_first_busy_event() {
-    use crate::model::GroupOrdering;
-    let mut walk = GateWalk::new(GroupOrdering::Partition, 1, 5);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Partition), 1, 5);
     let events = walked(&["a", "b", "c"]);
     assert_eq!(walk.to_ask(&events), [String::new()].into());
-    walk.pass(events.clone(), |_| false);
+    walk.pass(events.clone(), |_| GateState::FREE);
     assert_eq!(walk.lease, [(1, Some(String::new()))]);
     assert!(walk.park.is_empty(), "nothing is parked");
     assert_eq!((walk.next, walk.window(10)), (2, None));
 
-    let mut busy = GateWalk::new(GroupOrdering::Partition, 1, 5);
-    busy.pass(events, |_| true);
+    let mut busy = GateWalk::new(ordered(GroupOrdering::Partition), 1, 5);
+    busy.pass(events, |_| GateState::BUSY);
     assert!(busy.lease.is_empty() && busy.park.is_empty());
     assert_eq!(busy.next, 1, "the cursor stays");
 }
@@ -423,24 +424,103 @@ fn a_share_gives_what_one_claim_at_a_time_in_rotation_gives() {
 
 #[test]
 fn a_gate_hands_out_its_lowest_open_delivery_unless_one_is_out() {
-    let view = |out, head, lowest| GateView { out, head, lowest };
-    let step = |release, park| Regate { release, park };
+    let view = |out, head, lowest| GateView::one(out, head, lowest);
+    let step = |release: Option<u64>, park: Option<u64>| Regate {
+        release: release.into_iter().collect(),
+        park: park.into_iter().collect(),
+    };
     // After an ack or a dead letter of the head: its lowest parked one.
-    assert_eq!(regate(view(false, None, Some(7))), step(Some(7), None));
-    assert_eq!(regate(view(false, None, None)), step(None, None), "empty");
+    assert_eq!(regate(&view(false, None, Some(7))), step(Some(7), None));
+    assert_eq!(regate(&view(false, None, None)), step(None, None), "empty");
     // A retried head parked at 5, nothing lower: it is the head again.
-    assert_eq!(regate(view(false, None, Some(5))), step(Some(5), None));
+    assert_eq!(regate(&view(false, None, Some(5))), step(Some(5), None));
     // A replay re-opened 2 while 5 is out: nothing changes until 5 settles.
-    assert_eq!(regate(view(true, None, Some(2))), step(None, None));
+    assert_eq!(regate(&view(true, None, Some(2))), step(None, None));
     // A replay re-opened 2 below the head 5 not yet claimed: 2 goes first.
     assert_eq!(
-        regate(view(false, Some(5), Some(2))),
+        regate(&view(false, Some(5), Some(2))),
         step(Some(2), Some(5))
     );
     // The head is the lowest already.
-    assert_eq!(regate(view(false, Some(2), Some(2))), step(None, None));
+    assert_eq!(regate(&view(false, Some(2), Some(2))), step(None, None));
     // Out and handed out at once breaks the rule: the handed out one parks.
-    assert_eq!(regate(view(true, Some(4), Some(2))), step(None, Some(4)));
+    assert_eq!(regate(&view(true, Some(4), Some(2))), step(None, Some(4)));
+}
+
+#[test]
+fn a_gate_of_several_slots_hands_out_its_lowest_open_deliveries_beside_those_out() {
+    let view = |out, heads: &[u64], waiting: &[u64]| GateView {
+        slots: 3,
+        out,
+        heads: heads.to_vec(),
+        waiting: waiting.to_vec(),
+    };
+    let step = |release: &[u64], park: &[u64]| Regate {
+        release: release.to_vec(),
+        park: park.to_vec(),
+    };
+    // One out, two slots left: the two lowest waiting go out.
+    assert_eq!(regate(&view(1, &[], &[4, 6, 9])), step(&[4, 6], &[]));
+    // Nothing changes when the heads are the lowest already.
+    assert_eq!(regate(&view(1, &[4, 6], &[4, 6, 9])), step(&[], &[]));
+    // A replay re-opened 2: it takes the place of the highest head.
+    assert_eq!(regate(&view(1, &[4, 6], &[2, 4, 6])), step(&[2], &[6]));
+    // Every slot out: the heads not yet claimed park again.
+    assert_eq!(regate(&view(3, &[4], &[4, 6])), step(&[], &[4]));
+    // Fewer waiting than slots: all of them.
+    assert_eq!(regate(&view(0, &[], &[8])), step(&[8], &[]));
+}
+
+#[test]
+fn a_walk_with_key_concurrency_leases_up_to_n_per_key_and_parks_behind_a_full_or_parked_key() {
+    let gating = Gating::new(
+        GroupOrdering::None,
+        &Flow {
+            key_concurrency: Some(2),
+        },
+    );
+    assert_eq!((gating.slots(), gating.gate(Some("a"))), (2, Some("a")));
+    assert_eq!(gating.gate(None), None, "a keyless event has no gate");
+    let events = walked(&["a", "a", "a", "b", "c", "", "b", "c"]);
+    let mut walk = GateWalk::new(gating, 1, 10);
+    assert_eq!(walk.window(8), Some((1, 8)));
+    // b has one head out already; c has a slot free but one parked.
+    let state = |gate: &str| match gate {
+        "b" => GateState {
+            heads: 1,
+            parked: false,
+        },
+        "c" => GateState {
+            heads: 0,
+            parked: true,
+        },
+        _ => GateState::FREE,
+    };
+    walk.pass(events, state);
+    let leased: Vec<u64> = walk.lease.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(leased, [1, 2, 4, 6], "two of a, one more of b, the keyless");
+    let parked: Vec<u64> = walk.park.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(parked, [3, 5, 7, 8], "a is full, c parked, b full");
+    assert_eq!(walk.next, 9, "the walk goes on past a full key");
+    // A gate the walk filled is not asked about again.
+    let more = walked(&["a", "b", "d"]);
+    assert_eq!(walk.to_ask(&more), ["d".to_owned()].into());
+    // An ordering is one slot, whatever the flow says.
+    let ordered = Gating::new(
+        GroupOrdering::Key,
+        &Flow {
+            key_concurrency: Some(4),
+        },
+    );
+    assert_eq!(ordered.slots(), 1);
+    assert_eq!(ordered.gate_source(), "key");
+    assert_eq!(gating.gate_source(), "key");
+    assert!(!Gating::new(GroupOrdering::None, &Flow::default()).is_gated());
+}
+
+/// The gating of an ordered group.
+fn ordered(ordering: GroupOrdering) -> Gating {
+    Gating::new(ordering, &Flow::default())
 }
 
 #[test]
@@ -472,11 +552,10 @@ fn a_settle_or_renewal_holds_only_under_the_current_lease() {
 
 #[test]
 fn a_walk_whose_share_grew_before_it_started_reads_it_in_one_window() {
-    use crate::model::GroupOrdering;
-    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 0);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Key), 1, 0);
     walk.want_more(50);
     assert_eq!(walk.window(1_000), Some((1, 50)));
-    let mut walk = GateWalk::new(GroupOrdering::Key, 1, 3);
+    let mut walk = GateWalk::new(ordered(GroupOrdering::Key), 1, 3);
     assert_eq!(walk.window(1_000), Some((1, 16)), "at least 16");
 }
 

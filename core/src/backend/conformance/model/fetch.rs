@@ -10,7 +10,7 @@ use rand::seq::IndexedRandom;
 use super::super::cid;
 use super::run::{Divergence, LEASES_MS, Run, expect_code, same};
 use crate::backend::FetchRequest;
-use crate::model::{GroupOrdering, Lease};
+use crate::model::Lease;
 
 /// What the leases of one fetch must be, given the claimable sequences of
 /// each selected partition (lowest first, at most one per gate: see
@@ -130,12 +130,13 @@ impl Run<'_> {
                 .map(|&p| format!("p{p}: {}", self.model.describe(g, p, now)))
                 .collect();
             return Err(format!(
-                "fetch: {why}\n  leases (partition, sequence): {positions:?}\n  model's claimable per partition: {claimable:?}\n  their keys: {keys:?}\n  model's open deliveries (seq[key]:state/attempt), ordering {}:\n    {}",
+                "fetch: {why}\n  leases (partition, sequence): {positions:?}\n  model's claimable per partition: {claimable:?}\n  their keys: {keys:?}\n  model's open deliveries (seq[key]:state/attempt), ordering {}, flow {}:\n    {}",
                 self.model.groups[g].ordering.as_str(),
+                self.model.groups[g].flow.to_json(),
                 open.join("\n    ")
             ));
         }
-        if self.model.groups[g].ordering != GroupOrdering::None {
+        if self.model.is_gated(g) {
             self.passed = Some((g, parts));
         }
         let mut text = Vec::new();

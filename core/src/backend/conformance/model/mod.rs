@@ -101,6 +101,10 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         if spec.ordering != GroupOrdering::None && rng.random_bool(0.5) {
             spec.on_exhausted = OnExhausted::Quarantine;
         }
+        // Most unordered groups limit each key (docs/groups.md#flow).
+        if spec.ordering == GroupOrdering::None {
+            spec.flow = run::random_flow(&mut rng);
+        }
         if name == "g2" {
             spec.start = StartPosition::After(StartAfter::All(rng.random_range(0..=2)));
         }
@@ -117,13 +121,15 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         specs
             .iter()
             .map(|s| format!(
-                "{} (max_attempts {}, backoff {:?}, start {:?}, ordering {}, on_exhausted {})",
+                "{} (max_attempts {}, backoff {:?}, start {:?}, ordering {}, on_exhausted {}, \
+                 flow {})",
                 s.name,
                 s.max_attempts,
                 s.retry_backoff_ms,
                 s.start,
                 s.ordering.as_str(),
-                s.on_exhausted.as_str()
+                s.on_exhausted.as_str(),
+                s.flow.to_json()
             ))
             .collect::<Vec<_>>()
             .join(", ")

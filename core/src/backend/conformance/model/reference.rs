@@ -1,6 +1,6 @@
 //! The reference model: a stream with partitions and per-partition
 //! sequences, groups with `max_attempts`, a backoff schedule and an
-//! `ordering`, deliveries that are available (due at a time), leased
+//! `ordering` and a `flow.key_concurrency`, deliveries that are available (due at a time), leased
 //! (under a lease id, until `expires_at`), acked or dead-lettered, and a
 //! cursor per partition. Nothing else: no index, no cache, no store's
 //! idea of a "head" kept anywhere — every rule is evaluated from these
@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::backend::policy::is_quarantine;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
-    EventId, GroupInfo, GroupName, GroupOrdering, GroupSpec, Lag, LeaseId, OnExhausted,
+    EventId, Flow, GroupInfo, GroupName, GroupOrdering, GroupSpec, Lag, LeaseId, OnExhausted,
     PartitionLag, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
     Timestamp,
 };
@@ -110,6 +110,7 @@ pub(super) struct ModelGroup {
     pub(super) max_attempts: u32,
     pub(super) backoff: Vec<u64>,
     pub(super) ordering: GroupOrdering,
+    pub(super) flow: Flow,
     pub(super) on_exhausted: OnExhausted,
     pub(super) parts: Vec<Part>,
 }
@@ -138,12 +139,11 @@ pub(super) struct Entry {
 /// What one gate of one partition holds, as a claim sees it.
 #[derive(Debug, Default)]
 struct GateScan {
-    /// Its leased delivery (expired or not), if one is out.
-    leased: Option<u64>,
-    /// Its lowest open delivery.
-    lowest_open: Option<u64>,
-    /// Its lowest event the group has not reached yet.
-    lowest_unseen: Option<u64>,
+    /// Its leased deliveries (expired or not).
+    leased: Vec<u64>,
+    /// Its open deliveries that are not leased, then its events the group
+    /// has not reached yet, in sequence order.
+    waiting: Vec<u64>,
 }
 
 /// One stream and its groups.
@@ -174,12 +174,13 @@ fn unlearned() -> LeaseId {
 /// at, expired)` of a lease a group has out.
 pub(super) type OutRow = (EventId, u32, u64, LeaseId, u32, Timestamp, Timestamp, bool);
 
-/// The gate of an event with `key` under `ordering`
-/// (docs/groups.md#ordering): its key under `key` (none for a keyless
-/// event: not ordered), one gate for the whole partition under
-/// `partition`, none under `none`.
-fn gate_of(ordering: GroupOrdering, key: Option<&str>) -> Option<&str> {
+/// The gate of an event with `key` under `ordering` and `flow`
+/// (docs/groups.md#ordering, docs/groups.md#flow): its key under `key` or
+/// a `key_concurrency` (none for a keyless event: not gated), one gate for
+/// the whole partition under `partition`, none otherwise.
+fn gate_of<'a>(ordering: GroupOrdering, flow: &Flow, key: Option<&'a str>) -> Option<&'a str> {
     match ordering {
+        GroupOrdering::None if flow.key_concurrency.is_some() => key,
         GroupOrdering::None => None,
         GroupOrdering::Key => key,
         GroupOrdering::Partition => Some(""),
@@ -222,7 +223,21 @@ impl Model {
 
     /// The gate of event `p`/`seq` in group `g`; `None`: not ordered.
     fn gate(&self, g: usize, p: u32, seq: u64) -> Option<&str> {
-        gate_of(self.groups[g].ordering, self.key(p, seq))
+        let group = &self.groups[g];
+        gate_of(group.ordering, &group.flow, self.key(p, seq))
+    }
+
+    /// Whether group `g`'s deliveries have gates: an ordering, or a
+    /// `key_concurrency`.
+    pub(super) fn is_gated(&self, g: usize) -> bool {
+        let group = &self.groups[g];
+        group.ordering != GroupOrdering::None || group.flow.key_concurrency.is_some()
+    }
+
+    /// How many deliveries of one gate of group `g` may be out or handed
+    /// out at once: its `key_concurrency`, else one (an ordering).
+    fn slots(&self, g: usize) -> usize {
+        self.groups[g].flow.key_concurrency.unwrap_or(1) as usize
     }
 
     /// The selected partitions, sorted; one out of range is `invalid_partition`.
@@ -266,6 +281,7 @@ impl Model {
             on_exhausted: spec.on_exhausted,
             backoff: spec.retry_backoff_ms.clone(),
             ordering: spec.ordering,
+            flow: spec.flow,
             parts,
         });
     }
@@ -456,47 +472,50 @@ impl Model {
         out
     }
 
-    /// The head of each gate of partition `p` (docs/groups.md#ordering):
-    /// the delivery it has out (leased, expired or not), else its lowest
-    /// open delivery, else its lowest event the group has not reached yet.
-    /// So a nacked head stays the head, an expired one is handed out again,
-    /// and a delivery re-opened below the one out waits until that one
-    /// settles (acked, dead-lettered or nacked), then goes first.
+    /// The heads of each gate of partition `p` (docs/groups.md#ordering,
+    /// docs/groups.md#flow), as many as the gate's slots (one under an
+    /// ordering): the deliveries it has out (leased, expired or not), then,
+    /// for the slots left, its lowest open deliveries, then its lowest
+    /// events the group has not reached yet. So a nacked head stays a
+    /// head, an expired one is handed out again, and a delivery re-opened
+    /// below the ones out waits until a slot is free, then goes first.
     pub(super) fn heads(&self, g: usize, p: u32) -> Vec<u64> {
         let part = &self.groups[g].parts[p as usize];
+        let slots = self.slots(g);
         let mut gates: HashMap<&str, GateScan> = HashMap::new();
         for (&seq, d) in part.deliveries.iter().filter(|(_, d)| d.is_open()) {
             if let Some(gate) = self.gate(g, p, seq) {
                 let scan = gates.entry(gate).or_default();
-                scan.lowest_open.get_or_insert(seq);
-                if matches!(d.state, State::Leased { .. }) {
-                    scan.leased.get_or_insert(seq);
+                match d.state {
+                    State::Leased { .. } => scan.leased.push(seq),
+                    _ => scan.waiting.push(seq),
                 }
             }
         }
         for seq in part.cursor..=self.hwm(p) {
             if let Some(gate) = self.gate(g, p, seq) {
-                gates
-                    .entry(gate)
-                    .or_default()
-                    .lowest_unseen
-                    .get_or_insert(seq);
+                let scan = gates.entry(gate).or_default();
+                if scan.waiting.len() < slots {
+                    scan.waiting.push(seq);
+                }
             }
         }
         gates
             .values()
-            .map(|scan| {
+            .flat_map(|scan| {
+                let free = slots.saturating_sub(scan.leased.len());
                 scan.leased
-                    .or(scan.lowest_open)
-                    .or(scan.lowest_unseen)
-                    .expect("a gate seen has a delivery or an event")
+                    .iter()
+                    .chain(scan.waiting.iter().take(free))
+                    .copied()
             })
             .collect()
     }
 
     /// Moves the cursor of partition `p` up to `to` (exclusive) without
-    /// claiming: a fetch of an ordered group passes an event whose gate is
-    /// busy and parks it behind the gate's head (docs/groups.md#ordering);
+    /// claiming: a fetch of a gated group passes an event whose gate is
+    /// full (as many open deliveries as slots) and parks it behind the
+    /// gate's heads (docs/groups.md#ordering, docs/groups.md#flow);
     /// the model gives it an open delivery, available and never claimed.
     /// Only such an event may be passed: an unordered event, or one whose
     /// gate has nothing open before it, is `Err` with its sequence.
@@ -514,7 +533,9 @@ impl Model {
             let busy = gate.is_some_and(|gate| {
                 part.deliveries
                     .iter()
-                    .any(|(&s, d)| d.is_open() && self.gate(g, p, s) == Some(gate))
+                    .filter(|&(&s, d)| d.is_open() && self.gate(g, p, s) == Some(gate))
+                    .count()
+                    >= self.slots(g)
             });
             if !busy {
                 return Err(seq);
@@ -757,17 +778,24 @@ impl Model {
         start: &StartPosition,
         parts: &Partitions,
         ordering: Option<GroupOrdering>,
+        flow: Option<Flow>,
     ) -> std::result::Result<(), Code> {
-        if ordering.is_some() && !matches!(parts, Partitions::All) {
+        if (ordering.is_some() || flow.is_some()) && !matches!(parts, Partitions::All) {
+            return Err("invalid");
+        }
+        let group = &self.groups[g];
+        let after = (
+            ordering.unwrap_or(group.ordering),
+            flow.unwrap_or(group.flow),
+        );
+        if after.1.key_concurrency.is_some() && after.0 != GroupOrdering::None {
             return Err("invalid");
         }
         for p in self.resolve(parts)? {
             let start = self.start_point(p, start);
             self.groups[g].parts[p as usize] = Part::starting_after(start);
         }
-        if let Some(ordering) = ordering {
-            self.groups[g].ordering = ordering;
-        }
+        (self.groups[g].ordering, self.groups[g].flow) = after;
         Ok(())
     }
 
@@ -831,6 +859,7 @@ impl Model {
             retry_backoff_ms: group.backoff.clone(),
             ordering: group.ordering,
             on_exhausted: group.on_exhausted,
+            flow: group.flow,
             inflight: lag.inflight,
             dead_letters: self.dead_letters(g).len() as u64,
             skipped_by_retention: 0,

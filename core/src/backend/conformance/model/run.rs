@@ -18,7 +18,7 @@ use crate::backend::{
     ResetRequest, Result,
 };
 use crate::model::{
-    Appended, EventId, EventInput, GroupName, GroupOrdering, HeldLease, Lease, LeaseId,
+    Appended, EventId, EventInput, Flow, GroupName, GroupOrdering, HeldLease, Lease, LeaseId,
     OnExhausted, SettleOp, SettleTarget, Settlement, StartAfter, StartPosition, StreamName,
     Timestamp,
 };
@@ -34,6 +34,14 @@ pub(super) const ORDERINGS: [GroupOrdering; 5] = [
     GroupOrdering::Partition,
     GroupOrdering::Partition,
 ];
+
+/// A group's flow (docs/groups.md#flow) drawn at random: a
+/// `key_concurrency` of 1 to 3 three times in four, else none.
+pub(super) fn random_flow(rng: &mut impl Rng) -> Flow {
+    Flow {
+        key_concurrency: rng.random_bool(0.75).then(|| rng.random_range(1..=3)),
+    }
+}
 
 /// How often a step restarts a backend that can be reopened: a few times
 /// a run.
@@ -633,14 +641,19 @@ impl Run<'_> {
             }
         };
         let mut partitions = self.pick_partitions(g);
-        // A reset of every partition may change the ordering; one that
-        // names partitions with it is refused (only in range, so that only
-        // one thing is wrong).
+        // A reset of every partition may change the ordering and the flow;
+        // one that names partitions with them is refused (only in range,
+        // so that only one thing is wrong), and so is a flow that does not
+        // fit the ordering after the reset.
         let ordering = self
             .rng
             .random_bool(0.35)
             .then(|| *ORDERINGS.choose(&mut self.rng).expect("ordering"));
-        if ordering.is_some() {
+        let flow = self
+            .rng
+            .random_bool(0.3)
+            .then(|| random_flow(&mut self.rng));
+        if ordering.is_some() || flow.is_some() {
             let n = self.model.partition_count();
             partitions = match partitions {
                 Partitions::Only(list) if self.rng.random_bool(0.3) => {
@@ -652,8 +665,9 @@ impl Run<'_> {
         let confirm = self.rng.random_bool(0.95);
         let gname = self.group_name(g);
         self.note(format!(
-            "reset {gname} confirm {confirm} start {start:?} partitions {partitions:?}{}",
-            ordering.map_or(String::new(), |o| format!(" ordering {}", o.as_str()))
+            "reset {gname} confirm {confirm} start {start:?} partitions {partitions:?}{}{}",
+            ordering.map_or(String::new(), |o| format!(" ordering {}", o.as_str())),
+            flow.map_or(String::new(), |f| format!(" flow {}", f.to_json()))
         ));
         let req = ResetRequest {
             stream: self.stream.clone(),
@@ -662,6 +676,7 @@ impl Run<'_> {
             start: start.clone(),
             partitions: partitions.clone(),
             ordering,
+            flow,
         };
         let got = self.b().reset(req).await;
         if !confirm {
@@ -670,7 +685,7 @@ impl Run<'_> {
         if g >= self.model.groups.len() {
             return expect_code("reset of a missing group", &got, "group_not_found");
         }
-        let want = match self.model.reset(g, &start, &partitions, ordering) {
+        let want = match self.model.reset(g, &start, &partitions, ordering, flow) {
             Ok(()) => "ok",
             Err(code) => code,
         };

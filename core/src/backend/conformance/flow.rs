@@ -1,0 +1,296 @@
+//! Flow control (`docs/groups.md#flow`): under `flow.key_concurrency = N`
+//! at most N deliveries of a key are out or handed out at once, in any
+//! order, whichever consumers claim them. Every backend keeps it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::ordering::interleaved_keys;
+use super::*;
+use crate::backend::{Error, Redrive, Replay, ResetRequest};
+use crate::model::{Flow, GroupOrdering, Lease};
+
+fn limit(n: u32) -> Flow {
+    Flow {
+        key_concurrency: Some(n),
+    }
+}
+
+/// Group `g` on `stream`, unordered, with `key_concurrency = n`.
+async fn limited(h: &Harness, stream: &StreamName, n: u32, max_attempts: u32) -> GroupName {
+    let mut spec = GroupSpec::new(gn("g"));
+    spec.flow = limit(n);
+    spec.max_attempts = max_attempts;
+    let group = h
+        .b()
+        .create_group(stream, spec)
+        .await
+        .expect("create group");
+    assert_eq!(group.flow, limit(n));
+    group.name
+}
+
+/// Appends events with these keys (`""`: none) to partition 0.
+async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
+    let inputs = keys
+        .iter()
+        .map(|k| EventInput {
+            partition: Some(0),
+            key: (!k.is_empty()).then(|| (*k).to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    h.append_inputs(stream, inputs).await
+}
+
+/// The leases as (key, sequence), keyless as `""`.
+fn held(leases: &[Lease]) -> Vec<(String, u64)> {
+    leases
+        .iter()
+        .map(|l| (l.event.key.clone().unwrap_or_default(), l.event.sequence))
+        .collect()
+}
+
+fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
+}
+
+pub async fn key_concurrency_needs_no_ordering_and_shows_on_the_group(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    for (ordering, n) in [
+        (GroupOrdering::Key, 2),
+        (GroupOrdering::Partition, 1),
+        (GroupOrdering::None, 0),
+    ] {
+        let mut spec = GroupSpec::new(gn("bad"));
+        spec.ordering = ordering;
+        spec.flow = limit(n);
+        match h.b().create_group(&s, spec).await {
+            Err(Error::Invalid(e)) => assert_eq!(e.field, "flow.key_concurrency", "{e}"),
+            other => panic!("{ordering:?} with key_concurrency {n} was not refused: {other:?}"),
+        }
+    }
+    assert!(h.b().list_groups(&s).await.unwrap().is_empty());
+    let g = limited(h, &s, 3, 5).await;
+    let info = h.b().group_info(&s, &g).await.unwrap();
+    assert_eq!(info.flow, limit(3));
+    let listed = h.b().list_groups(&s).await.unwrap();
+    assert_eq!(listed[0].flow, limit(3));
+    let plain = h.group(&s, "plain").await;
+    let info = h.b().group_info(&s, &plain).await.unwrap();
+    assert!(info.flow.is_off());
+}
+
+pub async fn key_concurrency_keeps_at_most_n_of_a_key_out(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = limited(h, &s, 2, 5).await;
+    append_keys(h, &s, &["a", "a", "a", "b", "", "a", "b", ""]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        held(&first),
+        pairs(&[("a", 1), ("a", 2), ("b", 4), ("", 5), ("b", 7), ("", 8)]),
+        "two of a, both of b, every keyless event"
+    );
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a is full");
+    // An ack frees a slot for a's lowest waiting event.
+    h.ack(&first[0]).await.unwrap();
+    let next = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&next), pairs(&[("a", 3)]));
+    // A retry waiting for its delay keeps its slot.
+    h.nack(&first[1], "later", Some(1_000)).await.unwrap();
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a2 waits in its slot");
+    h.clock.advance(1_000);
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&again), pairs(&[("a", 2)]));
+    assert_eq!(again[0].attempt, 2);
+    // An expired lease is handed out again in its own slot.
+    h.clock.advance(30_001);
+    let expired = h.fetch(&s, &g, 10).await;
+    let mut got = held(&expired);
+    got.sort();
+    assert_eq!(
+        got,
+        pairs(&[("", 5), ("", 8), ("a", 2), ("a", 3), ("b", 4), ("b", 7)]),
+        "every lease out expired; a6 still waits"
+    );
+    for lease in &expired {
+        h.ack(lease).await.unwrap();
+    }
+    let last = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&last), pairs(&[("a", 6)]));
+    h.ack(&last[0]).await.unwrap();
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.lag, lag.inflight, lag.pending), (0, 0, 0));
+}
+
+pub async fn key_concurrency_dead_letters_free_a_slot(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = limited(h, &s, 1, 1).await;
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1)]));
+    // Out of attempts: dead-lettered (a limit never quarantines).
+    h.nack(&first[0], "boom", None).await.unwrap();
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 2)]));
+    h.reject(&second[0], "bad").await.unwrap();
+    let third = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&third), pairs(&[("a", 3)]));
+    // The poison guard frees the slot too.
+    h.clock.advance(30_001);
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    let info = h.b().group_info(&s, &g).await.unwrap();
+    assert_eq!((info.dead_letters, info.inflight), (3, 0));
+}
+
+pub async fn key_concurrency_replay_and_redrive_wait_for_a_free_slot(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = limited(h, &s, 2, 5).await;
+    append_keys(h, &s, &["a", "a", "a", "a"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1), ("a", 2)]));
+    h.ack(&first[0]).await.unwrap();
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 3)]));
+    // Two out (a2, a3): the replayed a1 waits, then goes before a4.
+    let replayed = h
+        .b()
+        .replay(&s, &g, Replay::EventIds(vec![first[0].event.id.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(replayed, 1);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "both slots are out");
+    h.reject(&first[1], "bad").await.unwrap();
+    let third = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&third), pairs(&[("a", 1)]), "the lowest open one");
+    // The redriven a2 waits for a slot as well.
+    let redriven = h
+        .b()
+        .redrive(&s, &g, Redrive::Events(vec![first[1].event.id.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(redriven, 1);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a1 and a3 are out");
+    h.ack(&second[0]).await.unwrap();
+    let fourth = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&fourth), pairs(&[("a", 2)]));
+    h.ack(&third[0]).await.unwrap();
+    let last = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&last), pairs(&[("a", 4)]));
+}
+
+pub async fn competing_consumers_never_hold_more_than_n_of_a_key(h: &Harness) {
+    const N: usize = 2;
+    const KEYS: usize = 6;
+    const PER_KEY: usize = 10;
+    let s = h.stream("s", 2).await;
+    let g = limited(h, &s, N as u32, 5).await;
+    h.append_inputs(&s, interleaved_keys(KEYS, PER_KEY)).await;
+    let out = Arc::new(parking_lot::Mutex::new(
+        BTreeMap::<(u32, String), usize>::new(),
+    ));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut consumers = Vec::new();
+    for c in 0..3 {
+        let (backend, s, g) = (Arc::clone(&h.backend), s.clone(), g.clone());
+        let (out, done, most) = (Arc::clone(&out), Arc::clone(&done), Arc::clone(&most));
+        consumers.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            for _ in 0..100_000 {
+                if done.load(SeqCst) == KEYS * PER_KEY {
+                    return;
+                }
+                let req = FetchRequest {
+                    stream: s.clone(),
+                    group: g.clone(),
+                    limit: 5,
+                    consumer_id: cid(&format!("c{c}")),
+                    lease_ms: 60_000,
+                    partitions: Partitions::All,
+                };
+                let leases = backend.fetch(req).await.expect("fetch");
+                for lease in &leases {
+                    let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                    let mut out = out.lock();
+                    let n = out.entry(key.clone()).or_default();
+                    *n += 1;
+                    assert!(*n <= N, "{n} of {key:?} out at once");
+                    most.fetch_max(*n, SeqCst);
+                }
+                tokio::task::yield_now().await;
+                for lease in &leases {
+                    let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                    // Counted down before the ack: once acked, the next of
+                    // the key may go out to another consumer.
+                    *out.lock().get_mut(&key).expect("counted") -= 1;
+                    backend
+                        .ack(&lease.stream, &lease.group, lease.target())
+                        .await
+                        .expect("ack");
+                    done.fetch_add(1, SeqCst);
+                }
+            }
+            panic!("consumer c{c} gave up before every event was processed");
+        }));
+    }
+    for consumer in consumers {
+        consumer.await.expect("consumer");
+    }
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        N,
+        "the limit was reached"
+    );
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.lag, lag.inflight), (0, 0));
+}
+
+/// A reset of every partition to the beginning, changing the flow.
+fn reset_flow(s: &StreamName, g: &GroupName, flow: Flow) -> ResetRequest {
+    ResetRequest {
+        flow: Some(flow),
+        ..ResetRequest::to_the_beginning(s, g)
+    }
+}
+
+pub async fn a_reset_of_every_partition_changes_the_flow(h: &Harness) {
+    let s = h.stream("s", 2).await;
+    let g = limited(h, &s, 2, 5).await;
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    assert_eq!(h.fetch(&s, &g, 10).await.len(), 2);
+
+    // Some partitions only: refused, nothing changes.
+    let mut some = reset_flow(&s, &g, limit(1));
+    some.partitions = Partitions::Only(vec![0]);
+    match h.b().reset(some).await {
+        Err(Error::Invalid(e)) => assert_eq!(e.field, "flow", "{e}"),
+        other => panic!("a partial reset changed the flow: {other:?}"),
+    }
+    // An ordering that the kept flow does not fit: refused, nothing changes.
+    let keyed = ResetRequest {
+        ordering: Some(GroupOrdering::Key),
+        ..ResetRequest::to_the_beginning(&s, &g)
+    };
+    match h.b().reset(keyed).await {
+        Err(Error::Invalid(e)) => assert_eq!(e.field, "flow.key_concurrency", "{e}"),
+        other => panic!("key ordering with key_concurrency was not refused: {other:?}"),
+    }
+    let info = h.b().group_info(&s, &g).await.unwrap();
+    assert_eq!((info.flow, info.ordering), (limit(2), GroupOrdering::None));
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "nothing was reset");
+
+    h.b().reset(reset_flow(&s, &g, limit(1))).await.unwrap();
+    assert_eq!(h.b().group_info(&s, &g).await.unwrap().flow, limit(1));
+    let one = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&one), pairs(&[("a", 1)]));
+
+    // Off again: every event goes out at once.
+    h.b()
+        .reset(reset_flow(&s, &g, Flow::default()))
+        .await
+        .unwrap();
+    assert!(h.b().list_groups(&s).await.unwrap()[0].flow.is_off());
+    assert_eq!(h.fetch(&s, &g, 10).await.len(), 3);
+    assert_eq!(h.ack(&one[0]).await.unwrap_err().code(), "stale_lease");
+}
