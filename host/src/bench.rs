@@ -251,6 +251,8 @@ pub struct HandlerWorkload {
     pub keys: usize,
     /// The group's ordering (`docs/groups.md#ordering`).
     pub ordering: GroupOrdering,
+    /// The group's flow control (`docs/groups.md#flow`).
+    pub flow: crate::model::Flow,
     /// Most deliveries a call (the manifest's `batch_size`; 1: `handle`,
     /// one a call; above 1 the handler must take batches).
     pub batch_size: usize,
@@ -311,6 +313,7 @@ pub async fn through_handler(
     let group = GroupName::parse("handler")?;
     let spec = GroupSpec {
         ordering: workload.ordering,
+        flow: workload.flow,
         ..GroupSpec::new(group.clone())
     };
     backend.create_group(&stream, spec).await?;

@@ -342,11 +342,12 @@ const scenarios = {
     await byId(page, 'create-group-attempts').fill('');
     await byId(page, 'create-group-ordering').selectOption('none');
     await byId(page, 'create-group-backoff').fill('');
+    await byId(page, 'create-group-key-concurrency').fill('4');
     await byId(page, 'create-group').click();
-    await notice(page, (t) => t.includes('Created group tail'), 'the second group notice');
+    await notice(page, (t) => t.includes('Created group tail') && t.includes('at most 4 per key'), 'the second group notice');
     await until('tail with lag 0', async () => (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').count()) === 1
       && (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').textContent()) === '0');
-    step('groups page: created audit (3 attempts, key ordering, lag 2) and tail (new events only, lag 0)');
+    step('groups page: created audit (3 attempts, key ordering, lag 2) and tail (new events only, at most 4 per key, lag 0)');
   },
 
   /** Replay from a sequence and from the start, then a reset confirmed by the group's name. */

@@ -136,7 +136,7 @@ fn a_group_is_created_with_default_or_given_options() {
     let b = group(&http, &server, "s", "b", json!({}));
     assert_eq!(
         b,
-        json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "ordering": "none", "on_exhausted": "dead_letter", "created_at": T0})
+        json!({"stream": "s", "name": "b", "max_attempts": 5, "retry_backoff_ms": [], "ordering": "none", "on_exhausted": "dead_letter", "flow": {}, "created_at": T0})
     );
     let a = group_a(&http, &server);
     assert_eq!(

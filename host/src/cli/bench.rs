@@ -8,7 +8,7 @@ use crate::backend;
 use crate::backend::redact_url as redact;
 use crate::bench::{self, HandlerStartup, WorkloadResult};
 use crate::clock::SystemClock;
-use crate::model::{GroupName, GroupOrdering, GroupSpec};
+use crate::model::{Flow, GroupName, GroupOrdering, GroupSpec};
 
 /// Arguments of `rheo bench`.
 #[derive(Debug, Args)]
@@ -93,6 +93,14 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "none", value_parser = parse_ordering)]
     ordering: Vec<GroupOrdering>,
 
+    /// Per-key limits to consume under as well, in turn: each adds a group
+    /// of ordering none with that `flow.key_concurrency`, measured beside
+    /// the --ordering groups on the same events, so `--key-concurrency 4`
+    /// gives the limit's cost in one run (docs/groups.md#flow).
+    #[arg(long, value_delimiter = ',', value_name = "N,…",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    key_concurrency: Vec<u32>,
+
     /// Instead of the other workloads: append this many events to a stream
     /// keeping its newest --retention-max-events per partition while the
     /// trimmer runs, print the store's size as it goes, then compare
@@ -138,6 +146,12 @@ impl BenchArgs {
                 !self.ordering[..i].contains(ordering),
                 "--ordering lists {} twice",
                 ordering.as_str()
+            );
+        }
+        for (i, n) in self.key_concurrency.iter().enumerate() {
+            anyhow::ensure!(
+                !self.key_concurrency[..i].contains(n),
+                "--key-concurrency lists {n} twice"
             );
         }
         let temp = tempfile::tempdir().context("creating a temporary directory")?;
@@ -315,10 +329,26 @@ impl BenchArgs {
         Ok(())
     }
 
-    /// Whether the results name their ordering: more than one, or another
-    /// than `none`.
+    /// Whether the results name their group's shape: more than one, or
+    /// another than an unlimited `none`.
     fn ordered(&self) -> bool {
-        self.ordering.len() > 1 || self.ordering.iter().any(|o| *o != GroupOrdering::None)
+        self.shapes().len() > 1 || self.ordering.iter().any(|o| *o != GroupOrdering::None)
+    }
+
+    /// The groups' shapes, in turn: each --ordering, then each
+    /// --key-concurrency, with the label its results carry.
+    fn shapes(&self) -> Vec<(String, GroupOrdering, Flow)> {
+        let orderings = self
+            .ordering
+            .iter()
+            .map(|&o| (format!("ordering {}", o.as_str()), o, Flow::default()));
+        let limits = self.key_concurrency.iter().map(|&n| {
+            let flow = Flow {
+                key_concurrency: Some(n),
+            };
+            (format!("key_concurrency {n}"), GroupOrdering::None, flow)
+        });
+        orderings.chain(limits).collect()
     }
 
     /// The groups the fetch+ack workloads consume, each with its label:
@@ -334,17 +364,18 @@ impl BenchArgs {
             return Ok(vec![(String::new(), plain)]);
         }
         let mut groups = Vec::new();
-        for &ordering in &self.ordering {
-            let name = GroupName::parse(format!("bench-{}", ordering.as_str()))?;
+        for (label, ordering, flow) in self.shapes() {
+            let name = GroupName::parse(format!("bench-{}", label.replace([' ', '_'], "-")))?;
             let spec = GroupSpec {
                 ordering,
+                flow,
                 ..GroupSpec::new(name.clone())
             };
             store
                 .create_group(stream, spec)
                 .await
-                .with_context(|| format!("cannot create a group with ordering {ordering:?}"))?;
-            groups.push((format!(" (ordering {})", ordering.as_str()), name));
+                .with_context(|| format!("cannot create a group with {label}"))?;
+            groups.push((format!(" ({label})"), name));
         }
         Ok(groups)
     }
@@ -438,14 +469,16 @@ impl BenchArgs {
         let several = self.concurrency.len() > 1;
         let batched = self.batch_size.iter().any(|&size| size != 1);
         let ordered = self.ordered();
+        let shapes = self.shapes();
         let runs = modes.iter().flat_map(|&m| {
+            let shapes = &shapes;
             self.concurrency.iter().flat_map(move |&c| {
                 self.batch_size
                     .iter()
-                    .flat_map(move |&b| self.ordering.iter().map(move |&o| (m, c, b, o)))
+                    .flat_map(move |&b| shapes.iter().map(move |o| (m, c, b, o.clone())))
             })
         });
-        for (mode, concurrency, batch_size, ordering) in runs {
+        for (mode, concurrency, batch_size, (label_of_shape, ordering, flow)) in runs {
             let mut name = format!("{label} e2e ({}", mode_name(mode));
             if several {
                 name.push_str(&format!(", concurrency {concurrency}"));
@@ -454,7 +487,7 @@ impl BenchArgs {
                 name.push_str(&format!(", batch {batch_size}"));
             }
             if ordered {
-                name.push_str(&format!(", ordering {}", ordering.as_str()));
+                name.push_str(&format!(", {label_of_shape}"));
             }
             name.push(')');
             let env = HandlerEnv::new(HandlerName::parse("bench")?, std::sync::Arc::clone(store));
@@ -472,6 +505,7 @@ impl BenchArgs {
                 partitions: self.partitions,
                 keys: self.keys as usize,
                 ordering,
+                flow,
                 batch_size,
             };
             let bar = progress(self.handler_events, &name, self.json);

@@ -73,6 +73,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
             retry_backoff_ms: b.retry_backoff_ms.unwrap_or_default(),
             ordering: b.ordering.unwrap_or_default(),
             on_exhausted: b.on_exhausted.unwrap_or_default(),
+            flow: b.flow.unwrap_or_default(),
             name: b.name,
         };
         let _ = spec.validate();
@@ -91,7 +92,8 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
             confirm: b.confirm,
             start,
             partitions: dto::partitions(b.partitions),
-            ordering: None,
+            ordering: b.ordering,
+            flow: b.flow,
         };
         let _ = reset.validate();
     }

@@ -156,6 +156,7 @@ fn generated_valid_manifests_round_trip() {
                 group: GroupName::parse(group).unwrap(),
                 ordering: None,
                 on_exhausted: None,
+                flow: None,
                 module,
                 concurrency,
                 batch_size,

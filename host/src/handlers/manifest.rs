@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Partitions;
 use crate::model::{
-    ConsumerId, DEFAULT_LEASE_MS, GroupName, GroupOrdering, HandlerName, MAX_FETCH_LIMIT,
+    ConsumerId, DEFAULT_LEASE_MS, Flow, GroupName, GroupOrdering, HandlerName, MAX_FETCH_LIMIT,
     OnExhausted, StreamName, validate_lease_ms,
 };
 use crate::runtime::{
@@ -76,6 +76,12 @@ pub struct Manifest {
     /// `dead_letter`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_exhausted: Option<OnExhausted>,
+    /// The group's flow control (`docs/groups.md#flow`), e.g.
+    /// `flow = { key_concurrency = 4 }`: the group is created with it, and
+    /// an existing group must have it. Unset: the group's own (a new one:
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<Flow>,
     /// The `.wasm` file, relative to the manifest (files only; uploads carry
     /// the module separately).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +181,7 @@ impl Manifest {
             group,
             ordering: None,
             on_exhausted: None,
+            flow: None,
             module: None,
             concurrency: defaults::concurrency(),
             batch_size: defaults::batch_size(),
@@ -233,6 +240,12 @@ impl Manifest {
             ));
         }
         validate_lease_ms(self.lease_ms).map_err(|e| ManifestError(e.to_string()))?;
+        // A flow set without an ordering is checked against `none`, what
+        // a new group gets; an existing one is checked at deploy.
+        if let Some(flow) = &self.flow {
+            flow.validate(self.ordering.unwrap_or_default())
+                .map_err(|e| ManifestError(e.to_string()))?;
+        }
         if self.batch_wait_ms > MAX_BATCH_WAIT_MS || self.batch_wait_ms >= self.lease_ms / 2 {
             return bad(format!(
                 "batch_wait_ms must be at most {MAX_BATCH_WAIT_MS} and under half of lease_ms: a lease waits in the batch"
@@ -268,6 +281,7 @@ impl Manifest {
             group: self.group.clone(),
             ordering: self.ordering,
             on_exhausted: self.on_exhausted,
+            flow: self.flow,
             partitions: self
                 .partitions
                 .clone()
@@ -351,5 +365,29 @@ mod tests {
         assert_eq!(Manifest::from_toml(&m.to_toml()).unwrap(), m);
         let json = serde_json::to_vec(&m).unwrap();
         assert_eq!(Manifest::from_json(&json).unwrap(), m);
+        m.ordering = None;
+        m.flow = Some(Flow {
+            key_concurrency: Some(4),
+        });
+        assert_eq!(Manifest::from_toml(&m.to_toml()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_flow_is_read_from_toml_and_must_fit_the_ordering() {
+        let h = HandlerName::parse("h").unwrap();
+        let m =
+            Manifest::from_toml("stream = \"s\"\ngroup = \"g\"\nflow = { key_concurrency = 3 }\n")
+                .unwrap();
+        assert_eq!(m.flow.unwrap().key_concurrency, Some(3));
+        assert!(m.validate(&h).is_ok());
+        let keyed = Manifest {
+            ordering: Some(GroupOrdering::Key),
+            ..m
+        };
+        let err = keyed.validate(&h).unwrap_err();
+        assert!(err.to_string().contains("key_concurrency"), "{err}");
+        let typo =
+            Manifest::from_toml("stream = \"s\"\ngroup = \"g\"\nflow = { key_concurency = 3 }\n");
+        assert!(typo.is_err(), "an unknown limit is refused");
     }
 }

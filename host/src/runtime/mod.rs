@@ -154,6 +154,9 @@ pub struct HandlerSettings {
     /// What a head that exhausts its attempts does, for a new group; an
     /// existing one must have it. `None`: whatever it has.
     pub on_exhausted: Option<crate::model::OnExhausted>,
+    /// The flow control a new group gets; an existing one must have it.
+    /// `None`: whatever it has.
+    pub flow: Option<crate::model::Flow>,
     /// Partitions to claim from.
     pub partitions: Partitions,
     /// Deliveries handled at the same time (calls, when the handler takes
@@ -188,6 +191,7 @@ impl HandlerSettings {
             group,
             ordering: None,
             on_exhausted: None,
+            flow: None,
             partitions: Partitions::All,
             concurrency: 1,
             batch_size: 1,

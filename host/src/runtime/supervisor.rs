@@ -67,6 +67,7 @@ impl Runtime {
         let spec = GroupSpec {
             ordering: settings.ordering.unwrap_or_default(),
             on_exhausted: settings.on_exhausted.unwrap_or_default(),
+            flow: settings.flow.unwrap_or_default(),
             ..GroupSpec::new(g.clone())
         };
         match self.backend.create_group(s, spec).await {
@@ -74,7 +75,8 @@ impl Runtime {
             Err(BackendError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        if settings.ordering.is_none() && settings.on_exhausted.is_none() {
+        if settings.ordering.is_none() && settings.on_exhausted.is_none() && settings.flow.is_none()
+        {
             return Ok(());
         }
         let groups = self.backend.list_groups(s).await?;
@@ -94,6 +96,26 @@ impl Runtime {
                     s.as_str(),
                     group.on_exhausted.as_str(),
                     wanted.as_str()
+                ),
+            )
+            .into());
+        }
+        if let Some(wanted) = settings.flow
+            && group.flow != wanted
+        {
+            return Err(BackendError::invalid(
+                "flow",
+                format!(
+                    "group {:?} of stream {:?} exists with flow {}, not {}; change it with a \
+                     reset of every partition (rheo group reset {} {} --confirm --flow '{}'), \
+                     consume as a new group, or leave flow unset to take the group's",
+                    g.as_str(),
+                    s.as_str(),
+                    group.flow.to_json(),
+                    wanted.to_json(),
+                    s.as_str(),
+                    g.as_str(),
+                    wanted.to_json()
                 ),
             )
             .into());
@@ -247,6 +269,7 @@ fn same_consumption(a: &HandlerSettings, b: &HandlerSettings) -> bool {
         && a.group == b.group
         && a.ordering == b.ordering
         && a.on_exhausted == b.on_exhausted
+        && a.flow == b.flow
         && a.partitions == b.partitions
         && a.concurrency == b.concurrency
         && a.max_demand == b.max_demand

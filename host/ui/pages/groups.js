@@ -72,6 +72,8 @@ function createGroupForm(onCreated) {
   const exhausted = h('select', { id: 'cg-exhausted', 'data-testid': 'create-group-exhausted' },
     h('option', { value: 'dead_letter', text: 'dead-letter the event' }),
     h('option', { value: 'quarantine', text: 'quarantine: park its key (needs an ordering)' }));
+  const perKey = h('input', { id: 'cg-key-concurrency', type: 'number', min: 1, max: 10000, placeholder: 'no limit',
+    'data-testid': 'create-group-key-concurrency' });
   const start = startPoint('cg');
   const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'create-group', text: 'Create group' });
   const form = h('form', {},
@@ -80,6 +82,7 @@ function createGroupForm(onCreated) {
       field('Stream', stream), field('Group name', name), field('Max attempts', attempts, 'default 5'),
       field('Ordering', ordering), field('When attempts run out', exhausted)),
     h('div', { class: 'field-row' },
+      field('At most per key', perKey, 'deliveries out at once, any order; ordering none'),
       start.element, field('Retry backoff (ms, by attempt)', retry, 'optional; the last repeats')),
     errors, notice,
     h('div', { class: 'actions' }, submit));
@@ -103,12 +106,14 @@ function createGroupForm(onCreated) {
     busy(submit, errors, notice, async () => {
       const body = { name: name.value.trim(), ordering: ordering.value, on_exhausted: exhausted.value, ...start.fields() };
       if (attempts.value !== '') body.max_attempts = Number(attempts.value);
+      if (perKey.value !== '') body.flow = { key_concurrency: Number(perKey.value) };
       const schedule = backoff(retry.value);
       if (schedule) body.retry_backoff_ms = schedule;
       const created = await api('POST', `/v1/streams/${seg(stream.value)}/groups`, { json: body });
       name.value = '';
       await onCreated();
-      return `Created group ${created.name} on ${created.stream} (${created.max_attempts} attempts, ordering ${created.ordering}).`;
+      const perKeyText = created.flow && created.flow.key_concurrency ? `, at most ${created.flow.key_concurrency} per key` : '';
+      return `Created group ${created.name} on ${created.stream} (${created.max_attempts} attempts, ordering ${created.ordering}${perKeyText}).`;
     });
   });
   return section;
@@ -239,13 +244,17 @@ function resetSection(group, path, done) {
     h('option', { value: 'none', text: 'none' }),
     h('option', { value: 'key', text: 'key' }),
     h('option', { value: 'partition', text: 'partition' }));
+  const perKey = h('input', { id: 'rs-key-concurrency', type: 'text', placeholder: 'unchanged', 'data-testid': 'reset-key-concurrency' });
   const partitionsField = field('Partitions', partitions, 'e.g. 0, 2; default all');
-  ordering.addEventListener('change', () => { partitionsField.hidden = ordering.value !== ''; });
+  const whole = () => { partitionsField.hidden = ordering.value !== '' || perKey.value.trim() !== ''; };
+  ordering.addEventListener('change', whole);
+  perKey.addEventListener('input', whole);
   const button = h('button', { type: 'submit', class: 'danger', 'data-testid': 'reset', text: `Reset group ${group}` });
   const confirmation = typedConfirmation('reset-group-name', group, button);
   const form = h('form', {},
-    h('p', { text: 'Forgets which events the group acked, retried or dead-lettered in the chosen partitions, and starts them again at the start point; leases held there become stale and attempts start again at 1. A new ordering resets every partition. This cannot be undone.' }),
-    h('div', { class: 'field-row' }, start.element, partitionsField, field('Ordering from now on', ordering)),
+    h('p', { text: 'Forgets which events the group acked, retried or dead-lettered in the chosen partitions, and starts them again at the start point; leases held there become stale and attempts start again at 1. A new ordering or per-key limit resets every partition. This cannot be undone.' }),
+    h('div', { class: 'field-row' }, start.element, partitionsField, field('Ordering from now on', ordering),
+      field('At most per key from now on', perKey, 'a number, or none')),
     h('div', { class: 'field-row' }, confirmation.element),
     errors, notice,
     h('div', { class: 'actions' }, button));
@@ -257,6 +266,8 @@ function resetSection(group, path, done) {
       const chosen = partitionsField.hidden ? undefined : numberList(partitions.value, 'Partitions');
       if (chosen) body.partitions = chosen;
       if (ordering.value) body.ordering = ordering.value;
+      const limit = perKey.value.trim();
+      if (limit) body.flow = limit === 'none' ? {} : { key_concurrency: Number(limit) };
       await api('POST', `${path}/reset`, { json: body });
       await done();
       return `Reset group ${group}${body.ordering ? ` (ordering ${body.ordering})` : ''}: it starts again${chosen ? ` in partition${chosen.length === 1 ? '' : 's'} ${chosen.join(', ')}` : ''}.`;
@@ -479,6 +490,9 @@ export function detail(root, [stream, group]) {
       stat('Waiting retry', num(lag.waiting_retry), 'group-waiting', 'nacked, not yet due'),
       stat('Dead letters', num(info.dead_letters), 'group-dead-letters', `after ${info.max_attempts} attempts or a reject`),
       stat('Oldest unacked', duration(lag.oldest_unacked_age_ms), 'group-oldest', 'age'),
+      info.flow && info.flow.key_concurrency
+        ? stat('Per key', num(info.flow.key_concurrency), 'group-key-concurrency', 'out at once at most')
+        : null,
       info.on_exhausted === 'quarantine'
         ? stat('Parked keys', num(held.length), 'group-parked', 'waiting for a release')
         : null,

@@ -40,8 +40,8 @@ use rheo_core::backend::{
     Error, FetchRequest, RenewRequest, Result, validate_renewals, validate_settlements,
 };
 use rheo_core::model::{
-    ConsumerId, Event, EventId, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, Settlement,
-    StreamName, Timestamp, clip_reason,
+    ConsumerId, Event, EventId, GroupName, Lease, LeaseId, SettleTarget, Settlement, StreamName,
+    Timestamp, clip_reason,
 };
 
 /// Delivery statuses.
@@ -192,10 +192,10 @@ impl MongoBackend {
         }
         // A fetch that lost every race to other fetchers looks again: what
         // they left may still be claimable. So does one that found the
-        // group's ordering changed (read again here).
+        // group's ordering or flow changed (read again here).
         for _ in 0..3 {
             let config = self.group_config(&req.stream, &req.group).await?;
-            if config.ordering != GroupOrdering::None {
+            if config.gating().is_gated() {
                 let (s, g) = (&req.stream, &req.group);
                 let Some(claimed) = self
                     .fetch_ordered(&req, &config, &selected, partition_count)
@@ -289,7 +289,7 @@ impl MongoBackend {
     }
 
     /// One round of claims; also says whether a race was lost (or the
-    /// group's ordering found changed: the caller reads it again).
+    /// group's ordering or flow found changed: the caller reads it again).
     async fn fetch_once(
         &self,
         req: &FetchRequest,
@@ -299,10 +299,10 @@ impl MongoBackend {
     ) -> Result<(Vec<Lease>, bool)> {
         let (s, g) = (&req.stream, &req.group);
         let max_attempts = config.max_attempts;
-        // Read first: a group that another node's reset made ordered is
-        // fetched by the ordered path from now on.
+        // Read first: a group that another node's reset made ordered (or
+        // gave a `key_concurrency`) is fetched by the gated path from now on.
         let state = self.group_state(s, g, partition_count).await?;
-        if state.ordering != config.ordering {
+        if !state.gates_as(config) {
             self.forget_group(s, g);
             return Ok((Vec::new(), true));
         }
@@ -790,20 +790,21 @@ impl MongoBackend {
         self.meta(s).await?;
         let mut config = self.group_config(s, g).await?;
         let now = self.now();
-        if config.ordering == GroupOrdering::None {
+        if !config.gating().is_gated() {
             if plain_acks(&items)
                 && let Some(results) = self.ack_all(s, g, &items, now).await?
             {
                 return Ok(results);
             }
             // A delivery with a gate: another node's reset made the group
-            // ordered (`ack_all` found one, or this read does).
+            // ordered or gave it a flow (`ack_all` found one, or this read
+            // does).
             if !plain_acks(&items) && !self.any_gated(s, g, &items).await? {
                 return self.settle_each(s, g, items, &config, now).await;
             }
             self.forget_group(s, g);
             config = self.group_config(s, g).await?;
-            if config.ordering == GroupOrdering::None {
+            if !config.gating().is_gated() {
                 return self.settle_each(s, g, items, &config, now).await;
             }
         }
@@ -811,7 +812,7 @@ impl MongoBackend {
     }
 
     /// Whether any of the deliveries `items` name has a gate (was created
-    /// by an ordered group).
+    /// by a gated group: ordered, or with a `key_concurrency`).
     async fn any_gated(&self, s: &StreamName, g: &GroupName, items: &[Settlement]) -> Result<bool> {
         let events: Vec<&str> = items.iter().map(|i| i.target.event_id.as_str()).collect();
         let mut by_event = deliveries_of(s, g);
@@ -851,7 +852,7 @@ impl MongoBackend {
                 unreachable!("the fence holds only on a delivery found");
             };
             let attempt = u32::try_from(int(&held, "a")?).map_err(|e| corrupt("attempt", e))?;
-            // A delivery with a gate was created by an ordered group.
+            // A delivery with a gate was created by a gated group.
             let gated = held.contains_key("k");
             let write = settle_write(item.op, attempt, gated, config, now);
             requeued |= write.requeues();
@@ -899,8 +900,8 @@ impl MongoBackend {
     /// a racing ack of the same lease, a nack, a replay) are they read
     /// again to see which this call acked — those carrying its token, so
     /// of two racing acks of one lease exactly one succeeds. `None`
-    /// (nothing written) when a delivery has a gate: the group is ordered
-    /// now.
+    /// (nothing written) when a delivery has a gate: the group is gated
+    /// now (ordered, or with a `key_concurrency`).
     async fn ack_all(
         &self,
         s: &StreamName,

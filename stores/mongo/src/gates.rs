@@ -1,18 +1,25 @@
-//! Group ordering on MongoDB (`docs/groups.md#ordering`,
-//! `docs/backends.md#mongodb`).
+//! Group ordering and flow control on MongoDB (`docs/groups.md#ordering`,
+//! `docs/groups.md#flow`, `docs/backends.md#mongodb`).
 //!
-//! A delivery of an ordered group that has a gate (its key, or its
-//! partition) names it in `k`; a gate's head is `available` or `leased` as
-//! any delivery, its other open deliveries are `parked`, which no claim
-//! reads. Deciding whether a gate is free and letting its next delivery
-//! through touch several documents, so in an ordered group the fetch, the
-//! settles, the poison guard, replays and redrives each run as one
-//! transaction. Every one of them that changes a gate also writes that
-//! gate's document in `rheo_gates` (present while the gate has open
-//! deliveries): two transactions that decide on one gate then conflict
-//! and one runs again, so a fetch never parks an event behind a head a
-//! concurrent settle released. The walk over unseen events is the shared
-//! one ([`GateWalk`]).
+//! A delivery of a gated group that has a gate (its key, or its
+//! partition) names it in `k`; a gate's heads (one under an ordering, up
+//! to `key_concurrency` under a flow: `Gating::slots`) are `available`
+//! or `leased` as any delivery, its other open deliveries are `parked`,
+//! which no claim reads. A gated delivery of a gate with more than one
+//! slot also carries the slot count in `n` (missing: one), so that a
+//! settle decides with the group's slots as they were when its
+//! deliveries were made, whatever this node kept of the group. Deciding
+//! whether a gate is free and letting its next deliveries through touch
+//! several documents, so in a gated group the fetch, the settles, the
+//! poison guard, replays and redrives each run as one transaction. Every
+//! one of them that changes a gate also writes that gate's document in
+//! `rheo_gates` (present while the gate has open deliveries): two
+//! transactions that decide on one gate then conflict and one runs again,
+//! so a fetch never parks an event behind a head a concurrent settle
+//! released. The walk over unseen events is the shared one ([`GateWalk`]):
+//! it asks `rheo_gates` which gates it passes have deliveries open and,
+//! with more than one slot, counts those gates' heads and parked
+//! deliveries in one aggregation.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -31,7 +38,7 @@ use super::{
     is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
-    GateView, GateWalk, GroupConfig, Hold, QUARANTINE_CONSUMER, Regate, Share, Write,
+    GateState, GateView, GateWalk, GroupConfig, Hold, QUARANTINE_CONSUMER, Regate, Share, Write,
     claim_capacity, fence, poison_write, regate, settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
@@ -59,22 +66,61 @@ fn of_gate(s: &StreamName, g: &GroupName, p: u32, gate: &str, statuses: &[&str])
 }
 
 /// The update statements (for [`MongoBackend::update_each`]) that carry
-/// out a gate's step in partition `p`: the delivery handed out before
-/// parked, the new head let through.
+/// out a gate's step in partition `p`: the deliveries handed out before
+/// that are no longer heads parked, the new heads let through.
 fn head_moves((s, g): (&StreamName, &GroupName), p: u32, step: &Regate) -> Vec<Document> {
-    [
-        (step.park, AVAILABLE, PARKED),
-        (step.release, PARKED, AVAILABLE),
-    ]
-    .into_iter()
-    .filter_map(|(seq, from, to)| {
-        let mut filter = deliveries_of(s, g);
-        filter.insert("p", p as i32);
-        filter.insert("q", big(seq?));
-        filter.insert("st", from);
-        Some(doc! {"q": filter, "u": {"$set": {"st": to}}})
-    })
-    .collect()
+    let parked = step.park.iter().map(|&seq| (seq, AVAILABLE, PARKED));
+    let released = step.release.iter().map(|&seq| (seq, PARKED, AVAILABLE));
+    parked
+        .chain(released)
+        .map(|(seq, from, to)| {
+            let mut filter = deliveries_of(s, g);
+            filter.insert("p", p as i32);
+            filter.insert("q", big(seq));
+            filter.insert("st", from);
+            doc! {"q": filter, "u": {"$set": {"st": to}}}
+        })
+        .collect()
+}
+
+/// What [`regate`] sees of a gate of `slots` heads from its open
+/// deliveries read, as (sequence, status): all of them, or, for a gate of
+/// one slot after a settle of its head, its lowest one.
+fn view_of<'a>(slots: usize, open: impl IntoIterator<Item = (u64, &'a str)>) -> GateView {
+    let mut open: Vec<(u64, &str)> = open.into_iter().collect();
+    open.sort_unstable_by_key(|&(seq, _)| seq);
+    let with = |keep: &dyn Fn(&str) -> bool| -> Vec<u64> {
+        open.iter()
+            .filter(|(_, st)| keep(st))
+            .map(|&(seq, _)| seq)
+            .collect()
+    };
+    GateView {
+        slots,
+        out: open.iter().filter(|(_, st)| *st == LEASED).count(),
+        heads: with(&|st| st == AVAILABLE),
+        waiting: with(&|st| st != LEASED),
+    }
+}
+
+/// The slots of the gate a gated delivery document belongs to, as it was
+/// made (`n`; missing: one, an ordering's).
+fn slots_of(d: &Document) -> Result<usize> {
+    match super::opt_int(d, "n")? {
+        None => Ok(1),
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| corrupt("slots", n)),
+    }
+}
+
+/// Marks a new gated delivery document with its gate's slots when there
+/// are more than one ([`slots_of`]).
+fn mark_slots(d: &mut Document, slots: usize) {
+    if slots > 1 {
+        d.insert("n", slots as i64);
+    }
 }
 
 /// A delivery document's partition.
@@ -89,13 +135,18 @@ pub(super) fn id_of(d: &Document) -> Result<Bson> {
         .ok_or_else(|| corrupt("delivery", "no _id"))
 }
 
-/// One partition's walk over its unseen events in an ordered fetch, with
+/// One partition's walk over its unseen events in a gated fetch, with
 /// what it read.
 #[derive(Debug)]
 struct Walking {
     walk: GateWalk,
-    /// Whether each gate asked has a delivery open.
-    busy: HashMap<String, bool>,
+    /// How many heads each gate may have.
+    slots: usize,
+    /// Whether each gate asked has its document in `rheo_gates` (has a
+    /// delivery open).
+    exists: HashMap<String, bool>,
+    /// What each gate asked holds, as the walk needs it.
+    states: HashMap<String, GateState>,
     /// The events its windows read, by sequence.
     events: HashMap<u64, Event>,
 }
@@ -142,14 +193,15 @@ impl MongoBackend {
         }
     }
 
-    /// An ordered group's fetch (`docs/groups.md#ordering`), in one
-    /// transaction: the poison guard (each dead head letting its gate's
-    /// next delivery through), re-claims (what is claimable is a head, or
-    /// has no gate), then per partition the shared walk over its unseen
-    /// events, asking `rheo_gates` which gates it passes are busy; the new
-    /// deliveries (leased or parked), the gates' documents and the cursors
-    /// are written with it. `None` when the group's ordering changed (read
-    /// again); else the claims and the lease times.
+    /// A gated group's fetch (`docs/groups.md#ordering`,
+    /// `docs/groups.md#flow`), in one transaction: the poison guard (each
+    /// dead head letting its gate's next delivery through), re-claims
+    /// (what is claimable is a head, or has no gate), then per partition
+    /// the shared walk over its unseen events, asking what the gates it
+    /// passes hold; the new deliveries (leased or parked), the gates'
+    /// documents and the cursors are written with it. `None` when the
+    /// group's ordering or flow changed (read again); else the claims and
+    /// the lease times.
     #[allow(clippy::type_complexity)]
     pub(super) async fn fetch_ordered(
         &self,
@@ -186,11 +238,11 @@ impl MongoBackend {
     ) -> Tx<Option<(Vec<Claimed>, bool)>> {
         let (s, g) = (&req.stream, &req.group);
         let state = self.state_in(session, s, g, partition_count).await?;
-        if state.ordering != config.ordering {
+        if !state.gates_as(config) {
             self.forget_group(s, g);
             return Ok(None);
         }
-        let ordering = config.ordering;
+        let gating = config.gating();
         let in_selected: Vec<i32> = selected.iter().map(|&p| p as i32).collect();
         let max = i64::from(config.max_attempts);
 
@@ -225,8 +277,9 @@ impl MongoBackend {
                 .session(&mut *session)
                 .await?;
             if let Some(gate) = gate {
+                let p = partition_of(&d)?;
                 woke |= self
-                    .regate_in(session, (s, g), partition_of(&d)?, &gate, true)
+                    .regate_in(session, (s, g), (p, &gate), gating.slots(), true)
                     .await?;
             }
         }
@@ -302,8 +355,10 @@ impl MongoBackend {
                                 .created_from(s, g, p, state.cursors[p as usize])
                                 .await?;
                             slot.insert(Walking {
-                                walk: GateWalk::new(ordering, cursor, 0),
-                                busy: HashMap::new(),
+                                walk: GateWalk::new(gating, cursor, 0),
+                                slots: gating.slots(),
+                                exists: HashMap::new(),
+                                states: HashMap::new(),
                                 events: HashMap::new(),
                             })
                         }
@@ -351,8 +406,12 @@ impl MongoBackend {
 
     /// Walks partition `p`'s unseen events on by the shared rule, until
     /// the walk has what it wants or is over, asking `rheo_gates` which
-    /// gates it passes are busy. Reads only: [`Self::write_walk`] writes
-    /// what it decided.
+    /// gates it passes have deliveries open (a gate without a document is
+    /// free) and, when a gate has more than one slot, how many heads and
+    /// whether parked deliveries those gates have ([`Self::gate_states`]).
+    /// A gate asked again in a later window is answered from what was read:
+    /// the walk writes nothing before [`Self::write_walk`], so the store
+    /// would answer the same.
     async fn walk_on(
         &self,
         session: &mut ClientSession,
@@ -361,7 +420,13 @@ impl MongoBackend {
         w: &mut Walking,
         hw: u64,
     ) -> Tx<()> {
-        let Walking { walk, busy, events } = w;
+        let Walking {
+            walk,
+            slots,
+            exists,
+            states,
+            events,
+        } = w;
         while let Some((first, last)) = walk.window(hw) {
             let window = self.read_range(s, p, first, last).await?;
             let pairs: Vec<(u64, Option<String>)> =
@@ -369,7 +434,7 @@ impl MongoBackend {
             let asked: Vec<String> = walk
                 .to_ask(&pairs)
                 .into_iter()
-                .filter(|gate| !busy.contains_key(gate))
+                .filter(|gate| !exists.contains_key(gate))
                 .collect();
             if !asked.is_empty() {
                 let ids: Vec<String> = asked.iter().map(|gate| gate_id(s, g, p, gate)).collect();
@@ -380,15 +445,66 @@ impl MongoBackend {
                     .iter()
                     .filter_map(|d| d.get_str("_id").ok().map(str::to_owned))
                     .collect();
+                let mut open = Vec::new();
                 for gate in asked {
-                    let open = found.contains(&gate_id(s, g, p, &gate));
-                    busy.insert(gate, open);
+                    let busy = found.contains(&gate_id(s, g, p, &gate));
+                    // One slot: a gate with a delivery open is full.
+                    states.insert(gate.clone(), GateState::busy(busy));
+                    if busy {
+                        open.push(gate.clone());
+                    }
+                    exists.insert(gate, busy);
+                }
+                if *slots > 1 && !open.is_empty() {
+                    let counted = self.gate_states(session, (s, g), p, &open).await?;
+                    for gate in open {
+                        let state = counted.get(&gate).copied().unwrap_or(GateState::FREE);
+                        states.insert(gate, state);
+                    }
                 }
             }
-            walk.pass(pairs, |gate| busy.get(gate).copied().unwrap_or(false));
+            walk.pass(pairs, |gate| {
+                states.get(gate).copied().unwrap_or(GateState::FREE)
+            });
             events.extend(window.into_iter().map(|e| (e.sequence, e)));
         }
         Ok(())
+    }
+
+    /// What `gates` of partition `p` hold ([`GateState`]), in one
+    /// aggregation of their open deliveries: how many are heads (leased,
+    /// their lease expired or not, or handed to the claims), and whether
+    /// any are parked. A gate with nothing open is left out.
+    async fn gate_states(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        gates: &[String],
+    ) -> Tx<HashMap<String, GateState>> {
+        let mut filter = deliveries_of(s, g);
+        filter.insert("p", p as i32);
+        filter.insert("k", doc! {"$in": gates});
+        filter.insert("st", doc! {"$in": OPEN.as_slice()});
+        let parked = doc! {"$eq": ["$st", PARKED]};
+        let pipeline = vec![
+            doc! {"$match": filter},
+            doc! {"$group": {
+                "_id": "$k",
+                "heads": {"$sum": {"$cond": [parked.clone(), 0, 1]}},
+                "parked": {"$sum": {"$cond": [parked, 1, 0]}},
+            }},
+        ];
+        let mut states = HashMap::new();
+        for row in self.aggregate_in(session, DELIVERIES, pipeline).await? {
+            let gate = super::text(&row, "_id")?.to_owned();
+            let state = GateState {
+                heads: usize::try_from(uint(&row, "heads")?).map_err(|e| corrupt("heads", e))?,
+                parked: uint(&row, "parked")? > 0,
+            };
+            states.insert(gate, state);
+        }
+        Ok(states)
     }
 
     /// Writes what partition `p`'s walk decided: the new deliveries, leased
@@ -402,8 +518,10 @@ impl MongoBackend {
         state: &GroupState,
         Walking {
             walk,
+            slots,
+            exists,
             mut events,
-            busy,
+            ..
         }: Walking,
         (consumer, now, expires_at): (&str, Timestamp, Timestamp),
     ) -> Tx<Vec<Claimed>> {
@@ -434,6 +552,7 @@ impl MongoBackend {
             };
             if let Some(gate) = gate {
                 d.insert("k", gate.as_str());
+                mark_slots(&mut d, slots);
                 joined.insert(gate);
             }
             docs.push(d);
@@ -449,7 +568,7 @@ impl MongoBackend {
             let event = events
                 .get(&seq)
                 .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
-            docs.push(doc! {
+            let mut d = doc! {
                 "_id": ObjectId::new(),
                 "s": s.as_str(),
                 "g": g.as_str(),
@@ -459,14 +578,17 @@ impl MongoBackend {
                 "st": PARKED,
                 "a": 0_i64,
                 "k": gate.as_str(),
-            });
+            };
+            mark_slots(&mut d, slots);
+            docs.push(d);
             joined.insert(gate);
         }
         if !docs.is_empty() {
             // Another fetcher may have created one: read again.
             self.insert_all(session, DELIVERIES, docs).await?;
         }
-        self.touch_gates(session, (s, g), p, &joined, &busy).await?;
+        self.touch_gates(session, (s, g), p, &joined, &exists)
+            .await?;
         let mut filter = group_key(s, g);
         filter.insert("epoch", state.epoch);
         let moved = self
@@ -484,10 +606,11 @@ impl MongoBackend {
         Ok(claimed)
     }
 
-    /// Settles of an ordered group, in one transaction: each item fenced
-    /// and written as the policy says; an ack or a dead letter of a head
-    /// lets its gate's next delivery through, a retry keeps the head
-    /// unless a lower delivery of the gate waits (re-opened by a replay).
+    /// Settles of a gated group, in one transaction: each item fenced and
+    /// written as the policy says; an ack or a dead letter of a head lets
+    /// its gate's lowest parked delivery through (as many as it has slots
+    /// free), a retry keeps the head unless lower deliveries of the gate
+    /// wait for its slots (re-opened by a replay).
     pub(super) async fn settle_ordered(
         &self,
         s: &StreamName,
@@ -599,7 +722,7 @@ impl MongoBackend {
             results.push(Ok(()));
         }
         let (heads, done) = self.regate_settled(session, (s, g), &settled).await?;
-        woke |= heads.values().any(|step| step.release.is_some());
+        woke |= heads.values().any(|step| !step.release.is_empty());
         for ((p, _), step) in &heads {
             updates.extend(head_moves((s, g), *p, step));
         }
@@ -657,11 +780,21 @@ impl MongoBackend {
             .keys()
             .map(|gate| (gate.clone(), HashMap::new()))
             .collect();
+        // Each gate's slots as its deliveries were made (the settled ones
+        // among them): a reset that changes the flow removes every
+        // delivery, so they are the group's slots now, whatever this node
+        // kept of it.
+        let mut slots: HashMap<(u32, String), usize> = HashMap::new();
         for d in &found {
             let gate = (partition_of(d)?, super::text(d, "k")?.to_owned());
             let status = super::text(d, "st")?.to_owned();
             if let Some(of_gate) = open.get_mut(&gate) {
                 of_gate.insert(uint(d, "q")?, status);
+                let n = slots_of(d)?;
+                slots
+                    .entry(gate)
+                    .and_modify(|slots| *slots = n.min(*slots))
+                    .or_insert(n);
             }
         }
         for (gate, writes) in settled {
@@ -680,26 +813,17 @@ impl MongoBackend {
                 done.push(gate);
                 continue;
             }
-            let with = |status: &str| {
-                of_gate
-                    .iter()
-                    .filter(|(_, st)| st.as_str() == status)
-                    .map(|(q, _)| *q)
-                    .min()
-            };
-            let step = regate(GateView {
-                out: with(LEASED).is_some(),
-                head: with(AVAILABLE),
-                lowest: of_gate.keys().copied().min(),
-            });
-            heads.insert(gate, step);
+            let slots = slots.get(&gate).copied().unwrap_or(1);
+            let view = view_of(slots, of_gate.iter().map(|(q, st)| (*q, st.as_str())));
+            heads.insert(gate, regate(&view));
         }
         Ok((heads, done))
     }
 
-    /// A replay or a redrive of an ordered group, in one transaction:
-    /// re-opens what `how` names, then gives each gate it touched one head
-    /// again (`docs/groups.md#ordering`). Returns how many were not open.
+    /// A replay or a redrive of a gated group, in one transaction:
+    /// re-opens what `how` names, then gives each gate it touched its heads
+    /// again (`docs/groups.md#ordering`, `docs/groups.md#flow`). Returns
+    /// how many were not open.
     pub(super) async fn reopen_ordered(
         &self,
         s: &StreamName,
@@ -721,7 +845,7 @@ impl MongoBackend {
         how: &Reopen<'_>,
     ) -> Tx<u64> {
         let state = self.state_in(session, s, g, partition_count).await?;
-        let ordering = state.ordering;
+        let gating = state.gating();
         let mut count = 0;
         let mut touched: BTreeSet<(u32, String)> = BTreeSet::new();
         match how {
@@ -811,9 +935,10 @@ impl MongoBackend {
                                 "a": 0_i64,
                             };
                             let key = opt_text(&e, "key");
-                            if let Some(gate) = ordering.gate(key.as_deref()) {
+                            if let Some(gate) = gating.gate(key.as_deref()) {
                                 d.insert("k", gate);
                                 d.insert("st", PARKED);
+                                mark_slots(&mut d, gating.slots());
                                 touched.insert((p, gate.to_owned()));
                             }
                             docs.push(d);
@@ -851,7 +976,7 @@ impl MongoBackend {
             }
         }
         for (p, gate) in touched {
-            self.regate_in(session, (s, g), p, &gate, false).await?;
+            (self.regate_in(session, (s, g), (p, &gate), gating.slots(), false)).await?;
         }
         // Fetches that read the group meanwhile run again.
         self.coll(GROUPS)
@@ -907,24 +1032,25 @@ impl MongoBackend {
         Ok(())
     }
 
-    /// Gives a gate the head the shared rule gives it ([`regate`],
-    /// `docs/groups.md#ordering`) — none while one of its deliveries is
-    /// out, else its lowest open one — parking the one handed out before
-    /// if it is no longer the head; forgets the gate when nothing of it is
-    /// open. After a settle of its head (`settled`: acked, dead-lettered,
-    /// or retried and parked) nothing of the gate is out or handed out, so
-    /// its lowest open delivery is all there is to read. Whether a delivery
-    /// was let through.
+    /// Gives a gate of `slots` heads the heads the shared rule gives it
+    /// ([`regate`], `docs/groups.md#ordering`, `docs/groups.md#flow`) —
+    /// its deliveries out and, for the slots left, its lowest open ones —
+    /// parking those handed out before that are no longer heads; forgets
+    /// the gate when nothing of it is open. After a settle of the head of
+    /// a gate of one slot (`settled`: acked, dead-lettered, or retried and
+    /// parked) nothing of the gate is out or handed out, so its lowest open
+    /// delivery is all there is to read; otherwise every open delivery of
+    /// the gate is read. Whether a delivery was let through.
     pub(super) async fn regate_in(
         &self,
         session: &mut ClientSession,
         sg: (&StreamName, &GroupName),
-        p: u32,
-        gate: &str,
+        (p, gate): (u32, &str),
+        slots: usize,
         settled: bool,
     ) -> Tx<bool> {
         let filter = of_gate(sg.0, sg.1, p, gate, &OPEN);
-        let limit = if settled { 1 } else { 0 };
+        let limit = if settled && slots == 1 { 1 } else { 0 };
         let open = self
             .find_in(session, DELIVERIES, filter, Some(doc! {"q": 1}), limit)
             .await?;
@@ -935,20 +1061,11 @@ impl MongoBackend {
                 .await?;
             return Ok(false);
         }
-        let with = |status: &str| -> Result<Option<u64>> {
-            match open
-                .iter()
-                .find(|d| d.get_str("st").is_ok_and(|st| st == status))
-            {
-                Some(d) => Ok(Some(uint(d, "q")?)),
-                None => Ok(None),
-            }
-        };
-        let step = regate(GateView {
-            out: with(LEASED)?.is_some(),
-            head: with(AVAILABLE)?,
-            lowest: open.first().map(|d| uint(d, "q")).transpose()?,
-        });
+        let read = open
+            .iter()
+            .map(|d| Ok((uint(d, "q")?, super::text(d, "st")?)))
+            .collect::<Result<Vec<_>>>()?;
+        let step = regate(&view_of(slots, read));
         let moves = head_moves(sg, p, &step);
         let expected = moves.len() as u64;
         if self.update_each(session, DELIVERIES, moves).await? != expected {
@@ -956,7 +1073,7 @@ impl MongoBackend {
             return Err(Fail::Retry);
         }
         self.touch_gate(session, sg, p, gate).await?;
-        Ok(step.release.is_some())
+        Ok(!step.release.is_empty())
     }
 
     /// Forgets the gates of a group's partitions (a reset).

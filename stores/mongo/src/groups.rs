@@ -7,7 +7,9 @@
 //! starts at a random value, so neither can a fetch that read a group of
 //! the same name before a delete (`lifecycle.rs`). `skipped` counts the
 //! events retention removed before the group settled them
-//! (`retention.rs`; missing while 0).
+//! (`retention.rs`; missing while 0). Its `ordering` and `flow` (the
+//! text of [`Flow::to_json`]; missing: no limit) change only with a reset
+//! of every partition (`rewind.rs`).
 
 use mongodb::bson::{Bson, Document, doc};
 
@@ -17,10 +19,12 @@ use super::{
     DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, Turn, big, corrupt, int,
     is_duplicate_key, map_error, text, transaction,
 };
-use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
+use rheo_core::backend::policy::{
+    Gating, GroupConfig, Marks, clamp_starts, start_lookup, start_points,
+};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{
-    Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName,
+    Flow, Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName,
 };
 
 /// A group as fetches and rewinds read it.
@@ -32,11 +36,26 @@ pub(crate) struct GroupState {
     pub(crate) epoch: i64,
     /// As stored: a reset of every partition may change it.
     pub(crate) ordering: GroupOrdering,
+    /// As stored (`docs/groups.md#flow`): a reset of every partition may
+    /// change it.
+    pub(crate) flow: Flow,
     /// Events retention removed before the group settled them.
     pub(crate) skipped: u64,
 }
 
 impl GroupState {
+    /// How its deliveries pass gates, as stored.
+    pub(crate) fn gating(&self) -> Gating {
+        Gating::new(self.ordering, &self.flow)
+    }
+
+    /// Whether `config` (what this node kept of the group) has the
+    /// ordering and flow stored: else it is out of date (another node's
+    /// reset changed them), and is read again.
+    pub(crate) fn gates_as(&self, config: &GroupConfig) -> bool {
+        self.ordering == config.ordering && self.flow == config.flow
+    }
+
     /// Raises each cursor below its partition's first stored sequence to
     /// it: nothing below is left to deliver (`retention.rs`).
     pub(crate) fn at_log_start(&mut self, firsts: &[u64]) {
@@ -69,6 +88,7 @@ fn decode_group(s: &StreamName, d: &Document) -> Result<Group> {
         retry_backoff_ms: backoff,
         ordering: stored_ordering(d)?,
         on_exhausted: stored_on_exhausted(d)?,
+        flow: stored_flow(d)?,
         created_at: rheo_core::model::Timestamp::from_millis(int(d, "created_at")?),
     })
 }
@@ -79,6 +99,17 @@ pub(crate) fn stored_ordering(d: &Document) -> Result<GroupOrdering> {
     match d.get_str("ordering") {
         Ok(o) => o.parse().map_err(|e| corrupt("ordering", e)),
         Err(_) => Ok(GroupOrdering::None),
+    }
+}
+
+/// A group document's flow (`docs/groups.md#flow`), the text of
+/// [`Flow::to_json`] (groups created before flows existed have none: no
+/// limit).
+pub(crate) fn stored_flow(d: &Document) -> Result<Flow> {
+    match d.get("flow") {
+        None | Some(Bson::Null) => Ok(Flow::default()),
+        Some(Bson::String(text)) => Flow::from_json(text).map_err(|e| corrupt("flow", e)),
+        Some(other) => Err(corrupt("flow", other)),
     }
 }
 
@@ -117,6 +148,7 @@ impl MongoBackend {
                 "epoch": rand::random_range(0..1_i64 << 52),
                 "ordering": spec.ordering.as_str(),
                 "on_exhausted": spec.on_exhausted.as_str(),
+                "flow": spec.flow.to_json(),
             };
             created = self
                 .create_after(&id, &scopes, || async {
@@ -187,6 +219,7 @@ impl MongoBackend {
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
             on_exhausted: spec.on_exhausted,
+            flow: spec.flow,
             created_at: now,
         })
     }
@@ -203,17 +236,17 @@ impl MongoBackend {
     }
 
     /// Forgets a group's settings (read again next time): another node
-    /// changed its ordering.
+    /// changed its ordering or flow.
     pub(crate) fn forget_group(&self, s: &StreamName, g: &GroupName) {
         self.catalog.forget_group(s, g);
     }
 
-    /// The group's retry policy and ordering; [`Error::GroupNotFound`] when
-    /// it has none. Kept in the catalog once read, until a delete (a call
-    /// that finds the group gone answers `group_not_found` and forgets
-    /// it); every path that depends on the ordering compares it with the
-    /// stored one ([`GroupState::ordering`], or a delivery's gate) and
-    /// drops what is kept when they differ.
+    /// The group's retry policy, ordering and flow; [`Error::GroupNotFound`]
+    /// when it has none. Kept in the catalog once read, until a delete (a
+    /// call that finds the group gone answers `group_not_found` and forgets
+    /// it); every path that depends on the gating compares it with the
+    /// stored one ([`GroupState::gates_as`], or a delivery's gate and
+    /// slots) and drops what is kept when they differ.
     pub(crate) async fn group_config(&self, s: &StreamName, g: &GroupName) -> Result<GroupConfig> {
         self.refresh_catalog().await?;
         if let Some(config) = self.catalog.group(s, g) {
@@ -245,7 +278,7 @@ impl MongoBackend {
         let found = self
             .coll(GROUPS)
             .find_one(group_key(s, g))
-            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1, "skipped": 1})
+            .projection(doc! {"cursor": 1, "epoch": 1, "ordering": 1, "flow": 1, "skipped": 1})
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
         let d = found.ok_or_else(|| Error::GroupNotFound {
@@ -256,7 +289,7 @@ impl MongoBackend {
     }
 }
 
-/// A group document's cursors, epoch and ordering, for a stream of
+/// A group document's cursors, epoch, ordering and flow, for a stream of
 /// `partitions` partitions: `stream_not_found` when the group has another
 /// count (this node kept a stream deleted and created again since).
 pub(crate) fn decode_state(s: &StreamName, d: &Document, partitions: u32) -> Result<GroupState> {
@@ -275,6 +308,7 @@ pub(crate) fn decode_state(s: &StreamName, d: &Document, partitions: u32) -> Res
         cursors,
         epoch: int(d, "epoch")?,
         ordering: stored_ordering(d)?,
+        flow: stored_flow(d)?,
         skipped: super::opt_int(d, "skipped")?.map_or(0, |n| n.max(0) as u64),
     })
 }

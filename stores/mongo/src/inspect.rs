@@ -129,6 +129,7 @@ impl MongoBackend {
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
             on_exhausted: config.on_exhausted,
+            flow: config.flow,
             inflight: lag.inflight,
             dead_letters,
             skipped_by_retention: state.skipped,

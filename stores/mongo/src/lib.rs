@@ -76,8 +76,8 @@ pub(crate) const STREAMS: &str = "rheo_streams";
 pub(crate) const EVENTS: &str = "rheo_events";
 pub(crate) const GROUPS: &str = "rheo_groups";
 pub(crate) const DELIVERIES: &str = "rheo_deliveries";
-/// One document per gate of an ordered group that has open deliveries
-/// (`gates.rs`).
+/// One document per gate of a gated group (an ordering, or a flow's
+/// `key_concurrency`) that has open deliveries (`gates.rs`).
 pub(crate) const GATES: &str = "rheo_gates";
 pub(crate) const MIGRATIONS: &str = "rheo_migrations";
 /// The catalog generation and the tombstones of deletes still removing
@@ -102,7 +102,7 @@ pub struct MongoBackend {
     /// The cluster collections (`cluster.rs`).
     cluster: Arc<cluster::MongoCluster>,
     /// One transaction at a time per stream (appends, trims) and per group
-    /// (claims and settles of an ordered group, resets, creates) in this
+    /// (claims and settles of a gated group, resets, creates) in this
     /// process: its own transactions on one record never conflict with
     /// each other, only with other processes', and different streams and
     /// groups go on side by side ([`Turn`]).
@@ -113,8 +113,8 @@ pub struct MongoBackend {
     /// kept until a delete — this node's, or another's, which moves the
     /// catalog generation (`lifecycle.rs`,
     /// `docs/operations.md#deleting-streams-and-groups`) — or, for a
-    /// group's settings, a reset that changes its ordering
-    /// (`groups::GroupState::ordering`). A call that finds what it kept
+    /// group's settings, a reset that changes its ordering or flow
+    /// (`groups::GroupState::gates_as`). A call that finds what it kept
     /// gone answers `stream_not_found` or `group_not_found`.
     catalog: Arc<Kept>,
     /// Tests: drops the database when the last clone is dropped.
@@ -238,7 +238,7 @@ pub(crate) enum Turn {
     /// Appends, trims, and a stream's create and delete: its document and
     /// its events.
     Stream(StreamName),
-    /// An ordered group's claims, settles, replays and redrives; a group's
+    /// A gated group's claims, settles, replays and redrives; a group's
     /// create, delete and reset: its document, deliveries and gates.
     Group(StreamName, GroupName),
     /// A delete's rounds of removal, by tombstone.
@@ -527,6 +527,26 @@ impl MongoBackend {
             find = find.limit(limit);
         }
         let mut cursor = find.session(&mut *session).await?;
+        let mut out = Vec::new();
+        while let Some(doc) = cursor.next(&mut *session).await {
+            out.push(doc?);
+        }
+        Ok(out)
+    }
+
+    /// The documents aggregation `pipeline` on `coll` gives, inside a
+    /// transaction.
+    pub(crate) async fn aggregate_in(
+        &self,
+        session: &mut ClientSession,
+        coll: &str,
+        pipeline: Vec<Document>,
+    ) -> std::result::Result<Vec<Document>, Fail> {
+        let mut cursor = self
+            .coll(coll)
+            .aggregate(pipeline)
+            .session(&mut *session)
+            .await?;
         let mut out = Vec::new();
         while let Some(doc) = cursor.next(&mut *session).await {
             out.push(doc?);

@@ -138,8 +138,9 @@ impl MongoBackend {
         let groups = (self.find_in(session, GROUPS, doc! {"s": s.as_str()}, None, 0)).await?;
         for d in &groups {
             let g = GroupName::parse(text(d, "g")?).map_err(|e| corrupt("group name", e))?;
-            let cursor = decode_state(s, d, meta.0)?.cursors[p as usize];
-            let (n, released) = self.trim_group(session, (s, &g), p, upto, cursor).await?;
+            let state = decode_state(s, d, meta.0)?;
+            let at = (state.cursors[p as usize], state.gating().slots());
+            let (n, released) = self.trim_group(session, (s, &g), p, upto, at).await?;
             woke |= released;
             if n > 0 {
                 skipped.push((g, n));
@@ -164,16 +165,17 @@ impl MongoBackend {
         Ok((trimmed, woke))
     }
 
-    /// Moves group `g` (cursor `cursor` in partition `p`) to the new log
-    /// start `upto`: how many of the removed events it had not settled,
-    /// and whether one of its gates let a delivery out.
+    /// Moves group `g` (cursor `cursor` in partition `p`, `slots` heads
+    /// per gate) to the new log start `upto`: how many of the removed
+    /// events it had not settled, and whether one of its gates let a
+    /// delivery out.
     async fn trim_group(
         &self,
         session: &mut ClientSession,
         (s, g): (&StreamName, &GroupName),
         p: u32,
         upto: u64,
-        cursor: u64,
+        (cursor, slots): (u64, usize),
     ) -> Tx<(u64, bool)> {
         let below = |statuses: &[&str]| {
             let mut filter = deliveries_of(s, g);
@@ -210,7 +212,7 @@ impl MongoBackend {
             .await?;
         let mut released = false;
         for gate in gates {
-            released |= self.regate_in(session, (s, g), p, &gate, false).await?;
+            released |= (self.regate_in(session, (s, g), (p, &gate), slots, false)).await?;
         }
         if cursor < upto || skipped > 0 {
             let mut update = doc! {"$max": {format!("cursor.{p}"): big(upto)}};

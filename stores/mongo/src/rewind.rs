@@ -13,14 +13,14 @@ use mongodb::options::InsertManyOptions;
 
 use super::claims::{AVAILABLE, DEAD, deliveries_of};
 use super::gates::Reopen;
-use super::groups::group_key;
+use super::groups::{group_key, stored_flow, stored_ordering};
 use super::{
     DELIVERIES, Fail, GROUPS, MongoBackend, Phase, Turn, big, is_duplicate_key, map_error,
     transaction, uint,
 };
 use rheo_core::backend::policy::clamp_starts;
 use rheo_core::backend::{Error, Redrive, Replay, ResetRequest, Result};
-use rheo_core::model::{GroupName, GroupOrdering, Query, StreamName};
+use rheo_core::model::{GroupName, Query, StreamName};
 
 impl MongoBackend {
     pub(crate) async fn redrive(
@@ -30,7 +30,7 @@ impl MongoBackend {
         which: Redrive,
     ) -> Result<u64> {
         self.meta(s).await?;
-        // Read afresh: the ordering gates what this re-opens.
+        // Read afresh: the ordering or flow gates what this re-opens.
         self.forget_group(s, g);
         let config = self.group_config(s, g).await?;
         // Dead letters whose event retention removed have nothing to
@@ -39,7 +39,7 @@ impl MongoBackend {
             Redrive::All => stored_only(&self.marks(s).await?.1),
             Redrive::Events(_) => None,
         };
-        if config.ordering != GroupOrdering::None {
+        if config.gating().is_gated() {
             let events = match &which {
                 Redrive::All => None,
                 Redrive::Events(ids) => {
@@ -166,9 +166,9 @@ impl MongoBackend {
     pub(crate) async fn replay(&self, s: &StreamName, g: &GroupName, how: Replay) -> Result<u64> {
         how.validate()?;
         let (partition_count, _) = self.meta(s).await?;
-        // Read afresh: the ordering gates what this re-opens.
+        // Read afresh: the ordering or flow gates what this re-opens.
         self.forget_group(s, g);
-        let ordering = self.group_config(s, g).await?.ordering;
+        let gated = self.group_config(s, g).await?.gating().is_gated();
         let state = self.group_state(s, g, partition_count).await?;
         let cursor = |p: u32| state.cursors[p as usize];
         // Every (partition, after, before) range to re-open.
@@ -215,7 +215,7 @@ impl MongoBackend {
                 .collect(),
         };
         let mut count = 0;
-        if ordering == GroupOrdering::None {
+        if !gated {
             for (p, after, before) in ranges {
                 count += self.reopen((s, g), p, after, before).await?;
             }
@@ -244,63 +244,76 @@ impl MongoBackend {
         for p in &selected {
             set.insert(format!("cursor.{p}"), big(starts[*p as usize] + 1));
         }
-        match req.ordering {
-            // A change of ordering (every partition: `ResetRequest::validate`)
-            // forgets every delivery and gate with the cursors in one
-            // transaction, so no fetch goes on under the old ordering.
-            Some(ordering) => {
-                set.insert("ordering", ordering.as_str());
-                let update = doc! {"$set": set, "$inc": {"epoch": 1_i64}};
-                transaction!(self, Turn::of_group(s, g), session => {
-                    self.coll(DELIVERIES)
-                        .delete_many(filter.clone())
-                        .session(&mut session)
-                        .await?;
-                    self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
-                    let reset = self
-                        .coll(GROUPS)
-                        .update_one(group_key(s, g), update.clone())
-                        .session(&mut session)
-                        .await?;
-                    if reset.matched_count == 0 {
-                        // Deleted since this node read it.
-                        return Err(Fail::Rheo(Error::GroupNotFound {
-                            stream: s.clone(),
-                            group: g.clone(),
-                        }));
-                    }
-                    Ok(())
-                })?;
-                self.forget_group(s, g);
-            }
-            None => {
-                self.coll(DELIVERIES)
-                    .delete_many(filter)
-                    .await
-                    .map_err(|e| map_error(e, Phase::Write))?;
-                if let Err(fail) = self.forget_gates(None, (s, g), &chosen).await {
-                    return Err(match fail {
-                        Fail::Mongo(e) => map_error(e, Phase::Write),
-                        Fail::Rheo(e) => e,
-                        Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
-                    });
-                }
-                let reset = self
+        if req.ordering.is_some() || req.flow.is_some() {
+            // A change of ordering or flow (every partition:
+            // `ResetRequest::validate`) forgets every delivery and gate
+            // with the cursors in one transaction, so no fetch goes on
+            // under the old ones. The settings after it are checked
+            // together against what is stored, before anything changes.
+            transaction!(self, Turn::of_group(s, g), session => {
+                let stored = self
                     .coll(GROUPS)
-                    .update_one(
-                        group_key(s, g),
-                        doc! {"$set": set, "$inc": {"epoch": 1_i64}},
-                    )
-                    .await
-                    .map_err(|e| map_error(e, Phase::Write))?;
-                if reset.matched_count == 0 {
-                    // Deleted since this node read it (what was removed
-                    // above was the deleted group's).
-                    return Err(Error::GroupNotFound {
+                    .find_one(group_key(s, g))
+                    .projection(doc! {"ordering": 1, "flow": 1})
+                    .session(&mut session)
+                    .await?
+                    .ok_or_else(|| Error::GroupNotFound {
                         stream: s.clone(),
                         group: g.clone(),
-                    });
+                    })?;
+                let now = (stored_ordering(&stored)?, stored_flow(&stored)?);
+                let (ordering, flow) = req.settings_after(now)?;
+                let mut set = set.clone();
+                set.insert("ordering", ordering.as_str());
+                set.insert("flow", flow.to_json());
+                let update = doc! {"$set": set, "$inc": {"epoch": 1_i64}};
+                self.coll(DELIVERIES)
+                    .delete_many(filter.clone())
+                    .session(&mut session)
+                    .await?;
+                self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
+                let reset = self
+                    .coll(GROUPS)
+                    .update_one(group_key(s, g), update)
+                    .session(&mut session)
+                    .await?;
+                if reset.matched_count == 0 {
+                    // Deleted since this transaction read it.
+                    return Err(Fail::Rheo(Error::GroupNotFound {
+                        stream: s.clone(),
+                        group: g.clone(),
+                    }));
                 }
+                Ok(())
+            })?;
+            self.forget_group(s, g);
+        } else {
+            self.coll(DELIVERIES)
+                .delete_many(filter)
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?;
+            if let Err(fail) = self.forget_gates(None, (s, g), &chosen).await {
+                return Err(match fail {
+                    Fail::Mongo(e) => map_error(e, Phase::Write),
+                    Fail::Rheo(e) => e,
+                    Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
+                });
+            }
+            let reset = self
+                .coll(GROUPS)
+                .update_one(
+                    group_key(s, g),
+                    doc! {"$set": set, "$inc": {"epoch": 1_i64}},
+                )
+                .await
+                .map_err(|e| map_error(e, Phase::Write))?;
+            if reset.matched_count == 0 {
+                // Deleted since this node read it (what was removed
+                // above was the deleted group's).
+                return Err(Error::GroupNotFound {
+                    stream: s.clone(),
+                    group: g.clone(),
+                });
             }
         }
         self.wake(s).await;

@@ -65,6 +65,7 @@ async fn factory(clock: SharedClock) -> Option<Arc<dyn Backend>> {
 }
 
 mod deletes;
+mod flow;
 mod retention;
 
 mod conformance {

@@ -22,8 +22,7 @@ use rheo_core::backend::policy::{
 };
 use rheo_core::backend::{Error, FetchRequest, Result, validate_renewals};
 use rheo_core::model::{
-    ConsumerId, Event, GroupName, GroupOrdering, Lease, LeaseId, SettleTarget, StreamName,
-    Timestamp,
+    ConsumerId, Event, GroupName, Lease, LeaseId, SettleTarget, StreamName, Timestamp,
 };
 
 /// Where a delivery stands. A delivery acked on its first attempt has no
@@ -33,8 +32,9 @@ use rheo_core::model::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Status {
     Available,
-    /// Available, but held back behind its gate's head under an ordering
-    /// (`docs/groups.md#ordering`): open, in no claim index.
+    /// Available, but held back behind its gate's heads under an ordering
+    /// or a `flow.key_concurrency` (`docs/groups.md#ordering`,
+    /// `docs/groups.md#flow`): open, in no claim index.
     Parked,
     Leased,
     Acked,
@@ -314,10 +314,10 @@ pub(super) type Entry = (String, Vec<String>);
 
 impl RedisBackend {
     /// A group's settings with its stream, as kept here or read together
-    /// (only a reset that changes the ordering, or a delete, changes them,
-    /// and every write that depends on them is guarded on them:
-    /// [`RedisBackend::guard_settings`]). A call on a group takes all it
-    /// knows of the stream from here, so the two always agree.
+    /// (only a reset that changes the ordering or the flow, or a delete,
+    /// changes them, and every write that depends on them is guarded on
+    /// them: [`RedisBackend::guard_settings`]). A call on a group takes
+    /// all it knows of the stream from here, so the two always agree.
     pub(super) async fn settings(&self, s: &StreamName, g: &GroupName) -> Result<Settings> {
         self.refresh_catalog().await?;
         if let Some(settings) = self.catalog.group(s, g) {
@@ -440,7 +440,7 @@ impl RedisBackend {
             let settings = self
                 .settings_again(&req.stream, &req.group, &started)
                 .await?;
-            if settings.config.ordering != GroupOrdering::None {
+            if settings.config.gating().is_gated() {
                 if let Some(leases) = self
                     .fetch_ordered_planned(&req, &settings, &selected, first)
                     .await?
@@ -593,7 +593,7 @@ impl RedisBackend {
     }
 
     /// The leases of a fetch's claims, in partition and sequence order;
-    /// their events' positions (and under an ordering their keys) are kept
+    /// their events' positions (and under a gating their keys) are kept
     /// for the settles.
     pub(super) fn leases(
         &self,
@@ -603,7 +603,7 @@ impl RedisBackend {
         mut events: HashMap<(u32, u64), Arc<Event>>,
         (now, expires_at): (Timestamp, Timestamp),
     ) -> Result<Vec<Lease>> {
-        let ordering = settings.config.ordering;
+        let gated = settings.config.gating().is_gated();
         let mut leases = Vec::with_capacity(claimed.len());
         let mut positions = self.positions.lock();
         for (p, seq, attempt, lease_id) in claimed {
@@ -612,8 +612,7 @@ impl RedisBackend {
             let Some(event) = events.remove(&(p, seq)) else {
                 continue;
             };
-            let key =
-                (ordering != GroupOrdering::None).then(|| event.key.as_deref().map(Arc::from));
+            let key = gated.then(|| event.key.as_deref().map(Arc::from));
             let at = super::Located {
                 partition: p,
                 sequence: seq,

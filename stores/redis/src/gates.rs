@@ -1,18 +1,29 @@
-//! Group ordering on Redis (`docs/groups.md#ordering`,
-//! `docs/backends.md#redis`).
+//! Group ordering and flow control on Redis (`docs/groups.md#ordering`,
+//! `docs/groups.md#flow`, `docs/backends.md#redis`).
 //!
-//! Every open delivery of an ordered group that has a gate (its key, or
-//! its partition) is a member of the partition's `gates` sorted set, all
+//! Every open delivery of a gated group that has a gate (its key, or its
+//! partition) is a member of the partition's `gates` sorted set, all
 //! scored 0 and named gate-then-sequence, so that one gate's open
-//! deliveries are one lex range in sequence order and its lowest is one
-//! `ZRANGEBYLEX … LIMIT 0 1` away. A gate's head (available or leased) is
-//! in the claim indexes as any delivery; its other open deliveries are
-//! *parked*: their records say `P`, and they are in no claim index.
+//! deliveries are one lex range in sequence order and its lowest are one
+//! `ZRANGEBYLEX … LIMIT` away; the partition's `gatecounts` hash says how
+//! many each gate has. A gate's heads (available or leased: at most its
+//! slots, [`Gating::slots`], one under an ordering) are in the claim
+//! indexes as any delivery; its other open deliveries are *parked*: their
+//! records say `P`, and they are in no claim index.
+//!
+//! Every store keeps the shared rule ([`regate`]): a gate's heads are its
+//! deliveries out and, for the slots left, its lowest open deliveries
+//! that are not out. So a gate has parked deliveries only while its heads
+//! fill its slots, and its count says what a walk must know of it
+//! ([`gate_state`]); and its heads that are not out are among its lowest
+//! members that are not out, so a settle reads only the gate's first
+//! members ([`GateView`]).
 //!
 //! What a fetch, a settle or a re-open decides from a gate it read is
-//! written guarded on that read (the range's first members unchanged), so
-//! two servers never let two deliveries of one gate out. The walk over
-//! unseen events is the shared one ([`GateWalk`]).
+//! written guarded on that read (the count, the range's first members and
+//! their records unchanged), so two servers never let more deliveries of
+//! one gate out than it has slots. The walk over unseen events is the
+//! shared one ([`GateWalk`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -22,10 +33,11 @@ use super::planned::{ahead_of, read_ahead};
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use rheo_core::backend::policy::{
-    GateView as Gate, GateWalk, Share, Write, claim_capacity, poison_write, regate,
+    GateState, GateView as Gate, GateWalk, Gating, Regate, Share, Write, claim_capacity,
+    poison_write, regate,
 };
 use rheo_core::backend::{FetchRequest, Result};
-use rheo_core::model::{Event, GroupName, GroupOrdering, Lease, LeaseId, StreamName, Timestamp};
+use rheo_core::model::{Event, GroupName, Lease, LeaseId, StreamName, Timestamp};
 
 /// The member of the delivery at `seq` in its gate: the gate's length in
 /// bytes, the gate and the zero-padded sequence, so that a gate's members
@@ -51,24 +63,177 @@ pub(super) fn sequence_of(member: &str) -> Result<u64> {
         .ok_or_else(|| corrupt("gate member", member.escape_debug()))
 }
 
-/// A gated delivery's gate as a settle read it: the gate's first two
-/// members, and the first one other than the delivery with its record.
+/// A gate's count of open deliveries as stored (`None`: none).
+pub(super) fn parse_count(count: Option<&str>) -> Result<usize> {
+    count.map_or(Ok(0), |raw| {
+        raw.parse().map_err(|_| corrupt("gate count", raw))
+    })
+}
+
+/// What a fetch's walk must know of a gate of `slots` slots with `count`
+/// open deliveries ([`GateState`]): the rule gives it `min(count, slots)`
+/// heads, and parks the rest. Under an ordering (one slot), whether it has
+/// any delivery open.
+pub(super) fn gate_state(count: usize, slots: usize) -> GateState {
+    GateState {
+        heads: count.min(slots),
+        parked: count > slots,
+    }
+}
+
+/// A gate as a settle of some of its heads (or a trim that closes some of
+/// its deliveries) read it (`gate_view.lua`): its count and, when it has
+/// more open deliveries than slots (some are parked), its first members
+/// with the records of those that are not settled.
+///
+/// Those are enough: at most `slots` deliveries are out, so the first
+/// `2 × slots` members hold the gate's lowest `slots` ones that are not out
+/// (all of them, or at least `slots`), its heads that are not out among
+/// them; how many are out among the members not read is what the count
+/// says is left ([`GateView::step`]).
 #[derive(Debug)]
 pub(super) struct GateView {
     gate: String,
-    firsts: Vec<String>,
-    /// The sequence and record (`None`: none) of the first member that is
-    /// not the delivery.
-    other: Option<(u64, Option<(String, Delivery)>)>,
+    slots: usize,
+    /// The range read: the gate's, or its part a trim keeps.
+    range: [String; 2],
+    /// How many of its first members were asked for (0: none).
+    window: usize,
     /// The gate's count of open deliveries, as read (`None`: none).
     count: Option<String>,
+    /// The range's first members as read, when read (its count is above
+    /// its slots).
+    firsts: Option<Vec<String>>,
+    /// Those of [`GateView::firsts`] that are not settled: sequence and
+    /// record (`None`: none), in sequence order.
+    others: Vec<(u64, Option<(String, Delivery)>)>,
+}
+
+/// One gate a settle (or a trim) asks `gate_view.lua` about: its keys, the
+/// range to read, and the settled members, which it does not read.
+pub(super) struct GateAsk<'a> {
+    pub(super) k: &'a PartitionKeys,
+    pub(super) gate: String,
+    pub(super) slots: usize,
+    /// The range's min, where it is not the gate's own (a trim's `upto`).
+    pub(super) from: Option<u64>,
+    /// Whether the members are wanted at all.
+    pub(super) members: bool,
+    pub(super) mine: Vec<u64>,
 }
 
 impl GateView {
-    /// Whether the gate has another open delivery than the settled one.
-    pub(super) fn is_crowded(&self) -> bool {
-        self.other.is_some()
+    /// The gate's count as read.
+    pub(super) fn count(&self) -> Result<usize> {
+        parse_count(self.count.as_deref())
     }
+
+    /// The gate's count as stored when read (`None`: none).
+    pub(super) fn raw_count(&self) -> Option<&str> {
+        self.count.as_deref()
+    }
+
+    /// Whether a batch that settles `settled` of its deliveries could have
+    /// guessed it right without reading it: they are its only open ones.
+    pub(super) fn holds_only(&self, settled: usize) -> bool {
+        self.count().is_ok_and(|c| c == settled)
+    }
+
+    /// Guards `cas` on what was read of the gate's members (the count is
+    /// the caller's: it writes it).
+    fn guard_members(&self, cas: &mut Cas, k: &PartitionKeys) {
+        let Some(firsts) = &self.firsts else { return };
+        cas.lex_first_are(&k.gates, self.range.clone(), self.window, firsts.clone());
+        for (seq, record) in &self.others {
+            let raw = record.as_ref().map(|(raw, _)| raw.as_str());
+            cas.hget_is(&k.records, &seq.to_string(), raw);
+        }
+    }
+
+    /// What the shared rule ([`regate`]) changes of the gate as read, once
+    /// `gone` of its heads are settled or closed (heads no longer: their
+    /// gate is read without them) and `retried` of them wait again, not
+    /// out. `None` when its members were not read: it has no parked
+    /// delivery, so every open one stays a head.
+    fn step(&self, gone: usize, retried: &[u64]) -> Result<Option<Regate>> {
+        if self.firsts.is_none() {
+            return Ok(None);
+        }
+        let heads_before = self.count()?.min(self.slots);
+        let status = |want: Status| {
+            self.others
+                .iter()
+                .filter(move |(_, r)| r.as_ref().is_some_and(|(_, d)| d.status == want))
+                .map(|(seq, _)| *seq)
+        };
+        let heads: Vec<u64> = status(Status::Available).collect();
+        let leased_seen = status(Status::Leased).count();
+        // The heads left are out, or handed out (all of those among the
+        // members read).
+        let out = heads_before
+            .saturating_sub(gone + heads.len())
+            .max(leased_seen);
+        let mut waiting: Vec<u64> = status(Status::Available)
+            .chain(status(Status::Parked))
+            .chain(retried.iter().copied())
+            .collect();
+        waiting.sort_unstable();
+        Ok(Some(regate(&Gate {
+            slots: self.slots,
+            out,
+            heads,
+            waiting,
+        })))
+    }
+
+    /// Writes `step`'s changes of the members read (records and claim
+    /// indexes); whether one was let through.
+    fn apply(
+        &self,
+        backend: &RedisBackend,
+        cas: &mut Cas,
+        k: &PartitionKeys,
+        step: &Regate,
+    ) -> bool {
+        let mut released = false;
+        for (seq, record) in &self.others {
+            let Some((_, d)) = record else { continue };
+            let status = if step.release.contains(seq) {
+                released = true;
+                Status::Available
+            } else if step.park.contains(seq) {
+                Status::Parked
+            } else {
+                continue;
+            };
+            if status != d.status {
+                let moved = Delivery {
+                    status,
+                    ..d.clone()
+                };
+                backend.place(cas, k, *seq, Some(Slot::of(d)), &moved);
+            }
+        }
+        released
+    }
+}
+
+/// Per (partition, gate), in the order first met, the indexes of the
+/// items `gated` names: (index, partition, gate).
+pub(super) fn by_gate(gated: &[(usize, u32, String)]) -> Vec<((u32, String), Vec<usize>)> {
+    let mut out: Vec<((u32, String), Vec<usize>)> = Vec::new();
+    let mut at: HashMap<(u32, String), usize> = HashMap::new();
+    for (i, p, gate) in gated {
+        let key = (*p, gate.clone());
+        match at.get(&key) {
+            Some(&j) => out[j].1.push(*i),
+            None => {
+                at.insert(key.clone(), out.len());
+                out.push((key, vec![*i]));
+            }
+        }
+    }
+    out
 }
 
 /// A re-opened delivery, decided but not written yet.
@@ -80,12 +245,12 @@ pub(super) struct Reopened {
     pub(super) new: Delivery,
 }
 
-/// One partition asked for claims in a round of an ordered fetch: its
+/// One partition asked for claims in a round of a gated fetch: its
 /// index, the ask, how many it re-claimed, and its walk (an index into the
 /// fetch's walks) with what that walk had leased before the round.
 type Asked = (usize, usize, usize, Option<(usize, usize)>);
 
-/// One partition's walk over its unseen events in an ordered fetch.
+/// One partition's walk over its unseen events in a gated fetch.
 struct Walking {
     /// Index into the fetch's selected partitions.
     at: usize,
@@ -146,147 +311,152 @@ impl RedisBackend {
             .collect())
     }
 
-    /// The gate of each of `items` — (partition, sequence, gate) — as a
-    /// settle needs it ([`GateView`]), in one round trip (`gate_view.lua`).
-    pub(super) async fn gate_views(
-        &self,
-        s: &StreamName,
-        g: &GroupName,
-        items: &[(u32, u64, String)],
-    ) -> Result<Vec<GateView>> {
-        if items.is_empty() {
+    /// The gates `asks` name as a settle or a trim needs them
+    /// ([`GateView`]), in one round trip (`gate_view.lua`).
+    pub(super) async fn gate_views(&self, asks: &[GateAsk<'_>]) -> Result<Vec<GateView>> {
+        if asks.is_empty() {
             return Ok(Vec::new());
         }
         let mut invocation = self.gate_view.prepare_invoke();
-        for (p, seq, gate) in items {
-            let [min, max] = range(gate);
+        let mut ranges = Vec::with_capacity(asks.len());
+        for ask in asks {
+            let [min, max] = range(&ask.gate);
+            let min = match ask.from {
+                Some(from) => format!("[{}", member(&ask.gate, from)),
+                None => min,
+            };
+            let window = if ask.members { 2 * ask.slots } else { 0 };
             invocation
-                .arg(self.keys.gates(s, g, *p))
-                .arg(self.keys.deliveries(s, g, *p))
-                .arg(min)
-                .arg(max)
-                .arg(member(gate, *seq))
-                .arg(self.keys.counts(s, g, *p))
-                .arg(gate);
+                .arg(&ask.k.gates)
+                .arg(&ask.k.records)
+                .arg(&min)
+                .arg(&max)
+                .arg(&ask.k.counts)
+                .arg(&ask.gate)
+                .arg(ask.slots)
+                .arg(window)
+                .arg(ask.mine.len());
+            for seq in &ask.mine {
+                invocation.arg(member(&ask.gate, *seq));
+            }
+            ranges.push(([min, max], window));
         }
-        let replies: Vec<(Vec<String>, Option<String>, Option<String>)> = invocation
+        #[allow(clippy::type_complexity)]
+        let replies: Vec<(Vec<String>, Vec<Option<String>>, Option<String>)> = invocation
             .invoke_async(&mut self.read_conn())
             .await
             .map_err(|e| map_error(e, Phase::Read))?;
-        if replies.len() != items.len() {
+        if replies.len() != asks.len() {
             return Err(corrupt("gate view", format!("{} replies", replies.len())));
         }
-        items
-            .iter()
+        asks.iter()
+            .zip(ranges)
             .zip(replies)
-            .map(|((_, seq, gate), (firsts, raw, count))| {
-                let mine = member(gate, *seq);
-                let other = match firsts.iter().find(|m| **m != mine) {
-                    Some(m) => {
-                        let record = match raw {
-                            Some(raw) => {
-                                let delivery = Delivery::decode(&raw)?;
-                                Some((raw, delivery))
-                            }
-                            None => None,
-                        };
-                        Some((sequence_of(m)?, record))
+            .map(|((ask, (range, window)), (firsts, records, count))| {
+                let read = window > 0 && parse_count(count.as_deref())? > ask.slots;
+                let mut others = Vec::new();
+                for (i, m) in firsts.iter().enumerate() {
+                    let seq = sequence_of(m)?;
+                    if ask.mine.contains(&seq) {
+                        continue;
                     }
-                    None => None,
-                };
+                    let record = match records.get(i).cloned().flatten() {
+                        Some(raw) => {
+                            let delivery = Delivery::decode(&raw)?;
+                            Some((raw, delivery))
+                        }
+                        None => None,
+                    };
+                    others.push((seq, record));
+                }
                 Ok(GateView {
-                    gate: gate.clone(),
-                    firsts,
-                    other,
+                    gate: ask.gate.clone(),
+                    slots: ask.slots,
+                    range,
+                    window,
                     count,
+                    firsts: read.then_some(firsts),
+                    others,
                 })
             })
             .collect()
     }
 
-    /// Keeps the gate's rule when its head at `seq` is settled to `new`
-    /// (the record the settle policy made), guarded on `view`: an ack or a
-    /// dead letter takes the head out of its gate, a retry parks it, and
-    /// the gate then gets the head the shared rule gives it ([`regate`]) —
-    /// its lowest open delivery: the retried one itself, or the gate's
-    /// lowest parked one. Returns the record to place for the settled
-    /// delivery, and whether another delivery was let through (claimable
-    /// now or at its due time).
+    /// Keeps the gate's rule when its heads `settled` — (sequence, the
+    /// record the settle policy made), all out until now — are settled,
+    /// guarded on `view` (read with them as its settled members): an ack
+    /// or a dead letter takes a head out of its gate, a retry has it wait
+    /// again, and the gate then gets the heads the shared rule gives it
+    /// ([`regate`]): its deliveries still out and, for the slots left, its
+    /// lowest open ones — the retried ones themselves, or the gate's
+    /// lowest parked ones. A retried delivery that is not a head any more
+    /// is parked (its record in `settled` says so). Returns whether another
+    /// delivery was let through (claimable now or at its due time).
     pub(super) fn settle_gated(
         &self,
         cas: &mut Cas,
         k: &PartitionKeys,
-        seq: u64,
         view: &GateView,
-        new: Delivery,
-    ) -> (Delivery, bool) {
-        cas.lex_first_are(&k.gates, range(&view.gate), 2, view.firsts.clone());
+        settled: &mut [(u64, Delivery)],
+    ) -> Result<bool> {
         cas.hget_is(&k.counts, &view.gate, view.count.as_deref());
-        if let Some((other, record)) = &view.other {
-            let raw = record.as_ref().map(|(raw, _)| raw.as_str());
-            cas.hget_is(&k.records, &other.to_string(), raw);
+        view.guard_members(cas, k);
+        let closes = |d: &Delivery| matches!(d.status, Status::Acked | Status::Dead);
+        let mut closed = 0;
+        for (seq, new) in settled.iter() {
+            if closes(new) {
+                cas.write(&["ZREM", &k.gates, &member(&view.gate, *seq)]);
+                closed += 1;
+            }
         }
-        let mine = member(&view.gate, seq);
-        let closes = matches!(new.status, Status::Acked | Status::Dead);
-        if closes {
-            cas.write(&["ZREM", &k.gates, &mine]);
-            let count: u64 = view
-                .count
-                .as_deref()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(1);
-            match count.saturating_sub(1) {
+        if closed > 0 {
+            // The settled deliveries are open members: at least that many.
+            let count = view.count()?.max(settled.len());
+            match count - closed {
                 0 => cas.write(&["HDEL", &k.counts, &view.gate]),
                 left => cas.write(&["HSET", &k.counts, &view.gate, &left.to_string()]),
             }
         }
-        let other = view
-            .other
-            .as_ref()
-            .map(|(other, record)| (*other, record.as_ref().map(|(_, d)| d)));
-        let status =
-            |want: Status| other.and_then(|(o, d)| d.filter(|d| d.status == want).map(|_| o));
-        let step = regate(Gate {
-            out: status(Status::Leased).is_some(),
-            head: status(Status::Available),
-            lowest: match other.map(|(o, _)| o) {
-                Some(o) if closes || o < seq => Some(o),
-                _ if closes => None,
-                _ => Some(seq),
-            },
-        });
-        let mut released = false;
-        if let Some((o, Some(d))) = other {
-            let status = if step.release == Some(o) {
-                released = true;
-                Status::Available
-            } else if step.park == Some(o) {
-                Status::Parked
-            } else {
-                d.status
-            };
-            if status != d.status {
-                let moved = Delivery {
-                    status,
-                    ..d.clone()
-                };
-                self.place(cas, k, o, Some(Slot::of(d)), &moved);
+        let retried: Vec<u64> = (settled.iter())
+            .filter(|(_, new)| !closes(new))
+            .map(|(seq, _)| *seq)
+            .collect();
+        let Some(step) = view.step(settled.len(), &retried)? else {
+            // Nothing parked: every open delivery stays a head.
+            return Ok(false);
+        };
+        for (seq, new) in settled.iter_mut() {
+            if !closes(new) && !step.release.contains(seq) {
+                new.status = Status::Parked;
             }
         }
-        if !closes && step.release != Some(seq) {
-            let parked = Delivery {
-                status: Status::Parked,
-                ..new
-            };
-            return (parked, released);
-        }
-        (new, released)
+        Ok(view.apply(self, cas, k, &step))
     }
 
-    /// A fetch of an ordered group (`docs/groups.md#ordering`): re-claims
-    /// as any fetch (claimable deliveries are heads, or have no gate), then
-    /// walks each partition's unseen events by the shared rule, asking the
-    /// `gates` set whether each gate it passes has a delivery open. The
+    /// Keeps the gate's rule when a trim closed `closed` of its heads
+    /// (with parked deliveries perhaps) below the range `view` read: the
+    /// gate gets the heads the shared rule gives it from what it keeps
+    /// ([`regate`]), guarded on `view` (its count is the caller's to guard
+    /// and write). Whether a delivery was let through.
+    pub(super) fn regate_kept(
+        &self,
+        cas: &mut Cas,
+        k: &PartitionKeys,
+        view: &GateView,
+        closed: usize,
+    ) -> Result<bool> {
+        view.guard_members(cas, k);
+        let Some(step) = view.step(closed, &[])? else {
+            return Ok(false);
+        };
+        Ok(view.apply(self, cas, k, &step))
+    }
+
+    /// A fetch of a gated group (`docs/groups.md#ordering`,
+    /// `docs/groups.md#flow`): re-claims as any fetch (claimable deliveries
+    /// are heads, or have no gate), then walks each partition's unseen
+    /// events by the shared rule, asking the gate counts how many open
+    /// deliveries each gate it passes has ([`gate_state`]). The
     /// claims, the parked deliveries, the new members and the cursors are
     /// written in one script guarded by the records, the cursors and the
     /// gates it read. A fetch that finds poison dead-letters it (letting
@@ -301,7 +471,7 @@ impl RedisBackend {
         first: usize,
     ) -> Result<Option<Vec<Lease>>> {
         let (s, g) = (&req.stream, &req.group);
-        let ordering = settings.config.ordering;
+        let gating = settings.config.gating();
         let now = self.clock.now();
         let expires_at = now.add_ms(req.lease_ms);
         let limit = req.limit as usize;
@@ -374,7 +544,7 @@ impl RedisBackend {
                         None => {
                             walks.push(Walking {
                                 at: i,
-                                walk: GateWalk::new(ordering, part.cursor, 0),
+                                walk: GateWalk::new(gating, part.cursor, 0),
                                 cursor: part.cursor,
                                 cursor_raw: part.cursor_raw.clone(),
                                 high_watermark: part.high_watermark,
@@ -395,7 +565,7 @@ impl RedisBackend {
                 &mut walks,
                 &mut events,
                 &mut probed,
-                optimistic,
+                (optimistic, gating.slots()),
             )
             .await?;
             for (i, ask, take, walk) in asked {
@@ -501,14 +671,17 @@ impl RedisBackend {
             .map(Some)
     }
 
-    /// Runs the walks of an ordered fetch on in rounds, until each has what
+    /// Runs the walks of a gated fetch on in rounds, until each has what
     /// it wants or is over: each round reads the next window of every walk
     /// (one pipeline, from what was read ahead where it covers the window),
     /// then asks the gates they pass (one pipeline) and passes the windows.
     /// Adds the events read to `events`, and each asked gate's count of
     /// open deliveries as read (`None`: free) to `probed` — or,
     /// `optimistic`, each asked gate as free without asking: the caller's
-    /// write is guarded on it.
+    /// write is guarded on it. A walk passes a gate of `slots` slots as its
+    /// count says ([`gate_state`]); one it asks again in a later window is
+    /// answered from `probed` (the store holds none of this walk's leases
+    /// yet).
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     async fn walk(
         &self,
@@ -518,7 +691,7 @@ impl RedisBackend {
         walks: &mut [Walking],
         events: &mut HashMap<(u32, u64), Arc<Event>>,
         probed: &mut HashMap<(u32, String), Option<String>>,
-        optimistic: bool,
+        (optimistic, slots): (bool, usize),
     ) -> Result<()> {
         loop {
             // This round's window of each walk: (walk, events), read ahead
@@ -588,25 +761,25 @@ impl RedisBackend {
             } else {
                 let counts = self.gate_counts(s, g, &asked).await?;
                 for (pg, count) in asked.into_iter().zip(counts) {
+                    parse_count(count.as_deref())?;
                     probed.insert(pg, count);
                 }
             }
             for (i, pairs) in keyed {
                 let p = selected[walks[i].at];
-                let busy = |gate: &str| {
-                    probed
-                        .get(&(p, gate.to_owned()))
-                        .is_some_and(Option::is_some)
+                let state = |gate: &str| {
+                    let count = probed.get(&(p, gate.to_owned())).cloned().flatten();
+                    gate_state(parse_count(count.as_deref()).unwrap_or(0), slots)
                 };
-                walks[i].walk.pass(pairs, busy);
+                walks[i].walk.pass(pairs, state);
             }
         }
         Ok(())
     }
 
-    /// Dead-letters expired last attempts of an ordered group (the poison
-    /// guard, `docs/groups.md#poison-guard`), each letting its gate's next
-    /// delivery through, in one guarded script; under quarantine a gated
+    /// Dead-letters expired last attempts of a gated group (the poison
+    /// guard, `docs/groups.md#poison-guard`), letting their gates' next
+    /// deliveries through, in one guarded script; under quarantine a gated
     /// one is held by the quarantine instead, its gate left shut
     /// (`docs/groups.md#quarantine`).
     async fn bury(
@@ -617,48 +790,55 @@ impl RedisBackend {
         poison: Vec<(u32, u64, String, Delivery)>,
         now: Timestamp,
     ) -> Result<()> {
-        let ordering = settings.config.ordering;
+        let gating = settings.config.gating();
         let positions: Vec<(u32, u64)> = poison.iter().map(|(p, seq, ..)| (*p, *seq)).collect();
         let keys = self
             .keys_at(s, &positions, vec![None; positions.len()])
             .await?;
         let mut gated = Vec::new();
-        let mut seen = HashSet::new();
         let mut buried = Vec::new();
-        for ((p, seq, raw, delivery), key) in poison.into_iter().zip(keys) {
-            let gate = ordering.gate(key.as_deref()).map(str::to_owned);
-            // One head per gate is out: a second of one gate waits for the
-            // next fetch.
-            if let Some(gate) = &gate
-                && !seen.insert((p, gate.clone()))
-            {
-                continue;
-            }
+        for (i, ((p, seq, raw, delivery), key)) in poison.into_iter().zip(keys).enumerate() {
+            let gate = gating.gate(key.as_deref()).map(str::to_owned);
             let write = poison_write(gate.is_some(), &settings.config);
             // A dead head lets its gate's next delivery through; a
             // quarantined one leaves its gate as it is.
-            let closes = gate.is_some() && !matches!(write, Write::Quarantine(_));
-            if let Some(gate) = gate.filter(|_| closes) {
-                gated.push((p, seq, gate));
+            if let Some(gate) = gate.filter(|_| !matches!(write, Write::Quarantine(_))) {
+                gated.push((i, p, gate));
             }
-            buried.push((p, seq, raw, delivery, write, closes));
+            let dead = delivery.clone().written(write, now);
+            buried.push((p, seq, raw, dead, delivery));
         }
-        let mut views = self.gate_views(s, g, &gated).await?.into_iter();
+        let groups = by_gate(&gated);
+        let parts: HashMap<u32, PartitionKeys> = (buried.iter())
+            .map(|(p, ..)| (*p, self.keys.partition(s, g, *p)))
+            .collect();
+        let asks: Vec<GateAsk<'_>> = (groups.iter())
+            .map(|((p, gate), items)| GateAsk {
+                k: &parts[p],
+                gate: gate.clone(),
+                slots: gating.slots(),
+                from: None,
+                members: true,
+                mine: items.iter().map(|&i| buried[i].1).collect(),
+            })
+            .collect();
+        let views = self.gate_views(&asks).await?;
         let mut cas = Cas::default();
         self.guard_settings(&mut cas, s, g, settings);
         let mut released = false;
-        for (p, seq, raw, delivery, write, closes) in buried {
-            let k = self.keys.partition(s, g, p);
-            cas.hget_is(&k.records, &seq.to_string(), Some(&raw));
-            let old = Slot::of(&delivery);
-            let mut dead = delivery.written(write, now);
-            if closes {
-                let view = views.next().expect("a view per gated delivery");
-                let through;
-                (dead, through) = self.settle_gated(&mut cas, &k, seq, &view, dead);
-                released |= through;
+        for (((p, _), items), view) in groups.iter().zip(&views) {
+            let mut settled: Vec<(u64, Delivery)> = (items.iter())
+                .map(|&i| (buried[i].1, buried[i].3.clone()))
+                .collect();
+            released |= self.settle_gated(&mut cas, &parts[p], view, &mut settled)?;
+            for (&i, (_, new)) in items.iter().zip(settled) {
+                buried[i].3 = new;
             }
-            self.place(&mut cas, &k, seq, Some(old), &dead);
+        }
+        for (p, seq, raw, dead, delivery) in &buried {
+            let k = &parts[p];
+            cas.hget_is(&k.records, &seq.to_string(), Some(raw));
+            self.place(&mut cas, k, *seq, Some(Slot::of(delivery)), dead);
         }
         if released {
             self.publish_wake(&mut cas, s);
@@ -668,17 +848,17 @@ impl RedisBackend {
     }
 
     /// Gives each gate that re-opened deliveries of partition `k` belong to
-    /// the one head the shared rule gives it ([`regate`],
-    /// `docs/groups.md#ordering`): none while a delivery not re-opened is
-    /// out, else its lowest open one; the gate's other open deliveries are
-    /// parked. Sets each
+    /// the heads the shared rule gives it ([`regate`],
+    /// `docs/groups.md#ordering`, `docs/groups.md#flow`): its deliveries
+    /// out that were not re-opened and, for the slots left, its lowest
+    /// open ones; the gate's other open deliveries are parked. Sets each
     /// re-opened record's status, adds the re-opened deliveries to their
     /// gates and writes the changes of the gates' other members, guarded
     /// on their records (the caller guards the cursor).
     pub(super) async fn regate(
         &self,
         cas: &mut Cas,
-        (s, _, ordering): (&StreamName, &GroupName, GroupOrdering),
+        (s, gating): (&StreamName, Gating),
         k: &PartitionKeys,
         reopened: &mut [Reopened],
     ) -> Result<()> {
@@ -689,7 +869,7 @@ impl RedisBackend {
             .await?;
         let mut by_gate: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, key) in keys.iter().enumerate() {
-            if let Some(gate) = ordering.gate(key.as_deref()) {
+            if let Some(gate) = gating.gate(key.as_deref()) {
                 by_gate.entry(gate.to_owned()).or_default().push(i);
             }
         }
@@ -738,24 +918,34 @@ impl RedisBackend {
             cas.hget_is(&k.counts, gate, count.as_deref());
             cas.write(&["HSET", &k.counts, gate, &open.len().to_string()]);
             // The re-opened deliveries are parked to start with; the gate
-            // then gets the head the shared rule gives it.
-            let standing = |want: Status| {
-                open.iter().copied().find(|q| {
-                    !reopened_seqs.contains(q)
-                        && records
-                            .get(q)
-                            .and_then(|(_, d)| d.as_ref())
-                            .is_some_and(|d| d.status == want)
-                })
+            // then gets the heads the shared rule gives it.
+            let standing = |q: &u64| {
+                (!reopened_seqs.contains(q))
+                    .then(|| records.get(q).and_then(|(_, d)| d.as_ref()))
+                    .flatten()
+                    .map(|d| d.status)
             };
-            let step = regate(Gate {
-                out: standing(Status::Leased).is_some(),
-                head: standing(Status::Available),
-                lowest: open.first().copied(),
+            let step = regate(&Gate {
+                slots: gating.slots(),
+                out: open
+                    .iter()
+                    .filter(|q| standing(q) == Some(Status::Leased))
+                    .count(),
+                heads: open
+                    .iter()
+                    .copied()
+                    .filter(|q| standing(q) == Some(Status::Available))
+                    .collect(),
+                waiting: open
+                    .iter()
+                    .copied()
+                    .filter(|q| standing(q) != Some(Status::Leased))
+                    .take(gating.slots())
+                    .collect(),
             });
             for &i in indexes {
                 let r = &mut reopened[i];
-                r.new.status = if step.release == Some(r.seq) {
+                r.new.status = if step.release.contains(&r.seq) {
                     Status::Available
                 } else {
                     Status::Parked
@@ -768,9 +958,9 @@ impl RedisBackend {
                 };
                 cas.hget_is(&k.records, &q.to_string(), raw.as_deref());
                 let Some(delivery) = delivery else { continue };
-                let wanted = if step.release == Some(*q) {
+                let wanted = if step.release.contains(q) {
                     Status::Available
-                } else if step.park == Some(*q) {
+                } else if step.park.contains(q) {
                     Status::Parked
                 } else {
                     continue;
@@ -784,16 +974,4 @@ impl RedisBackend {
         }
         Ok(())
     }
-}
-
-/// Settles of one batch that share a gate cannot be decided from one read
-/// of it: the items after the first of each gate, by index, for a later
-/// round. Only a broken invariant (two heads of one gate) makes any.
-pub(super) fn later_of_shared_gates(gated: &[(usize, u32, String)]) -> HashSet<usize> {
-    let mut seen = HashSet::new();
-    gated
-        .iter()
-        .filter(|(_, p, gate)| !seen.insert((*p, gate.clone())))
-        .map(|(i, ..)| *i)
-        .collect()
 }

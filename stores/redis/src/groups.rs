@@ -15,7 +15,8 @@ use super::{
 use rheo_core::backend::policy::{GroupConfig, Marks, clamp_starts, start_lookup, start_points};
 use rheo_core::backend::{Error, Result};
 use rheo_core::model::{
-    Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName, Timestamp,
+    Flow, Group, GroupName, GroupOrdering, GroupSpec, OnExhausted, StartPosition, StreamName,
+    Timestamp,
 };
 
 impl RedisBackend {
@@ -35,6 +36,7 @@ impl RedisBackend {
             "retry_backoff_ms": spec.retry_backoff_ms,
             "ordering": spec.ordering.as_str(),
             "on_exhausted": spec.on_exhausted.as_str(),
+            "flow": flow_value(&spec.flow)?,
             "created_at": now.as_millis(),
             "incarnation": super::incarnation(),
         });
@@ -62,6 +64,7 @@ impl RedisBackend {
                     retry_backoff_ms: spec.retry_backoff_ms,
                     ordering: spec.ordering,
                     on_exhausted: spec.on_exhausted,
+                    flow: spec.flow,
                     created_at: now,
                 });
             }
@@ -169,9 +172,9 @@ pub(super) fn decode_settings(
 }
 
 /// Whether two stored values of a group's settings are of one group (its
-/// settings changed by a reset that changed its ordering), not of a
-/// deleted one and another created again under its name: the same creation
-/// time and incarnation.
+/// settings changed by a reset that changed its ordering or flow), not of
+/// a deleted one and another created again under its name: the same
+/// creation time and incarnation.
 pub(super) fn same_group(a: &str, b: &str) -> bool {
     let identity = |raw: &str| {
         let v: Value = serde_json::from_str(raw).ok()?;
@@ -211,15 +214,27 @@ pub(super) fn decode_group(s: &StreamName, name: GroupName, raw: &str) -> Result
             Some(o) => o.parse().map_err(|_| bad())?,
             None => OnExhausted::DeadLetter,
         },
+        // Groups created before flow control existed have none
+        // (`docs/groups.md#flow`).
+        flow: match v.get("flow") {
+            Some(flow) => serde_json::from_value(flow.clone()).map_err(|_| bad())?,
+            None => Flow::default(),
+        },
         created_at: Timestamp::from_millis(v["created_at"].as_i64().ok_or_else(bad)?),
     })
 }
 
-/// A group's stored settings with another ordering (its `on_exhausted`
+/// A group's stored settings with another ordering and flow (the rest
 /// kept as it is).
-pub(super) fn with_ordering(raw: &str, ordering: GroupOrdering) -> Result<String> {
+pub(super) fn with_gating(raw: &str, ordering: GroupOrdering, flow: &Flow) -> Result<String> {
     let mut v: Value = serde_json::from_str(raw).map_err(|e| corrupt("group", e))?;
     let settings = v.as_object_mut().ok_or_else(|| corrupt("group", raw))?;
     settings.insert("ordering".into(), ordering.as_str().into());
+    settings.insert("flow".into(), flow_value(flow)?);
     Ok(v.to_string())
+}
+
+/// A flow as the settings hold it: an object, `{}` when every limit is off.
+fn flow_value(flow: &Flow) -> Result<Value> {
+    serde_json::to_value(flow).map_err(|e| corrupt("flow", e))
 }

@@ -126,6 +126,7 @@ impl RedisBackend {
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
             on_exhausted: config.on_exhausted,
+            flow: config.flow,
             inflight: lag.inflight,
             dead_letters: dead,
             skipped_by_retention: skipped.iter().sum(),

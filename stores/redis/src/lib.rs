@@ -130,7 +130,8 @@ impl Keys {
     }
 
     /// Hash: group name → its settings (`max_attempts`, backoff, ordering,
-    /// `on_exhausted`, creation, incarnation).
+    /// `on_exhausted`, `flow` — absent in groups stored before it, which
+    /// have none —, creation, incarnation).
     pub(crate) fn groups(&self, stream: &StreamName) -> String {
         format!("{}:{{{stream}}}:groups", self.prefix)
     }
@@ -202,17 +203,19 @@ impl Keys {
         self.group_key(s, g, "skipped")
     }
 
-    /// Sorted set, every score 0: an ordered group's open deliveries, as
+    /// Sorted set, every score 0: a gated group's open deliveries (under
+    /// an ordering or a `flow.key_concurrency`) that have a gate, as
     /// members `gate` then sequence, so that a gate's are one range of
     /// members in sequence order (`gates::member`, `docs/backends.md#redis`).
     pub(crate) fn gates(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
         self.group_key(s, g, &format!("gates:{p}"))
     }
 
-    /// Hash: an ordered group's gates that have open deliveries, each
-    /// with how many (its members in [`Keys::gates`]): whether a gate is
-    /// free, or holds its head alone, is one field of one `HMGET` for a
-    /// whole batch (`docs/backends.md#redis`).
+    /// Hash: a gated group's gates that have open deliveries, each with
+    /// how many (its members in [`Keys::gates`]): how many heads a gate
+    /// has and whether it parks deliveries (`gates::gate_state`), or
+    /// whether it holds only the heads a batch acks, is one field of one
+    /// `HMGET` for a whole batch (`docs/backends.md#redis`).
     pub(crate) fn counts(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
         self.group_key(s, g, &format!("gatecounts:{p}"))
     }
@@ -500,8 +503,8 @@ impl Cas {
     /// Holds only if field `field` of hash `key` is still `raw`, what this
     /// process keeps of a stream (its identity: its stored value must
     /// start with it, whatever its retention, [`stream_identity`]) or a
-    /// group (its settings, whose ordering decides what a claim, a settle
-    /// or a re-open writes): a stream or group deleted since, perhaps
+    /// group (its settings, whose ordering and flow decide what a claim, a
+    /// settle or a re-open writes): a stream or group deleted since, perhaps
     /// created again, fails it. Comes first, before any guard but another
     /// of its kind, so that its failure is the one `cas.lua` reports.
     fn catalog_is(&mut self, key: &str, field: &str, raw: &str, kept: Kept) {
@@ -667,21 +670,22 @@ pub struct RedisBackend {
     marks: Arc<parking_lot::Mutex<HashMap<StreamName, Marks>>>,
     /// What this process keeps of streams and groups (never a negative
     /// answer). A stream changes only by its deletion, a group's settings
-    /// by a reset that changes its ordering or by its deletion: the kept
-    /// entries are trusted after the store's catalog generation was read
-    /// ([`Catalog::refresh`]), every write is guarded on them
+    /// by a reset that changes its ordering or flow, or by its deletion:
+    /// the kept entries are trusted after the store's catalog generation
+    /// was read ([`Catalog::refresh`]), every write is guarded on them
     /// ([`Cas::catalog_is`]), and what finds them stale drops them. The
     /// caches below are derived from them and dropped with them.
     catalog: Arc<Catalog<StreamFacts, Settings>>,
     /// Where the events this process fetched are: a settle of them need
     /// not read the id index.
     positions: Arc<parking_lot::Mutex<Positions>>,
-    /// Ordered groups whose gates were lately found crowded: a fetch that
-    /// found a gate busy, or failed on one taken to be free, or a batch of
-    /// plain acks that found a delivery parked behind a head it acked.
-    /// Their fetches and acks read the gates before deciding; the others
-    /// take each gate to be free (or each acked head to be alone) and
-    /// guard the write on it (`gates.rs`, `settle.rs`).
+    /// Gated groups whose gates were lately found crowded: a fetch that
+    /// found a gate with deliveries open, or failed on one taken to be
+    /// free, or a batch of plain acks that found other open deliveries in
+    /// a gate it acked heads of. Their fetches and acks read the gates
+    /// before deciding; the others take each gate to be free (or each
+    /// gate's acked heads to be alone in it) and guard the write on it
+    /// (`gates.rs`, `settle.rs`).
     crowded: Arc<parking_lot::Mutex<HashSet<(StreamName, GroupName)>>>,
     /// Each group partition as this process last read or wrote it: a fetch
     /// reads the log ahead from that cursor, or claims in one round trip
@@ -720,7 +724,7 @@ struct Located {
     partition: u32,
     sequence: u64,
     attempt: u32,
-    /// The event's key, when the lease was of an ordered group (`None`:
+    /// The event's key, when the lease was of a gated group (`None`:
     /// not kept).
     key: Option<Option<Arc<str>>>,
     /// The stream's identity when the event was fetched: a stream
@@ -1152,8 +1156,8 @@ impl RedisBackend {
     /// deleted, so the call finds it not found (it was gone at some point
     /// since the call read it, even if one of its name was created again);
     /// a group is read again with its stream, and is not found if either is
-    /// gone or is another of the name, else (a reset changed its ordering)
-    /// the call reads again.
+    /// gone or is another of the name, else (a reset changed its ordering
+    /// or flow) the call reads again.
     async fn outcome(&self, cas: &Cas, failed: i64) -> Result<Applied> {
         if failed == 0 {
             return Ok(Applied::Yes);

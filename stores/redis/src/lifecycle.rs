@@ -108,8 +108,8 @@ impl RedisBackend {
     /// or of another identity (deleted, perhaps created again; a change of
     /// its retention keeps its identity) is not found, and so is
     /// a group gone or another of its name; either is forgotten then. The
-    /// same group with other settings (a reset changed its ordering) is
-    /// kept as it is now, and returned.
+    /// same group with other settings (a reset changed its ordering or
+    /// flow) is kept as it is now, and returned.
     pub(super) fn judge(
         &self,
         (s, g): (&StreamName, &GroupName),

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use super::groups::decode_group;
 use super::{Phase, RedisBackend, corrupt, decode_meta};
 use rheo_core::backend::Result;
-use rheo_core::model::{GroupName, GroupOrdering, StreamName};
+use rheo_core::backend::policy::GroupConfig;
+use rheo_core::model::{GroupName, StreamName};
 
 /// The steps, in order.
 const STEPS: [&str; 1] = ["0001_gate_counts"];
@@ -50,8 +51,10 @@ impl RedisBackend {
         Ok(rheo_core::backend::MigrationStatus::of_names(STEPS, &done))
     }
 
-    /// `0001_gate_counts`: every partition of every ordered group gets the
-    /// count of each gate's open deliveries, from its gates sorted set.
+    /// `0001_gate_counts`: every partition of every gated group (an
+    /// ordering, or a `flow.key_concurrency`) gets the count of each gate's
+    /// open deliveries, from its gates sorted set; an ungated group has
+    /// none.
     async fn count_gates(&self) -> Result<()> {
         let streams: BTreeMap<String, String> = self
             .run(redis::cmd("HGETALL").arg(self.keys.streams()), Phase::Read)
@@ -64,7 +67,8 @@ impl RedisBackend {
                 .await?;
             for (name, raw) in groups {
                 let g = GroupName::parse(name).map_err(|e| corrupt("group name", e))?;
-                if decode_group(&s, g.clone(), &raw)?.ordering == GroupOrdering::None {
+                let group = decode_group(&s, g.clone(), &raw)?;
+                if !GroupConfig::from(&group).gating().is_gated() {
                     continue;
                 }
                 for p in 0..partitions {

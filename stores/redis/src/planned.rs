@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::claims::{Delivery, Entry, Status, entry_id, value};
 use super::gates::member;
 use super::{Applied, Cas, Phase, RedisBackend, Settings, corrupt, map_error};
-use rheo_core::backend::policy::{GateWalk, Share, claim_capacity, round_robin};
+use rheo_core::backend::policy::{GateState, GateWalk, Share, claim_capacity, round_robin};
 use rheo_core::backend::{FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, Lease, LeaseId, StreamName};
 
@@ -29,10 +29,10 @@ pub(super) struct View {
     /// Nothing was ready, due or expired (a later fetch guards that it
     /// still is, see [`RedisBackend::fetch_planned`]).
     pub(super) quiet: bool,
-    /// Under an ordering, the events from `cursor` on as read ahead (the
+    /// Under a gating, the events from `cursor` on as read ahead (the
     /// log is immutable, so they stay true while the stream does: a delete
-    /// drops the views, and a plan is guarded on the stream): what an
-    /// ordered fetch plans its walk over
+    /// drops the views, and a plan is guarded on the stream): what a
+    /// gated fetch plans its walk over
     /// ([`RedisBackend::fetch_ordered_planned`]).
     pub(super) ahead: Arc<[Arc<Event>]>,
     /// The group's settings as stored when it was seen: a view is of that
@@ -51,7 +51,7 @@ impl View {
     }
 }
 
-/// How many events an ordered fetch reads ahead past its new cursor, for
+/// How many events a gated fetch reads ahead past its new cursor, for
 /// the next fetch to plan over: twice its share, so that events parked
 /// behind busy keys do not leave the next plan short.
 pub(super) fn read_ahead(limit: usize, partitions: usize) -> usize {
@@ -247,7 +247,8 @@ impl RedisBackend {
         Ok(Some(leases))
     }
 
-    /// An ordered fetch in one round trip (`docs/groups.md#ordering`),
+    /// A gated fetch in one round trip (`docs/groups.md#ordering`,
+    /// `docs/groups.md#flow`),
     /// planned like [`Self::fetch_planned`] and walking the events this
     /// process read ahead: when every selected partition was last seen
     /// quiet with at least `limit` new events, and the group's gates were
@@ -267,7 +268,7 @@ impl RedisBackend {
         first: usize,
     ) -> Result<Option<Vec<Lease>>> {
         let (s, g) = (&req.stream, &req.group);
-        let ordering = settings.config.ordering;
+        let gating = settings.config.gating();
         let group = (s.clone(), g.clone());
         if self.crowded.lock().contains(&group) {
             return Ok(None);
@@ -294,7 +295,7 @@ impl RedisBackend {
                     continue;
                 }
                 let view = &views[i];
-                let walk = walks[i].get_or_insert_with(|| GateWalk::new(ordering, view.cursor, 0));
+                let walk = walks[i].get_or_insert_with(|| GateWalk::new(gating, view.cursor, 0));
                 let before = walk.lease.len();
                 walk.want_more(ask);
                 while let Some((a, b)) = walk.window(view.high_watermark) {
@@ -304,7 +305,7 @@ impl RedisBackend {
                     let pairs: Vec<(u64, Option<String>)> =
                         window.iter().map(|e| (e.sequence, e.key.clone())).collect();
                     free[i].extend(walk.to_ask(&pairs));
-                    walk.pass(pairs, |_| false);
+                    walk.pass(pairs, |_| GateState::FREE);
                 }
                 let got = walk.lease.len() - before;
                 if got < ask {

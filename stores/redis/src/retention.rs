@@ -6,8 +6,8 @@
 //!
 //! A trim reads the partition's first sequence and high watermark, the
 //! stream's groups, the events it removes (their ids and keys), and per
-//! group its cursor and the records of those sequences; under an ordering
-//! also each gate whose open deliveries it closes (`gate_view.lua`, from
+//! group its cursor and the records of those sequences; under a gating
+//! (an ordering or a `flow.key_concurrency`) also each gate whose open deliveries it closes (`gate_view.lua`, from
 //! the first sequence it keeps on). It decides with the shared policy
 //! (`regate`) and writes, guarded on all it read: `XTRIM … MINID`, the id
 //! index and time index entries of the removed events, the new first
@@ -23,17 +23,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::claims::{Delivery, Entry, Slot, Status, entry_id, value};
-use super::gates::{member, range, sequence_of};
+use super::claims::{Delivery, Entry, Status, entry_id, value};
+use super::gates::{GateAsk, member};
 use super::groups::decode_group;
 use super::{
-    Applied, Bounds, Cas, MAX_ATTEMPTS, Phase, RedisBackend, back_off, corrupt, first_field,
-    map_error, stream_value,
+    Applied, Bounds, Cas, MAX_ATTEMPTS, PartitionKeys, Phase, RedisBackend, back_off, corrupt,
+    first_field, map_error, stream_value,
 };
-use rheo_core::backend::policy::{GateView, regate, skipped_by_trim};
+use rheo_core::backend::policy::{Gating, GroupConfig, skipped_by_trim};
 use rheo_core::backend::retention::TRIM_BATCH;
 use rheo_core::backend::{Error, Result, TrimRequest, Trimmed};
-use rheo_core::model::{Event, EventId, GroupName, GroupOrdering, Retention, Stream, StreamName};
+use rheo_core::model::{Event, EventId, GroupName, Retention, Stream, StreamName};
 
 /// The field of [`Keys::gone`](super::Keys::gone) naming a removed event
 /// by its position.
@@ -52,7 +52,7 @@ struct Reading {
     name: GroupName,
     /// Its settings as stored (guarded).
     raw: String,
-    ordering: GroupOrdering,
+    gating: Gating,
     cursor_raw: Option<String>,
     /// The records of the removed sequences, in order.
     records: Vec<Option<String>>,
@@ -206,11 +206,11 @@ impl RedisBackend {
         }
         let mut readings = Vec::with_capacity(groups.len());
         for (name, raw) in groups {
-            let ordering = decode_group(s, name.clone(), &raw)?.ordering;
+            let gating = GroupConfig::from(&decode_group(s, name.clone(), &raw)?).gating();
             readings.push(Reading {
                 name,
                 raw,
-                ordering,
+                gating,
                 cursor_raw: value(next()?)?,
                 records: value(next()?)?,
             });
@@ -260,7 +260,7 @@ impl RedisBackend {
                     Status::Available | Status::Parked | Status::Leased => {
                         open += 1;
                         self.unplace(&mut cas, &pk, *seq, &delivery);
-                        if let Some(gate) = r.ordering.gate(event.key.as_deref()) {
+                        if let Some(gate) = r.gating.gate(event.key.as_deref()) {
                             (gates.entry(gate.to_owned()).or_default()).push((*seq, delivery));
                         }
                     }
@@ -324,11 +324,14 @@ impl RedisBackend {
     }
 
     /// Takes the deliveries a trim closes out of their gates: their
-    /// members go, each gate counts that many fewer, and a gate whose head
-    /// went gets the head the shared rule gives it ([`regate`]) from what
-    /// it keeps — its lowest open delivery from `upto` on, let out unless
-    /// it is out already. Reads those gates (`gate_view.lua`, one round
-    /// trip), and guards the writes on what it read.
+    /// members go, each gate counts that many fewer, and a gate that lost
+    /// heads gets the heads the shared rule gives it ([`regate`]) from
+    /// what it keeps — its lowest open deliveries from `upto` on, for the
+    /// slots its deliveries out leave. Reads those gates
+    /// (`gate_view.lua`, one round trip), and guards the writes on what it
+    /// read.
+    ///
+    /// [`regate`]: rheo_core::backend::policy::regate
     async fn close_gates(
         &self,
         cas: &mut Cas,
@@ -342,71 +345,40 @@ impl RedisBackend {
             return Ok(());
         }
         let k = &self.keys;
-        // What each gate keeps: its first members from `upto` on, the
-        // record of the first, and its count.
-        let kept_range = |gate: &str| {
-            let [_, max] = range(gate);
-            [format!("[{}", member(gate, upto)), max]
-        };
-        let mut invocation = self.gate_view.prepare_invoke();
-        for c in &closing {
-            let g = &readings[c.group].name;
-            let [min, max] = kept_range(&c.gate);
-            invocation
-                .arg(k.gates(s, g, p))
-                .arg(k.deliveries(s, g, p))
-                .arg(min)
-                .arg(max)
-                .arg("")
-                .arg(k.counts(s, g, p))
-                .arg(&c.gate);
-        }
-        let views: Vec<(Vec<String>, Option<String>, Option<String>)> = invocation
-            .invoke_async(&mut self.read_conn())
-            .await
-            .map_err(|e| map_error(e, Phase::Read))?;
-        if views.len() != closing.len() {
-            return Err(corrupt("gate view", format!("{} replies", views.len())));
-        }
-        for (c, (firsts, record, count)) in closing.into_iter().zip(views) {
-            let pk = k.partition(s, &readings[c.group].name, p);
+        let parts: Vec<PartitionKeys> = (closing.iter())
+            .map(|c| k.partition(s, &readings[c.group].name, p))
+            .collect();
+        // Heads closed (available or leased), per gate: only a gate that
+        // lost some has deliveries to let through.
+        let heads_closed: Vec<usize> = (closing.iter())
+            .map(|c| {
+                (c.closed.iter())
+                    .filter(|(_, d)| matches!(d.status, Status::Available | Status::Leased))
+                    .count()
+            })
+            .collect();
+        let asks: Vec<GateAsk<'_>> = (closing.iter().zip(&parts).zip(&heads_closed))
+            .map(|((c, pk), &heads)| GateAsk {
+                k: pk,
+                gate: c.gate.clone(),
+                slots: readings[c.group].gating.slots(),
+                from: Some(upto),
+                members: heads > 0,
+                mine: Vec::new(),
+            })
+            .collect();
+        let views = self.gate_views(&asks).await?;
+        for (((c, pk), heads), view) in closing.iter().zip(&parts).zip(heads_closed).zip(views) {
             for (seq, _) in &c.closed {
                 cas.write(&["ZREM", &pk.gates, &member(&c.gate, *seq)]);
             }
-            cas.hget_is(&pk.counts, &c.gate, count.as_deref());
-            let before: u64 = match &count {
-                Some(raw) => raw.parse().map_err(|_| corrupt("gate count", raw))?,
-                None => 0,
-            };
-            match before.saturating_sub(c.closed.len() as u64) {
+            cas.hget_is(&pk.counts, &c.gate, view.raw_count());
+            match view.count()?.saturating_sub(c.closed.len()) {
                 0 => cas.write(&["HDEL", &pk.counts, &c.gate]),
                 left => cas.write(&["HSET", &pk.counts, &c.gate, &left.to_string()]),
             }
-            // Only parked deliveries closed: the gate's head is one it keeps.
-            let head_closed = (c.closed.iter())
-                .any(|(_, d)| matches!(d.status, Status::Available | Status::Leased));
-            if !head_closed {
-                continue;
-            }
-            cas.lex_first_are(&pk.gates, kept_range(&c.gate), 2, firsts.clone());
-            let Some(first) = firsts.first() else {
-                continue;
-            };
-            let seq = sequence_of(first)?;
-            cas.hget_is(&pk.records, &seq.to_string(), record.as_deref());
-            let Some(raw) = record else { continue };
-            let delivery = Delivery::decode(&raw)?;
-            let step = regate(GateView {
-                out: delivery.status == Status::Leased,
-                head: (delivery.status == Status::Available).then_some(seq),
-                lowest: Some(seq),
-            });
-            if step.release == Some(seq) && delivery.status == Status::Parked {
-                let released = Delivery {
-                    status: Status::Available,
-                    ..delivery.clone()
-                };
-                self.place(cas, &pk, seq, Some(Slot::of(&delivery)), &released);
+            if heads > 0 {
+                self.regate_kept(cas, pk, &view, heads)?;
             }
         }
         Ok(())

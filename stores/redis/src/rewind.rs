@@ -20,8 +20,8 @@ use super::{
 use rheo_core::backend::policy::all_located;
 use rheo_core::backend::{DeadLettersRequest, Error, Redrive, Replay, ResetRequest, Result};
 use rheo_core::model::{
-    DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, GroupOrdering, OrderField,
-    Page, Query, StreamName, Timestamp,
+    DeadLetter, DeadLetterPage, Direction, Event, EventId, GroupName, OrderField, Page, Query,
+    StreamName, Timestamp,
 };
 
 /// Positions re-opened per script.
@@ -220,9 +220,9 @@ impl RedisBackend {
     ) -> Result<u64> {
         for _ in 0..MAX_ATTEMPTS {
             // Read again after a conflict that found them changed: the
-            // ordering gates what this re-opens.
+            // ordering or the flow gates what this re-opens.
             let settings = self.settings_again(s, g, started).await?;
-            let ordering = settings.config.ordering;
+            let gating = settings.config.gating();
             let mut by_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
             for &(p, q) in positions {
                 by_partition.entry(p).or_default().push(q);
@@ -313,8 +313,8 @@ impl RedisBackend {
                         new,
                     });
                 }
-                if ordering != GroupOrdering::None && !reopened.is_empty() {
-                    self.regate(&mut cas, (s, g, ordering), &k, &mut reopened)
+                if gating.is_gated() && !reopened.is_empty() {
+                    self.regate(&mut cas, (s, gating), &k, &mut reopened)
                         .await?;
                 }
                 for r in reopened {
@@ -361,13 +361,18 @@ impl RedisBackend {
     }
 
     /// One attempt of a reset; `Conflict` when the group's settings
-    /// changed meanwhile (its ordering, by another reset).
+    /// changed meanwhile (its ordering or flow, by another reset).
     async fn reset_once(&self, req: &ResetRequest) -> Result<Applied> {
         let (s, g) = (&req.stream, &req.group);
-        // Read afresh: a change of ordering rewrites them, and the reset
-        // must not land on a deleted group.
+        // Read afresh: a change of ordering or flow rewrites them, and the
+        // reset must not land on a deleted group.
         self.forget_settings(s, g);
         let (settings, _) = self.group_now(s, g, false).await?;
+        // The ordering and flow after the reset, checked together before
+        // anything changes; written with it (the write is guarded on the
+        // settings they were read from).
+        let config = &settings.config;
+        let (ordering, flow) = req.settings_after((config.ordering, config.flow))?;
         let partition_count = settings.stream.partitions;
         let selected = req.partitions.resolve(partition_count)?;
         let (starts, bounds) = self.start_points(s, partition_count, &req.start).await?;
@@ -377,11 +382,11 @@ impl RedisBackend {
         let mut cas = Cas::default();
         let k = &self.keys;
         // Guarded on the stream and the settings as read: a group deleted
-        // meanwhile is not found, not brought back. With an ordering, every
-        // partition is reset (`ResetRequest::validate`): every delivery
-        // gated under the old ordering is forgotten with it, and every
-        // write that depends on the ordering is guarded on these settings,
-        // so no server goes on under the old one.
+        // meanwhile is not found, not brought back. With an ordering or a
+        // flow, every partition is reset (`ResetRequest::validate`): every
+        // delivery gated under the old ones is forgotten with it, and every
+        // write that depends on them is guarded on these settings, so no
+        // server goes on under the old ones.
         self.guard_settings(&mut cas, s, g, &settings);
         // Start points clamped to the log starts as read, and the removed
         // events' ids of its dead letters as read: a trim in between sends
@@ -389,8 +394,8 @@ impl RedisBackend {
         guard_firsts(&mut cas, &k.high_watermarks(s), &bounds);
         let gone_key = k.gone(s, g);
         cas.hash_len_is(&gone_key, gone.len());
-        if let Some(ordering) = req.ordering {
-            let raw = super::groups::with_ordering(&settings.raw, ordering)?;
+        if req.ordering.is_some() || req.flow.is_some() {
+            let raw = super::groups::with_gating(&settings.raw, ordering, &flow)?;
             cas.write(&["HSET", &k.groups(s), g.as_str(), &raw]);
         }
         let dead_key = k.dead(s, g);

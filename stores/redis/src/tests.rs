@@ -2039,3 +2039,270 @@ async fn appends_plan_from_kept_watermarks_and_read_them_when_another_node_moved
         .expect("a appends to the new one");
     assert_eq!(appended[0].event.sequence, 1);
 }
+
+/// A group with `flow.key_concurrency = n` on `s`.
+async fn limited(b: &RedisBackend, s: &StreamName, name: &str, n: u32) -> GroupName {
+    let mut spec = GroupSpec::new(GroupName::parse(name).unwrap());
+    spec.flow = rheo_core::model::Flow {
+        key_concurrency: Some(n),
+    };
+    b.create_group(s, spec).await.unwrap().name
+}
+
+/// A group's settings stored before flow control existed (no `flow`
+/// field) read as no flow; one stored with a flow keeps it.
+#[test]
+fn settings_without_a_flow_read_as_none() {
+    use super::groups::decode_group;
+    let (s, g) = (sn("s"), GroupName::parse("g").unwrap());
+    let old = json!({
+        "max_attempts": 5,
+        "retry_backoff_ms": [],
+        "ordering": "none",
+        "on_exhausted": "dead_letter",
+        "created_at": 1,
+        "incarnation": "00",
+    });
+    let group = decode_group(&s, g.clone(), &old.to_string()).unwrap();
+    assert!(group.flow.is_off());
+    let mut new = old.clone();
+    new["flow"] = json!({"key_concurrency": 3});
+    let group = decode_group(&s, g.clone(), &new.to_string()).unwrap();
+    assert_eq!(group.flow.key_concurrency, Some(3));
+    new["flow"] = json!({"key_concurency": 3});
+    assert!(decode_group(&s, g, &new.to_string()).is_err());
+}
+
+/// A trim that closes heads of a limited key lets as many of its parked
+/// deliveries through, counted and guarded like any gate change.
+#[tokio::test]
+async fn a_trim_lets_a_limited_key_through_for_each_head_it_closes() {
+    use rheo_core::backend::{Backend, TrimRequest};
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let g = limited(&b, &s, "g", 2).await;
+    let keyed = |k: &str| EventInput {
+        key: Some(k.to_owned()),
+        ..EventInput::default()
+    };
+    b.append(&s, ["a", "a", "a", "a", "a", "b"].map(keyed).into())
+        .await
+        .unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (0, 6, 1)]);
+    let k = b.keys.partition(&s, &g, 0);
+    let counts = hash(&b, k.counts.clone()).await;
+    let expected = [("a", "5"), ("b", "1")].map(|(g, n)| (g.to_owned(), n.to_owned()));
+    assert_eq!(counts, expected.into());
+    let req = TrimRequest {
+        stream: s.clone(),
+        partition: 0,
+        before: 3,
+        limit: 1000,
+    };
+    assert_eq!(Backend::trim(&b, req).await.expect("trim").removed, 2);
+    let counts = hash(&b, k.counts.clone()).await;
+    let expected = [("a", "3"), ("b", "1")].map(|(g, n)| (g.to_owned(), n.to_owned()));
+    assert_eq!(counts, expected.into());
+    assert_eq!(members(&b, k.ready.clone()).await, ["3", "4"]);
+    let next = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&next), [(0, 3, 1), (0, 4, 1)]);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty(), "a is full again");
+}
+
+/// Several heads of one limited key settled in one batch are decided
+/// from one read of their gate: the acks, the retry that keeps its slot
+/// and the parked deliveries let through, written at once.
+#[tokio::test]
+async fn one_batch_settles_several_heads_of_a_limited_key() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let g = limited(&b, &s, "g", 3).await;
+    let keyed = EventInput {
+        key: Some("a".to_owned()),
+        ..EventInput::default()
+    };
+    b.append(&s, vec![keyed; 7]).await.unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (0, 3, 1)]);
+    let again = SettleOp::Nack {
+        reason: None,
+        delay_ms: Some(60_000),
+    };
+    let items = vec![
+        Settlement::ack(first[0].target()),
+        Settlement {
+            target: first[1].target(),
+            op: again,
+        },
+        Settlement::ack(first[2].target()),
+    ];
+    let results = b.settle(&s, &g, items).await.unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // 2 waits for its delay in its slot; 4 and 5 took the two freed.
+    let next = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&next), [(0, 4, 1), (0, 5, 1)]);
+    let k = b.keys.partition(&s, &g, 0);
+    assert_eq!(hash(&b, k.counts.clone()).await["a"], "5");
+    // Both acked at once (the plain-ack path): 6 and 7 go out.
+    let acks = next.iter().map(|l| Settlement::ack(l.target())).collect();
+    let results = b.settle(&s, &g, acks).await.unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let last = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&last), [(0, 6, 1), (0, 7, 1)]);
+}
+
+/// Four consumers, two per node, drain a group with `key_concurrency = 3`
+/// while some deliveries are retried and some settled, alone or in
+/// batches, through the other node: no more than three deliveries of one
+/// key are ever out at once, every event is acked once, and the gates are
+/// empty at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_never_hold_more_than_n_of_one_key() {
+    use std::collections::HashMap;
+    const N: usize = 3;
+    const KEYS: usize = 8;
+    const PER_KEY: usize = 15;
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 2).await;
+    let g = limited(&b, &s, "g", N as u32).await;
+    let inputs = rheo_core::backend::conformance::ordering::interleaved_keys(KEYS, PER_KEY);
+    b.append(&s, inputs).await.unwrap();
+    let other = RedisBackend::connect_like(&b).await;
+    let nodes = [Arc::new(b.clone()), Arc::new(other)];
+    let out = Arc::new(parking_lot::Mutex::new(
+        HashMap::<(u32, String), usize>::new(),
+    ));
+    let done = Arc::new(parking_lot::Mutex::new(Vec::<(u32, u64)>::new()));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for node in 0..2 {
+        for w in 0..2 {
+            let (s, g) = (s.clone(), g.clone());
+            let (mine, theirs) = (Arc::clone(&nodes[node]), Arc::clone(&nodes[1 - node]));
+            let (out, done, most) = (Arc::clone(&out), Arc::clone(&done), Arc::clone(&most));
+            workers.push(tokio::spawn(async move {
+                let mut req = fetch_req(&s, &g, 1);
+                req.consumer_id = ConsumerId::parse(format!("n{node}w{w}")).unwrap();
+                req.lease_ms = 60_000;
+                for _ in 0..100_000 {
+                    if done.lock().len() == KEYS * PER_KEY {
+                        return;
+                    }
+                    req.limit = 1 + rand::random::<u32>() % 7;
+                    let leases = mine.fetch(req.clone()).await.expect("fetch");
+                    for lease in &leases {
+                        let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                        let mut out = out.lock();
+                        let n = out.entry(key.clone()).or_default();
+                        *n += 1;
+                        assert!(*n <= N, "{n} of {key:?} out at once");
+                        most.fetch_max(*n, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    tokio::task::yield_now().await;
+                    let via = if rand::random::<bool>() {
+                        &mine
+                    } else {
+                        &theirs
+                    };
+                    let mut items = Vec::new();
+                    for lease in &leases {
+                        let key = (lease.event.partition, lease.event.key.clone().unwrap());
+                        // Counted down before the settle: once settled, the
+                        // key's next delivery may go out to anyone.
+                        *out.lock().get_mut(&key).expect("counted") -= 1;
+                        if lease.attempt == 1 && rand::random::<u32>().is_multiple_of(4) {
+                            let op = SettleOp::Nack {
+                                reason: Some("again".into()),
+                                delay_ms: Some(0),
+                            };
+                            items.push(Settlement {
+                                target: lease.target(),
+                                op,
+                            });
+                            continue;
+                        }
+                        done.lock()
+                            .push((lease.event.partition, lease.event.sequence));
+                        items.push(Settlement::ack(lease.target()));
+                    }
+                    if items.is_empty() {
+                        continue;
+                    }
+                    let results = if rand::random::<bool>() {
+                        via.settle(&s, &g, items).await.expect("settle")
+                    } else {
+                        let mut results = Vec::new();
+                        for item in items {
+                            results.extend(via.settle(&s, &g, vec![item]).await.expect("settle"));
+                        }
+                        results
+                    };
+                    assert!(results.iter().all(Result::is_ok), "{results:?}");
+                }
+                panic!("consumer n{node}w{w} gave up before every event was processed");
+            }));
+        }
+    }
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let mut all = done.lock().clone();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), KEYS * PER_KEY, "every event acked once");
+    assert!(
+        most.load(std::sync::atomic::Ordering::SeqCst) > 1,
+        "a key had several out"
+    );
+    for node in &nodes {
+        let lag = node.lag(&s, &g, &Partitions::All).await.unwrap();
+        assert_eq!((lag.lag, lag.inflight, lag.pending), (0, 0, 0));
+    }
+    for p in 0..2 {
+        let k = b.keys.partition(&s, &g, p);
+        assert!(members(&b, k.gates).await.is_empty());
+        assert!(hash(&b, k.counts).await.is_empty());
+    }
+}
+
+/// A settle reads only a gate's first members: a lease out above the
+/// ones read (deliveries a replay re-opened below it are parked) is
+/// counted from the gate's count, so an ack lets through only the slots
+/// it frees.
+#[tokio::test]
+async fn a_limited_key_counts_its_leases_above_the_members_a_settle_reads() {
+    let Some(b) = backend().await else { return };
+    let s = stream(&b, "s", 1).await;
+    let g = limited(&b, &s, "g", 2).await;
+    let keyed = EventInput {
+        key: Some("a".to_owned()),
+        ..EventInput::default()
+    };
+    b.append(&s, vec![keyed; 10]).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let pair = fetch(&b, &s, &g, 10).await;
+        assert_eq!(pair.len(), 2);
+        for lease in &pair {
+            ids.push(lease.event.id.clone());
+            assert_eq!(settle(&b, lease, SettleOp::Ack).await, "ok");
+        }
+    }
+    let out = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&out), [(0, 5, 1), (0, 6, 1)]);
+    // 1 to 4 again: parked below the two out.
+    let replayed = b.replay(&s, &g, Replay::EventIds(ids)).await.unwrap();
+    assert_eq!(replayed, 4);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty(), "both slots are out");
+    // The read of 6's gate holds 1 to 4 only: 5 is still out, so one
+    // slot is free.
+    assert_eq!(settle(&b, &out[1], SettleOp::Ack).await, "ok");
+    let one = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&one), [(0, 1, 2)]);
+    assert_eq!(settle(&b, &out[0], SettleOp::Ack).await, "ok");
+    let two = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&two), [(0, 2, 2)]);
+    let k = b.keys.partition(&s, &g, 0);
+    assert_eq!(hash(&b, k.counts.clone()).await["a"], "8");
+}

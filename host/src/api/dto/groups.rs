@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::backend::quarantine::Parked;
 use crate::backend::{Partitions, Redrive, Replay};
 use crate::model::{
-    DeadLetter, DeadLetterPage, EventId, Group, GroupInfo, GroupName, GroupOrdering, Lag,
+    DeadLetter, DeadLetterPage, EventId, Flow, Group, GroupInfo, GroupName, GroupOrdering, Lag,
     OnExhausted, ParkedKey, PartitionLag, StreamName, Timestamp,
 };
 
@@ -42,6 +42,10 @@ pub(crate) struct CreateGroupBody {
     /// that exhausts its attempts parks its key until released
     /// (`docs/groups.md#quarantine`).
     pub(crate) on_exhausted: Option<OnExhausted>,
+    /// Flow control (`docs/groups.md#flow`): `{"key_concurrency": N}` lets
+    /// at most N deliveries of a key out at once (needs `ordering` `none`).
+    /// Default: no limit.
+    pub(crate) flow: Option<Flow>,
 }
 
 /// A consumer group.
@@ -61,6 +65,8 @@ pub(crate) struct GroupBody {
     ordering: GroupOrdering,
     /// What a head that exhausts its attempts does.
     on_exhausted: OnExhausted,
+    /// Its flow control (`{}`: none).
+    flow: Flow,
     /// When it was created.
     #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
@@ -75,6 +81,7 @@ impl From<Group> for GroupBody {
             retry_backoff_ms: g.retry_backoff_ms,
             ordering: g.ordering,
             on_exhausted: g.on_exhausted,
+            flow: g.flow,
             created_at: g.created_at,
         }
     }
@@ -217,6 +224,8 @@ pub(crate) struct GroupInfoBody {
     ordering: GroupOrdering,
     /// What a head that exhausts its attempts does.
     on_exhausted: OnExhausted,
+    /// Its flow control (`{}`: none).
+    flow: Flow,
     /// Lag over all partitions.
     lag: LagBody,
     /// Deliveries leased now.
@@ -240,6 +249,7 @@ impl From<GroupInfo> for GroupInfoBody {
             retry_backoff_ms: i.retry_backoff_ms,
             ordering: i.ordering,
             on_exhausted: i.on_exhausted,
+            flow: i.flow,
             lag: i.lag.into(),
             inflight: i.inflight,
             dead_letters: i.dead_letters,
@@ -342,6 +352,10 @@ pub(crate) struct ResetBody {
     /// The group's ordering from now on (`none`, `key` or `partition`);
     /// default: unchanged. Needs every partition reset.
     pub(crate) ordering: Option<GroupOrdering>,
+    /// The group's flow control from now on (`docs/groups.md#flow`; `{}`
+    /// turns every limit off); default: unchanged. Needs every partition
+    /// reset, and must fit the ordering after the reset.
+    pub(crate) flow: Option<Flow>,
 }
 
 /// A page of dead letters.

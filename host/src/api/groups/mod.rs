@@ -63,6 +63,7 @@ async fn group_create(
         retry_backoff_ms: body.retry_backoff_ms.unwrap_or_default(),
         ordering: body.ordering.unwrap_or_default(),
         on_exhausted: body.on_exhausted.unwrap_or_default(),
+        flow: body.flow.unwrap_or_default(),
         name: body.name,
     };
     let group = state.backend.create_group(&stream, spec).await?;

@@ -59,8 +59,8 @@ async fn group_replay(
 }
 
 /// Forget the group's delivery state in the selected partitions and start
-/// them again; with `ordering`, in every partition and under that ordering
-/// from now on. Needs `confirm: true`, checked before anything else.
+/// them again; with `ordering` or `flow`, in every partition and under
+/// those from now on. Needs `confirm: true`, checked before anything else.
 #[utoipa::path(post, path = "/v1/streams/{stream}/groups/{group}/reset", tag = "recovery",
     params(
         ("stream" = String, Path, description = "Stream name"),
@@ -69,7 +69,7 @@ async fn group_replay(
     request_body = ResetBody,
     responses(
         (status = 200, body = OkBody),
-        (status = 400, description = "confirm_required, or a bad start point, partition or ordering (an ordering change resets every partition)", body = ErrorBody),
+        (status = 400, description = "confirm_required, or a bad start point, partition, ordering or flow (an ordering or flow change resets every partition; the flow must fit the ordering)", body = ErrorBody),
         (status = 404, description = "No such stream or group", body = ErrorBody),
     ))]
 async fn group_reset(
@@ -87,6 +87,7 @@ async fn group_reset(
             start: dto::start_position(body.start_after, body.start_at)?,
             partitions: dto::partitions(body.partitions),
             ordering: body.ordering,
+            flow: body.flow,
         })
         .await?;
     Ok(Json(OkBody::YES))

@@ -22,8 +22,99 @@ async fn create_answers_201_with_the_group() {
         json!({
             "stream": "s", "name": "g", "max_attempts": 3,
             "retry_backoff_ms": [100, 1000], "ordering": "none",
-            "on_exhausted": "dead_letter", "created_at": "2026-01-01T00:00:00.000Z",
+            "on_exhausted": "dead_letter", "flow": {}, "created_at": "2026-01-01T00:00:00.000Z",
         })
+    );
+}
+
+#[tokio::test]
+async fn a_flow_is_taken_at_creation_shown_and_changed_by_a_reset_of_every_partition() {
+    let app = TestApp::new();
+    app.stream("s", 2).await;
+    let a = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "g", "flow": {"key_concurrency": 3}}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    assert_eq!(a.body["flow"], json!({"key_concurrency": 3}));
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(info.body["flow"], json!({"key_concurrency": 3}));
+    let list = app.get("/v1/streams/s/groups").await;
+    assert_eq!(
+        list.body["groups"][0]["flow"],
+        json!({"key_concurrency": 3})
+    );
+    for (bad, field) in [
+        (
+            json!({"name": "h", "flow": {"key_concurrency": 0}}),
+            "flow.key_concurrency",
+        ),
+        (
+            json!({"name": "h", "ordering": "key", "flow": {"key_concurrency": 2}}),
+            "flow.key_concurrency",
+        ),
+        (json!({"name": "h", "flow": {"key_concurency": 2}}), ""),
+        (json!({"name": "h", "flow": {"key_concurrency": -1}}), ""),
+    ] {
+        let a = app.post("/v1/streams/s/groups", bad.clone()).await;
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{bad}: {}",
+            a.body
+        );
+        assert!(
+            a.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(if field.is_empty() {
+                    "key_concur"
+                } else {
+                    field
+                }),
+            "{}",
+            a.body
+        );
+    }
+    // A reset changes it for every partition, or refuses and changes nothing.
+    let partial = app
+        .post(
+            "/v1/streams/s/groups/g/reset",
+            json!({"confirm": true, "partitions": [0], "flow": {}}),
+        )
+        .await;
+    assert_eq!(
+        (partial.status, code(&partial)),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let keyed = app
+        .post(
+            "/v1/streams/s/groups/g/reset",
+            json!({"confirm": true, "ordering": "key"}),
+        )
+        .await;
+    assert_eq!(
+        (keyed.status, code(&keyed)),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(
+        (info.body["ordering"].clone(), info.body["flow"].clone()),
+        (json!("none"), json!({"key_concurrency": 3}))
+    );
+    let both = app
+        .post(
+            "/v1/streams/s/groups/g/reset",
+            json!({"confirm": true, "ordering": "key", "flow": {}}),
+        )
+        .await;
+    assert_eq!(both.status, StatusCode::OK, "{}", both.body);
+    let info = app.get("/v1/streams/s/groups/g").await;
+    assert_eq!(
+        (info.body["ordering"].clone(), info.body["flow"].clone()),
+        (json!("key"), json!({}))
     );
 }
 

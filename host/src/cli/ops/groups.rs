@@ -111,6 +111,15 @@ enum GroupsAction {
         /// dead_letter]
         #[arg(long, value_name = "WHAT", value_parser = ["dead_letter", "quarantine"])]
         on_exhausted: Option<String>,
+        /// Flow control as JSON, e.g. '{"key_concurrency": 4}'
+        /// (docs/groups.md#flow) [default: no limit]
+        #[arg(long, value_name = "JSON", value_parser = super::flow,
+              conflicts_with = "key_concurrency")]
+        flow: Option<Value>,
+        /// At most N deliveries of a key out at once, in any order (needs
+        /// ordering none); short for --flow '{"key_concurrency": N}'
+        #[arg(long, value_name = "N")]
+        key_concurrency: Option<u32>,
     },
     /// Delete a group with its cursors, deliveries and dead letters, for
     /// good; the stream and its other groups stay
@@ -188,6 +197,8 @@ impl GroupsArgs {
             retry_backoff_ms,
             ordering,
             on_exhausted,
+            flow,
+            key_concurrency,
         }) = self.action
         else {
             return list(self.stream.as_deref().unwrap_or_default());
@@ -212,16 +223,21 @@ impl GroupsArgs {
         if let Some(on_exhausted) = on_exhausted {
             body.insert("on_exhausted".into(), json!(on_exhausted));
         }
+        if let Some(flow) = super::flow_body(flow, key_concurrency) {
+            body.insert("flow".into(), flow);
+        }
         let path = format!("/v1/streams/{}/groups", segment(&stream));
         let answer = client.post(&path, &Value::Object(body))?;
         self.server.print(&answer, |g| {
             format!(
-                "created group {} on stream {} (max_attempts {}, ordering {}, on_exhausted {})\n",
+                "created group {} on stream {} (max_attempts {}, ordering {}, on_exhausted {}, \
+                 flow {})\n",
                 cell(&g["name"]),
                 cell(&g["stream"]),
                 cell(&g["max_attempts"]),
                 cell(&g["ordering"]),
-                cell(&g["on_exhausted"])
+                cell(&g["on_exhausted"]),
+                super::flow_text(&g["flow"])
             )
         })
     }
@@ -239,6 +255,7 @@ fn render_list(stream: &str, answer: &Value) -> String {
         ("MAX-ATTEMPTS", Align::Right),
         ("RETRY-BACKOFF", Align::Left),
         ("ORDERING", Align::Left),
+        ("FLOW", Align::Left),
         ("CREATED", Align::Left),
     ]);
     for group in groups {
@@ -247,6 +264,7 @@ fn render_list(stream: &str, answer: &Value) -> String {
             cell(&group["max_attempts"]),
             backoff(&group["retry_backoff_ms"]),
             cell(&group["ordering"]),
+            super::flow_text(&group["flow"]),
             cell(&group["created_at"]),
         ]);
     }
@@ -406,6 +424,7 @@ fn render_info(info: &Value) -> String {
         ("retry backoff", backoff(&info["retry_backoff_ms"])),
         ("ordering", cell(&info["ordering"])),
         ("on exhausted", cell(&info["on_exhausted"])),
+        ("flow", super::flow_text(&info["flow"])),
         ("lag", cell(&lag["lag"])),
         ("pending", cell(&lag["pending"])),
         ("inflight", cell(&info["inflight"])),

@@ -392,6 +392,34 @@ fn json_object(text: &str) -> Result<Value, String> {
 
 /// Parses a start point: a sequence for every partition (`41`), or a JSON
 /// map of partition to sequence (`{"0": 41, "1": 7}`).
+/// A group's `flow` (docs/groups.md#flow) given as JSON, e.g.
+/// '{"key_concurrency": 4}'; '{}' turns every limit off. Read here so a
+/// typo is named before anything is sent.
+fn flow(text: &str) -> Result<Value, String> {
+    let value = json_object(text).map_err(|_| {
+        "expected a JSON object of limits, e.g. '{\"key_concurrency\": 4}' ('{}': none)".to_owned()
+    })?;
+    serde_json::from_value::<crate::model::Flow>(value.clone()).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+/// The `flow` of `--flow JSON` or `--key-concurrency N`, whichever is given.
+fn flow_body(flow: Option<Value>, key_concurrency: Option<u32>) -> Option<Value> {
+    flow.or_else(|| key_concurrency.map(|n| serde_json::json!({ "key_concurrency": n })))
+}
+
+/// A flow as one line: `none`, or `key_concurrency 4`.
+fn flow_text(flow: &Value) -> String {
+    match flow.as_object() {
+        Some(limits) if !limits.is_empty() => limits
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "none".into(),
+    }
+}
+
 fn start_after(text: &str) -> Result<Value, String> {
     if let Ok(seq) = text.trim().parse::<u64>() {
         return Ok(Value::from(seq));

@@ -198,7 +198,7 @@ pub(crate) struct ResetArgs {
         long,
         value_name = "P,…",
         value_delimiter = ',',
-        conflicts_with = "ordering"
+        conflicts_with_all = ["ordering", "flow", "key_concurrency"]
     )]
     partitions: Option<Vec<u32>>,
 
@@ -206,6 +206,17 @@ pub(crate) struct ResetArgs {
     /// (docs/groups.md#ordering); resets every partition [default: unchanged]
     #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
     ordering: Option<String>,
+
+    /// The group's flow control from now on, as JSON, e.g.
+    /// '{"key_concurrency": 4}', '{}' for none (docs/groups.md#flow);
+    /// resets every partition [default: unchanged]
+    #[arg(long, value_name = "JSON", value_parser = super::flow,
+          conflicts_with = "key_concurrency")]
+    flow: Option<Value>,
+
+    /// Short for --flow '{"key_concurrency": N}'
+    #[arg(long, value_name = "N")]
+    key_concurrency: Option<u32>,
 }
 
 impl ResetArgs {
@@ -232,16 +243,27 @@ impl ResetArgs {
         if let Some(ordering) = &self.ordering {
             body.insert("ordering".into(), json!(ordering));
         }
+        let flow = super::flow_body(self.flow.clone(), self.key_concurrency);
+        if let Some(flow) = &flow {
+            body.insert("flow".into(), flow.clone());
+        }
         let answer = client.post(&self.target.path("/reset"), &Value::Object(body))?;
-        self.server.print(&answer, |_| match &self.ordering {
-            Some(ordering) => format!(
-                "reset group {} on stream {} (ordering {ordering})\n",
+        let mut changed = Vec::new();
+        if let Some(ordering) = &self.ordering {
+            changed.push(format!("ordering {ordering}"));
+        }
+        if let Some(flow) = &flow {
+            changed.push(format!("flow {}", super::flow_text(flow)));
+        }
+        let changed = match changed.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", changed.join(", ")),
+        };
+        self.server.print(&answer, |_| {
+            format!(
+                "reset group {} on stream {}{changed}\n",
                 self.target.group, self.target.stream
-            ),
-            None => format!(
-                "reset group {} on stream {}\n",
-                self.target.group, self.target.stream
-            ),
+            )
         })
     }
 }

@@ -162,6 +162,17 @@ async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
         .await;
 }
 
+/// Node a changes a group's flow while node b keeps the old one
+/// (`sql/flow_nodes.rs`).
+#[tokio::test]
+async fn a_flow_changed_on_one_node_holds_on_the_other() {
+    let clock = frozen();
+    let Some((a, b)) = two_nodes(clock.clone(), |o| o).await else {
+        return;
+    };
+    crate::sql::flow_nodes::a_flow_changed_on_one_node_holds_on_the_other(clock, a, b).await;
+}
+
 /// Room for the four writers of `sql/racing.rs` and the check's own calls.
 fn eight_connections(o: PostgresOptions) -> PostgresOptions {
     PostgresOptions {

@@ -11,24 +11,26 @@
 //! rows, then cursor rows in partition order — keeps concurrent
 //! transactions deadlock-free.
 //!
-//! A fetch of an ordered group (`docs/groups.md#ordering`) takes the cursor
-//! rows first instead, and walks the unseen events, leasing those whose
-//! gate is free and parking the others. It can: every delivery row it
+//! A fetch of a gated group — one with an ordering (`docs/groups.md#ordering`)
+//! or a `key_concurrency` (`docs/groups.md#flow`) — takes the cursor rows
+//! first instead, and walks the unseen events, leasing those whose gate
+//! has a slot free and parking the others. It can: every delivery row it
 //! locks afterwards is taken skipping rows others hold, so it never waits
 //! while holding the cursor rows.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
 use rheo_core::backend::policy::{
-    GateWalk, Held as Fenced, POISON_REASON, Share, claim_capacity, fence, quarantine_until,
+    GateState, GateWalk, Gating, Held as Fenced, POISON_REASON, Share, claim_capacity, fence,
+    quarantine_until,
 };
 use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use rheo_core::model::{
-    ConsumerId, EventId, GroupName, GroupOrdering, Lease, LeaseId, OnExhausted, SettleTarget,
+    ConsumerId, EventId, Flow, GroupName, GroupOrdering, Lease, LeaseId, OnExhausted, SettleTarget,
     StreamName, Timestamp,
 };
 
@@ -75,7 +77,8 @@ pub(super) struct Held {
     pub(super) attempt: u32,
     pub(super) consumer_id: Option<String>,
     pub(super) leased_at: Option<Timestamp>,
-    /// It belongs to a gate (`docs/groups.md#ordering`).
+    /// It belongs to a gate (`docs/groups.md#ordering`,
+    /// `docs/groups.md#flow`).
     pub(super) gated: bool,
 }
 
@@ -92,23 +95,24 @@ impl<D: Dialect> SqlBackend<D> {
         if selected.is_empty() {
             return Ok(Vec::new());
         }
-        let ordering = config.ordering;
-        if ordering == GroupOrdering::None && D::FETCH_IN_TWO_STATEMENTS {
+        let gating = config.gating();
+        if !gating.is_gated() && D::FETCH_IN_TWO_STATEMENTS {
             let at = (now, expires_at);
             return self
                 .fetch_two_statements(tx, &req, &selected, config.max_attempts, at)
                 .await;
         }
-        // An ordered group holds its cursor rows from the start, so that no
-        // settle lets a gate's next delivery through while this fetch is
-        // deciding what to park behind it (docs/groups.md#ordering). Its
-        // fetches never wait for a delivery row (they skip locked ones), so
-        // taking the cursor rows first cannot deadlock with a settle.
+        // A gated group holds its cursor rows from the start, so that no
+        // settle lets a gate's next deliveries through while this fetch is
+        // deciding what to park behind it (docs/groups.md#ordering,
+        // docs/groups.md#flow). Its fetches never wait for a delivery row
+        // (they skip locked ones), so taking the cursor rows first cannot
+        // deadlock with a settle.
         let mut cursors = Vec::new();
-        if ordering != GroupOrdering::None {
+        if gating.is_gated() {
             let stored;
             (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
-            self.same_ordering((s, g), ordering, stored)?;
+            self.same_gating((s, g), gating, stored)?;
         }
         let max = small(config.max_attempts);
         // A group that quarantines holds a gated head out of attempts
@@ -124,7 +128,7 @@ impl<D: Dialect> SqlBackend<D> {
             parks,
             quarantine_until()
         ];
-        if ordering == GroupOrdering::None {
+        if !gating.is_gated() {
             exec::<D>(&mut tx, Statement::fetch_poison, poison).await?;
         } else {
             let mut dead = Vec::new();
@@ -133,7 +137,7 @@ impl<D: Dialect> SqlBackend<D> {
                     dead.push((row.u32(0)?, gate));
                 }
             }
-            Self::release_gates(&mut tx, s, g, dead).await?;
+            Self::release_gates(&mut tx, s, g, gating.slots(), dead).await?;
         }
         let args = args![s, g, partitions(&selected), now, small(req.limit)];
         let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
@@ -151,20 +155,21 @@ impl<D: Dialect> SqlBackend<D> {
         for candidates in &mut claimable {
             candidates.sort_unstable();
         }
-        if ordering == GroupOrdering::None {
+        if !gating.is_gated() {
             let stored;
             (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
-            self.same_ordering((s, g), ordering, stored)?;
+            self.same_gating((s, g), gating, stored)?;
         }
 
         // Each partition's share by the shared rule (docs/groups.md#fairness):
         // its claimable deliveries first, then unseen events — all of which
-        // an unordered group takes, and which an ordered group walks,
-        // leasing free gates' events and parking the others. A walk that
-        // comes back short has no more: its share goes to the others.
+        // a group without gates takes, and which a gated group walks,
+        // leasing the events of gates with a slot free and parking the
+        // others. A walk that comes back short has no more: its share goes
+        // to the others.
         let first = self.rotate(s, g) % selected.len();
         let limit = req.limit as usize;
-        let (reclaim, mut fresh, moved, to, parked) = if ordering == GroupOrdering::None {
+        let (reclaim, mut fresh, moved, to, parked) = if !gating.is_gated() {
             let (reclaim, fresh, to) =
                 plan_unordered(&selected, &claimable, &cursors, limit, first);
             let moved = selected.iter().map(|&p| p as i32).collect();
@@ -192,8 +197,7 @@ impl<D: Dialect> SqlBackend<D> {
                     let walked = if want == 0 {
                         0
                     } else {
-                        let walk =
-                            walks[i].get_or_insert_with(|| GateWalk::new(ordering, cursor, 0));
+                        let walk = walks[i].get_or_insert_with(|| GateWalk::new(gating, cursor, 0));
                         let before = walk.lease.len();
                         walk.want_more(want);
                         Self::walk(&mut tx, (s, g), p, walk, hw).await?;
@@ -235,7 +239,7 @@ impl<D: Dialect> SqlBackend<D> {
             self.dialect
                 .wrote(Table::Deliveries, fresh.partition.len() as u64);
             let mut args = leased();
-            args.push(ordering.as_str().into());
+            args.push(gating.gate_source().into());
             args.push(fresh.rows());
             exec::<D>(&mut tx, Statement::fetch_materialize, args).await?;
             for i in 0..fresh.partition.len() {
@@ -246,7 +250,7 @@ impl<D: Dialect> SqlBackend<D> {
         if !parked.0.is_empty() {
             self.dialect.wrote(Table::Deliveries, parked.0.len() as u64);
             let rows = Arg::Rows(vec![Column::I32(parked.0), Column::I64(parked.1)]);
-            let args = args![s, g, ordering.as_str(), rows];
+            let args = args![s, g, gating.gate_source(), rows];
             exec::<D>(&mut tx, Statement::fetch_park, args).await?;
         }
         // Every selected partition: the cursor past the new deliveries (and
@@ -281,9 +285,9 @@ impl<D: Dialect> SqlBackend<D> {
         Ok(leases)
     }
 
-    /// An unordered group's fetch in two statements, where the dialect
-    /// can write several tables in one (docs/benchmarks.md): the poison
-    /// guard, the claimable deliveries and the cursor rows in one
+    /// The fetch of a group without gates in two statements, where the
+    /// dialect can write several tables in one (docs/benchmarks.md): the
+    /// poison guard, the claimable deliveries and the cursor rows in one
     /// (`fetch_open.sql`, in the lock order of the statements it stands
     /// for), the same decision as [`Self::fetch_tx`] makes, then the
     /// re-claims, the new deliveries, the cursors and the events read in
@@ -321,16 +325,17 @@ impl<D: Dialect> SqlBackend<D> {
                 1 => claimable[i].push(row.u64(2)?),
                 2 => {
                     cursors[i] = Some((row.u64(2)?, row.u64(3)?));
-                    stored = Some(super::ordering(row.text(4)?)?);
+                    stored = Some(super::gating(row.text(4)?, row.text(5)?)?);
                 }
-                // Dead-lettered: an unordered group has no gate to let go.
+                // Dead-lettered: a group without gates has none to let go.
                 _ => {}
             }
         }
         let Some(cursors) = cursors.into_iter().collect::<Option<Vec<_>>>() else {
             return Err(self.stale(s));
         };
-        self.same_ordering((s, g), GroupOrdering::None, stored)?;
+        let ungated = Gating::new(GroupOrdering::None, &Flow::default());
+        self.same_gating((s, g), ungated, stored)?;
         for candidates in &mut claimable {
             candidates.sort_unstable();
         }
@@ -366,8 +371,16 @@ impl<D: Dialect> SqlBackend<D> {
             Column::I64(seq),
             Column::Text(lease),
         ]);
-        let ordering = GroupOrdering::None.as_str();
-        let args = args![rows_arg, s, g, &req.consumer_id, now, expires_at, ordering];
+        let gate_source = ungated.gate_source();
+        let args = args![
+            rows_arg,
+            s,
+            g,
+            &req.consumer_id,
+            now,
+            expires_at,
+            gate_source
+        ];
         let mut leases = Vec::with_capacity(leasing);
         for row in rows::<D>(&mut tx, Statement::fetch_lease, args).await? {
             let event = Arc::new(row.event(s, 0)?);
@@ -400,60 +413,61 @@ impl<D: Dialect> SqlBackend<D> {
 
     /// Locks the cursor rows of `selected` (sorted) in partition order;
     /// returns each one's (cursor, high watermark), in `selected`'s order,
-    /// and the group's ordering as stored (a reset that changes it holds
-    /// every one of these rows). A selected partition without its row
-    /// means the group (or stream) was deleted since this node read it,
-    /// or the stream created again with fewer partitions: [`Self::stale`],
-    /// before anything is written for it.
+    /// and the group's gating (its ordering and flow) as stored (a reset
+    /// that changes them holds every one of these rows). A selected
+    /// partition without its row means the group (or stream) was deleted
+    /// since this node read it, or the stream created again with fewer
+    /// partitions: [`Self::stale`], before anything is written for it.
     pub(super) async fn lock_cursors(
         &self,
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
         selected: &[u32],
-    ) -> Result<(Vec<(u64, u64)>, Option<GroupOrdering>)> {
+    ) -> Result<(Vec<(u64, u64)>, Option<Gating>)> {
         let args = args![s, g, partitions(selected)];
         let mut cursors = vec![None; selected.len()];
-        let mut ordering = None;
+        let mut gating = None;
         for row in rows::<D>(conn, Statement::fetch_lock_cursors, args).await? {
             if let Ok(i) = selected.binary_search(&row.u32(0)?) {
                 cursors[i] = Some((row.u64(1)?, row.u64(2)?));
             }
-            ordering = Some(super::ordering(row.text(3)?)?);
+            gating = Some(super::gating(row.text(3)?, row.text(4)?)?);
         }
         match cursors.into_iter().collect::<Option<Vec<_>>>() {
-            Some(cursors) => Ok((cursors, ordering)),
+            Some(cursors) => Ok((cursors, gating)),
             None => Err(self.stale(s)),
         }
     }
 
-    /// Holds a fetch to the ordering stored with the cursor rows it locked:
-    /// when the cached one is stale (another node's reset changed it), the
-    /// cache is dropped and the fetch rolled back to run again
-    /// ([`super::conflict`]).
-    fn same_ordering(
+    /// Holds a fetch to the gating (ordering and flow) stored with the
+    /// cursor rows it locked: when the cached one is stale (another node's
+    /// reset changed it), the cache is dropped and the fetch rolled back to
+    /// run again ([`super::conflict`]).
+    fn same_gating(
         &self,
         (s, g): (&StreamName, &GroupName),
-        cached: GroupOrdering,
-        stored: Option<GroupOrdering>,
+        cached: Gating,
+        stored: Option<Gating>,
     ) -> Result<()> {
         match stored {
             Some(stored) if stored != cached => {
                 self.forget_group(s, g);
                 Err(super::conflict(format!(
-                    "the group's ordering is {:?} now, not {:?}",
-                    stored.as_str(),
-                    cached.as_str()
+                    "the group's gates are {stored:?} now, not {cached:?}"
                 )))
             }
             _ => Ok(()),
         }
     }
 
-    /// Walks an ordered group's unseen events of partition `p` on, by the
+    /// Walks a gated group's unseen events of partition `p` on, by the
     /// shared rule ([`GateWalk`]), until it has what it wants or is over:
-    /// the store reads each window's keys and says which of its gates have
-    /// a delivery open.
+    /// the store reads each window's keys and says, of each gate the walk
+    /// asks about, how many heads it has and whether it has deliveries
+    /// parked ([`GateState`]). The walk's own leases and parks are written
+    /// once it is over, so a gate asked again in a later window is
+    /// counted as the store holds it, and the walk adds what it took.
     async fn walk(
         conn: &mut Conn<D>,
         (s, g): (&StreamName, &GroupName),
@@ -468,27 +482,36 @@ impl<D: Dialect> SqlBackend<D> {
                 events.push((row.u64(0)?, row.opt_text(1)?));
             }
             let asked = walk.to_ask(&events);
-            let mut busy: HashSet<String> = HashSet::new();
+            let mut states: HashMap<String, GateState> = HashMap::new();
             if !asked.is_empty() {
                 let asked = Arg::List(Column::Text(asked.into_iter().collect()));
                 let args = args![s, g, small(p), asked];
                 for row in rows::<D>(conn, Statement::gates_busy, args).await? {
-                    busy.insert(row.text(0)?);
+                    let state = GateState {
+                        heads: usize::try_from(row.u64(1)?).unwrap_or(usize::MAX),
+                        parked: row.u64(2)? != 0,
+                    };
+                    states.insert(row.text(0)?, state);
                 }
             }
-            walk.pass(events, |gate| busy.contains(gate));
+            walk.pass(events, |gate| {
+                states.get(gate).copied().unwrap_or(GateState::FREE)
+            });
         }
         Ok(())
     }
 
-    /// Lets each (partition, gate) left without a head hand its lowest
-    /// parked delivery on (`docs/groups.md#ordering`), after heads were
-    /// acked or dead-lettered; returns how many were let through. The
-    /// caller holds the partitions' cursor rows.
+    /// Lets each (partition, gate) hand out its lowest parked deliveries
+    /// for the slots its heads leave free, `slots` in all
+    /// (`docs/groups.md#ordering`, `docs/groups.md#flow`), after heads were
+    /// acked, dead-lettered, retried or trimmed away; returns how many were
+    /// let through. The caller holds the partitions' cursor rows, and read
+    /// `slots` with them or under a lock a reset's change of it waits for.
     pub(super) async fn release_gates(
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
+        slots: usize,
         gates: Vec<(u32, String)>,
     ) -> Result<u64> {
         if gates.is_empty() {
@@ -497,7 +520,8 @@ impl<D: Dialect> SqlBackend<D> {
         let (parts, names): (Vec<i32>, Vec<String>) =
             gates.into_iter().map(|(p, gate)| (p as i32, gate)).unzip();
         let pairs = Arg::Rows(vec![Column::I32(parts), Column::Text(names)]);
-        exec::<D>(conn, Statement::release_gates, args![s, g, pairs]).await
+        let slots = big(slots as u64);
+        exec::<D>(conn, Statement::release_gates, args![s, g, slots, pairs]).await
     }
 
     /// The fencing check ([`fence`]): the delivery must be leased under

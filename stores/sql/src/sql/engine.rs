@@ -37,16 +37,18 @@ pub struct SqlBackend<D: Dialect> {
     /// What was read of streams (partition count, creation time) and
     /// groups (settings), kept instead of read on every call (never a
     /// negative answer). Only a delete changes a stream, and a delete or a
-    /// reset of every partition (its ordering) a group, so what is kept is
-    /// dropped when this node deletes, when the store's catalog generation
-    /// says another node did (`docs/operations.md#deleting-streams-and-groups`),
+    /// reset of every partition (its ordering and flow) a group, so what
+    /// is kept is dropped when this node deletes, when the store's catalog
+    /// generation says another node did
+    /// (`docs/operations.md#deleting-streams-and-groups`),
     /// and when a call finds the rows of what it kept gone (it then
     /// answers `stream_not_found` or `group_not_found`, or runs again on
     /// what it reads afresh: see [`SqlBackend::stale`]). A node whose kept
-    /// ordering is stale finds out where it matters
-    /// (`docs/groups.md#ordering`): a fetch reads the ordering with the
-    /// cursor rows it locks, and an ack that settles a gated delivery
-    /// names its gate.
+    /// ordering or flow is stale finds out where it matters
+    /// (`docs/groups.md#ordering`, `docs/groups.md#flow`): a fetch reads
+    /// both with the cursor rows it locks, an ack that settles a gated
+    /// delivery names its gate, and a release of gates reads how many
+    /// heads they have room for with the cursor rows it locks.
     pub(super) catalog: Catalog<StreamMeta, GroupConfig>,
     /// Where each group's next fetch starts its round-robin.
     rotation: Mutex<HashMap<(StreamName, GroupName), usize>>,
@@ -223,6 +225,7 @@ impl<D: Dialect> SqlBackend<D> {
             retry_backoff_ms: row.backoff(1)?,
             ordering: super::ordering(row.text(2)?)?,
             on_exhausted: super::on_exhausted(row.text(3)?)?,
+            flow: super::flow(row.text(4)?)?,
         };
         self.catalog.keep_group(s, g, config.clone(), at);
         Ok(config)

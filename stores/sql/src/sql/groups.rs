@@ -61,7 +61,8 @@ impl<D: Dialect> SqlBackend<D> {
             backoff,
             now,
             spec.ordering.as_str(),
-            spec.on_exhausted.as_str()
+            spec.on_exhausted.as_str(),
+            spec.flow.to_json()
         ];
         if insert_new::<D>(&mut tx, Statement::create_group, args)
             .await?
@@ -83,6 +84,7 @@ impl<D: Dialect> SqlBackend<D> {
             retry_backoff_ms: spec.retry_backoff_ms,
             ordering: spec.ordering,
             on_exhausted: spec.on_exhausted,
+            flow: spec.flow,
             created_at: now,
         })
     }
@@ -106,6 +108,7 @@ impl<D: Dialect> SqlBackend<D> {
                     retry_backoff_ms: row.backoff(2)?,
                     ordering: super::ordering(row.text(4)?)?,
                     on_exhausted: super::on_exhausted(row.text(5)?)?,
+                    flow: super::flow(row.text(6)?)?,
                     created_at: row.ts(3)?,
                 })
             })

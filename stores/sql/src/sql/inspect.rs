@@ -104,6 +104,7 @@ impl<D: Dialect> SqlBackend<D> {
             retry_backoff_ms: config.retry_backoff_ms,
             ordering: config.ordering,
             on_exhausted: config.on_exhausted,
+            flow: config.flow,
             inflight: lag.inflight,
             dead_letters,
             skipped_by_retention: positions.values().map(|at| at.skipped).sum(),

@@ -460,7 +460,7 @@ pub(crate) fn map_error(e: sqlx::Error, phase: Phase) -> Error {
 const CONFLICT: &str = "transaction aborted by a conflict";
 
 /// A transaction given up because what it read went stale (a group's
-/// ordering changed): it runs again like one the database aborted.
+/// ordering or flow changed): it runs again like one the database aborted.
 pub(crate) fn conflict(detail: String) -> Error {
     Error::BackendUnavailable(format!("{CONFLICT}: {detail}"))
 }
@@ -563,11 +563,30 @@ pub(crate) fn ordering(stored: String) -> Result<rheo_core::model::GroupOrdering
     stored.parse().map_err(|e| corrupt("group ordering", e))
 }
 
+/// A group's flow as stored (`Flow::to_json`; `docs/groups.md#flow`).
+pub(crate) fn flow(stored: String) -> Result<rheo_core::model::Flow, Error> {
+    rheo_core::model::Flow::from_json(&stored).map_err(|e| corrupt("group flow", e))
+}
+
+/// How a group's deliveries pass gates, from its ordering and flow as
+/// stored.
+pub(crate) fn gating(
+    ordering: String,
+    flow: String,
+) -> Result<rheo_core::backend::policy::Gating, Error> {
+    Ok(rheo_core::backend::policy::Gating::new(
+        self::ordering(ordering)?,
+        &self::flow(flow)?,
+    ))
+}
+
 /// A group's stored `on_exhausted` (`docs/groups.md#quarantine`).
 pub(crate) fn on_exhausted(stored: String) -> Result<rheo_core::model::OnExhausted, Error> {
     stored.parse().map_err(|e| corrupt("group on_exhausted", e))
 }
 
+#[cfg(test)]
+pub(crate) mod flow_nodes;
 #[cfg(test)]
 mod racing;
 #[cfg(test)]

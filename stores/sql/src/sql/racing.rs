@@ -1,9 +1,9 @@
 //! Writers that race what a check does on one node of a shared store (a
 //! trim in `retention_rows`, a delete in `stale_nodes`): two on each node,
-//! appending, fetching and settling in an unordered group `g` and a
-//! key-ordered group `o`, and replaying, redriving, resetting and
-//! creating groups, until stopped. Each check says which errors they may
-//! get.
+//! appending, fetching and settling in an unordered group `g`, a
+//! key-ordered group `o` and a group `f` with `key_concurrency = 2`, and
+//! replaying, redriving, resetting and creating groups, until stopped.
+//! Each check says which errors they may get.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +12,7 @@ use rheo_core::backend::conformance::{Harness, cid, gn};
 use rheo_core::backend::{
     Backend, Error, FetchRequest, Partitions, Redrive, Replay, ResetRequest, Result,
 };
-use rheo_core::model::{EventInput, GroupOrdering, GroupSpec, StreamName};
+use rheo_core::model::{EventInput, Flow, GroupOrdering, GroupSpec, StreamName};
 
 /// How a writer settles a lease.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +49,9 @@ pub(crate) struct Load {
     pub(crate) chores: &'static [Chore],
 }
 
-/// Creates the groups the writers use on `s`: `g`, and `o` ordered by key.
+/// Creates the groups the writers use on `s`: `g`, `o` ordered by key,
+/// and `f` letting two deliveries of a key out at once
+/// (`docs/groups.md#flow`).
 pub(crate) async fn groups(h: &Harness, s: &StreamName) {
     h.group(s, "g").await;
     let ordered = GroupSpec {
@@ -57,6 +59,13 @@ pub(crate) async fn groups(h: &Harness, s: &StreamName) {
         ..GroupSpec::new(gn("o"))
     };
     h.group_with(s, ordered).await;
+    let limited = GroupSpec {
+        flow: Flow {
+            key_concurrency: Some(2),
+        },
+        ..GroupSpec::new(gn("f"))
+    };
+    h.group_with(s, limited).await;
 }
 
 /// Four writers at work on one stream.
@@ -120,7 +129,7 @@ async fn keep_writing(
             })
             .collect();
         note(b.append(&s, events).await.map(drop));
-        for group in ["g", "o"] {
+        for group in ["g", "o", "f"] {
             let g = gn(group);
             let req = FetchRequest {
                 stream: s.clone(),

@@ -13,8 +13,8 @@
 //! delivery below the new log start goes but dead letters, which keep
 //! their event's id. The events go, the partition's first sequence moves,
 //! each group's cursor moves to at least the new log start, counting what
-//! it had not settled, and the gates whose head was removed let their next
-//! delivery out (`release_gates.sql`), as an ack of the head would.
+//! it had not settled, and the gates whose heads were removed let their
+//! next deliveries out (`release_gates.sql`), as an ack of the heads would.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,10 +29,11 @@ use rheo_core::model::{EventId, GroupName, Retention, Stream, StreamName};
 struct Removed {
     /// Open deliveries (available, leased, parked): events it had not settled.
     open: u64,
-    /// The gates of those: each lets its next delivery out if it has no
-    /// head left. Not only the heads': where rows are locked, a settle
-    /// letting a gate's next delivery out skips one the trim holds (being
-    /// deleted), leaving the gate without a head (`release_gates.sql`).
+    /// The gates of those: each lets its next deliveries out for the slots
+    /// its heads left free. Not only the heads': where rows are locked, a
+    /// settle letting a gate's next deliveries out skips those the trim
+    /// holds (being deleted), leaving the gate short of heads
+    /// (`release_gates.sql`).
     gates: BTreeSet<String>,
 }
 
@@ -138,12 +139,14 @@ impl<D: Dialect> SqlBackend<D> {
             ]);
             exec::<D>(&mut tx, Statement::trim_cursors, args![s, small(p), moved]).await?;
         }
-        // The gates whose head went let their next delivery out, as an
-        // ack of the head would (docs/groups.md#ordering); the trim holds
-        // the partition's cursor rows, as the release needs. A gate that
-        // still has a head is left as it is.
+        // The gates whose heads went let their next deliveries out, as an
+        // ack of the heads would (docs/groups.md#ordering,
+        // docs/groups.md#flow); the trim holds the partition's cursor rows,
+        // as the release needs, and the group's row, so its slots are read
+        // as stored. A gate whose slots are all still taken is left as it is.
         for (group, gates) in gated {
-            Self::release_gates(&mut tx, s, &group, gates).await?;
+            let slots = Self::stored_slots(&mut tx, s, &group).await?;
+            Self::release_gates(&mut tx, s, &group, slots, gates).await?;
         }
         if !skipped.is_empty() {
             self.notify_in(&mut tx, s).await?;
@@ -154,6 +157,16 @@ impl<D: Dialect> SqlBackend<D> {
             first_sequence: upto,
             skipped,
         })
+    }
+
+    /// How many heads a gate of group `g` may have, as stored
+    /// (`docs/groups.md#flow`): the trim holds the group's row, so no reset
+    /// changes it meanwhile.
+    async fn stored_slots(conn: &mut Conn<D>, s: &StreamName, g: &GroupName) -> Result<usize> {
+        let Some(row) = one::<D>(conn, Statement::group_config, args![s, g]).await? else {
+            return Err(super::corrupt("group", "a trimmed group's row is missing"));
+        };
+        Ok(super::gating(row.text(2)?, row.text(4)?)?.slots())
     }
 
     /// One run of `trim_deliveries.sql`, added up per group.

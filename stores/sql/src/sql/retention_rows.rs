@@ -195,8 +195,8 @@ const RACING: [&str; 4] = [
 ];
 
 /// Each round: six events over four keys, fetches of four, settled two
-/// by ack, one by nack, one by reject; a replay, a redrive of either
-/// group, a reset or a new group.
+/// by ack, one by nack, one by reject; a replay, a redrive of any of the
+/// three groups, a reset or a new group.
 const LOAD: Load = Load {
     batch: 6,
     keys: 4,
@@ -208,6 +208,7 @@ const LOAD: Load = Load {
         Chore::Reset,
         Chore::NewGroup,
         Chore::Redrive("g"),
+        Chore::Redrive("f"),
     ],
 };
 
@@ -268,6 +269,31 @@ pub(crate) async fn trims_racing_writers_leave_every_group_consistent<D: Dialect
     )
     .await;
     assert_eq!(behind, 0, "cursors below the log start");
+    // Every gate keeps its rule (docs/groups.md#ordering,
+    // docs/groups.md#flow): no more heads than its slots, and none short
+    // of them while deliveries are parked behind it.
+    for (group, slots) in [("o", 1), ("f", 2)] {
+        let gates = |having: &str| {
+            format!(
+                "(SELECT partition, gate FROM rheo_deliveries \
+                 WHERE stream = {{p}}1 AND group_name = {{p}}2 AND gate IS NOT NULL \
+                 AND status IN ('available', 'leased', 'parked') \
+                 GROUP BY partition, gate HAVING {having}) AS gates"
+            )
+        };
+        let heads = "sum(CASE WHEN status = 'parked' THEN 0 ELSE 1 END)";
+        let crowded = gates(&format!("{heads} > {{p}}3"));
+        let args = || super::args![&s, group, super::big(slots)];
+        assert_eq!(
+            count(&a, &crowded, args()).await,
+            0,
+            "{group}: too many heads"
+        );
+        let parked = "sum(CASE WHEN status = 'parked' THEN 1 ELSE 0 END) > 0";
+        let short = gates(&format!("{heads} < {{p}}3 AND {parked}"));
+        let stuck = count(&a, &short, args()).await;
+        assert_eq!(stuck, 0, "{group}: parked deliveries behind a free slot");
+    }
     for group in a.list_groups(&s).await.expect("groups") {
         let g = &group.name;
         loop {

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use super::engine::{StreamMeta, exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, args, big, int, small};
-use rheo_core::backend::policy::GroupConfig;
+use rheo_core::backend::policy::{Gating, GroupConfig};
 use rheo_core::backend::{Redrive, Replay, ResetRequest, Result};
-use rheo_core::model::{GroupName, GroupOrdering, StreamName};
+use rheo_core::model::{GroupName, StreamName};
 
 /// The lowest re-opened sequence per partition.
 #[derive(Debug, Default)]
@@ -23,8 +23,9 @@ impl Floors {
         *floor = (*floor).min(sequence);
     }
 
-    /// In an ordered group, gives each gate of the re-opened partitions
-    /// one head again (`regate.sql`, `docs/groups.md#ordering`). After
+    /// In a gated group, gives each gate of the re-opened partitions its
+    /// heads again, as many as its slots (`regate.sql`,
+    /// `docs/groups.md#ordering`, `docs/groups.md#flow`). After
     /// [`Floors::apply`], which holds the partitions' cursor rows where the
     /// dialect locks them: a fetch that leased a gate's event meanwhile has
     /// committed, and this statement sees it.
@@ -33,13 +34,14 @@ impl Floors {
         conn: &mut Conn<D>,
         s: &StreamName,
         g: &GroupName,
-        ordering: GroupOrdering,
+        gating: Gating,
     ) -> Result<()> {
-        if ordering == GroupOrdering::None || self.0.is_empty() {
+        if !gating.is_gated() || self.0.is_empty() {
             return Ok(());
         }
         let touched: Vec<u32> = self.0.keys().copied().collect();
-        let args = args![s, g, super::partitions(&touched)];
+        let slots = big(gating.slots() as u64);
+        let args = args![s, g, super::partitions(&touched), slots];
         exec::<D>(conn, Statement::regate, args).await?;
         Ok(())
     }
@@ -62,8 +64,8 @@ impl Floors {
 }
 
 impl<D: Dialect> SqlBackend<D> {
-    /// The group's settings read afresh (the ordering gates what a
-    /// re-open does, and another node may have changed it), its row held
+    /// The group's settings read afresh (the ordering and flow gate what a
+    /// re-open does, and another node may have changed them), its row held
     /// until the transaction ends so that no delete of the group or its
     /// stream leaves what this writes behind, and replays never run
     /// beside a reset (`lock_group.sql`; `lock_group_reset.sql` for a
@@ -98,6 +100,7 @@ impl<D: Dialect> SqlBackend<D> {
             retry_backoff_ms: row.backoff(1)?,
             ordering: super::ordering(row.text(2)?)?,
             on_exhausted: super::on_exhausted(row.text(5)?)?,
+            flow: super::flow(row.text(6)?)?,
         };
         self.catalog.keep_group(s, g, config.clone(), at);
         Ok(config)
@@ -129,7 +132,7 @@ impl<D: Dialect> SqlBackend<D> {
             floors.lower(row.u32(0)?, row.u64(1)?);
         }
         floors.apply::<D>(&mut tx, s, g).await?;
-        floors.regate::<D>(&mut tx, s, g, config.ordering).await?;
+        floors.regate::<D>(&mut tx, s, g, config.gating()).await?;
         if !redriven.is_empty() {
             self.notify_in(&mut tx, s).await?;
         }
@@ -143,7 +146,7 @@ impl<D: Dialect> SqlBackend<D> {
     /// open.
     async fn reopen(
         conn: &mut Conn<D>,
-        (s, g, ordering): (&StreamName, &GroupName, GroupOrdering),
+        (s, g, gating): (&StreamName, &GroupName, Gating),
         p: u32,
         (after, before): (u64, u64),
         floors: &mut Floors,
@@ -154,7 +157,7 @@ impl<D: Dialect> SqlBackend<D> {
         floors.lower(p, after + 1);
         let args = || args![s, g, small(p), big(after), big(before)];
         let mut insert = args();
-        insert.push(ordering.as_str().into());
+        insert.push(gating.gate_source().into());
         let created = exec::<D>(conn, Statement::reopen_insert, insert).await?;
         let reopened = exec::<D>(conn, Statement::reopen_update, args()).await?;
         // Deliveries already open but waiting on a retry delay become due
@@ -179,10 +182,10 @@ impl<D: Dialect> SqlBackend<D> {
             _ => Vec::new(),
         };
         let mut tx = self.begin(Access::Write).await?;
-        let ordering = self
+        let gating = self
             .lock_group(&mut tx, (s, g), meta, false)
             .await?
-            .ordering;
+            .gating();
         let positions = Self::positions(&mut tx, s, g).await?;
         let at = |p: u32| positions.get(&p).copied().unwrap_or_default();
         let cursor = |p: u32| at(p).cursor;
@@ -224,11 +227,11 @@ impl<D: Dialect> SqlBackend<D> {
             // (docs/log.md#retention): not even a dead letter, whose event
             // is gone. The trim that moved it waited for this group's row.
             let after = after.max(at(p).first - 1);
-            let group = (s, g, ordering);
+            let group = (s, g, gating);
             count += Self::reopen(&mut tx, group, p, (after, before), &mut floors).await?;
         }
         floors.apply::<D>(&mut tx, s, g).await?;
-        floors.regate::<D>(&mut tx, s, g, ordering).await?;
+        floors.regate::<D>(&mut tx, s, g, gating).await?;
         self.notify_in(&mut tx, s).await?;
         Self::commit(tx).await?;
         Ok(count)
@@ -239,19 +242,19 @@ impl<D: Dialect> SqlBackend<D> {
         let meta = self.meta(&req.stream).await?;
         let (s, g) = (&req.stream, &req.group);
         let mut tx = self.begin(Access::Write).await?;
-        self.lock_group(&mut tx, (s, g), meta, true).await?;
+        let config = self.lock_group(&mut tx, (s, g), meta, true).await?;
         let selected = req.partitions.resolve(meta.partition_count)?;
-        if let Some(ordering) = req.ordering {
+        // The ordering and flow after the reset, checked together before
+        // anything changes (`docs/groups.md#flow`).
+        let (ordering, flow) = req.settings_after((config.ordering, config.flow))?;
+        let changes_gates = req.ordering.is_some() || req.flow.is_some();
+        if changes_gates {
             // Every partition (`ResetRequest::validate`): its cursor rows
-            // first, so that no fetch decides under the old ordering while
-            // this one changes it and forgets every delivery it gated.
+            // first, so that no fetch decides under the old gates while
+            // this one changes them and forgets every delivery it gated.
             self.lock_cursors(&mut tx, s, g, &selected).await?;
-            exec::<D>(
-                &mut tx,
-                Statement::set_ordering,
-                args![s, g, ordering.as_str()],
-            )
-            .await?;
+            let args = args![s, g, ordering.as_str(), flow.to_json()];
+            exec::<D>(&mut tx, Statement::set_ordering, args).await?;
         }
         let starts = Self::start_points_in(&mut tx, s, meta.partition_count, &req.start).await?;
         // Deliveries first, cursor rows second: the order fetches lock them
@@ -271,7 +274,7 @@ impl<D: Dialect> SqlBackend<D> {
         exec::<D>(&mut tx, Statement::reset_partitions, args()).await?;
         self.notify_in(&mut tx, s).await?;
         let committed = Self::commit(tx).await;
-        if req.ordering.is_some() {
+        if changes_gates {
             self.forget_group(s, g);
         }
         committed

@@ -8,9 +8,7 @@ use super::engine::{exec, rows, rows_in};
 use super::{Access, Arg, Column, Conn, Dialect, Phase, SqlBackend, Statement, args, big, small};
 use rheo_core::backend::policy::{Hold, Write, plain_acks, settle_write};
 use rheo_core::backend::{Error, Result, validate_settlements};
-use rheo_core::model::{
-    EventId, GroupName, GroupOrdering, SettleTarget, Settlement, StreamName, clip_reason,
-};
+use rheo_core::model::{EventId, GroupName, SettleTarget, Settlement, StreamName, clip_reason};
 
 /// An acked event id, with its (partition, gate) when it has one.
 type Acked = (String, Option<(u32, String)>);
@@ -30,10 +28,10 @@ impl<D: Dialect> SqlBackend<D> {
         let now = self.now();
         if plain_acks(&items) {
             // One statement is atomic on its own: no transaction round trips.
-            // Not in an ordered group, whose acks also let gates through.
+            // Not in a gated group, whose acks also let gates through.
             let mut conn = self.conn(Access::Write).await?;
             let config = self.group_config(&mut conn, s, g).await?;
-            if config.ordering != GroupOrdering::None {
+            if config.gating().is_gated() {
                 drop(conn);
                 return self.ack_ordered(s, g, &items).await;
             }
@@ -54,9 +52,10 @@ impl<D: Dialect> SqlBackend<D> {
             if gates.is_empty() {
                 return Ok((results, false));
             }
-            // A gated delivery: the group is ordered now (another node's
-            // reset changed it). Its gates let their next delivery through
-            // as an ordered ack's would, just not in the ack's transaction.
+            // A gated delivery: the group is gated now (another node's
+            // reset changed its ordering or flow). Its gates let their next
+            // deliveries through as a gated ack's would, just not in the
+            // ack's transaction.
             drop(conn);
             self.forget_group(s, g);
             // The acks hold whatever happens next: they are what is answered.
@@ -73,9 +72,9 @@ impl<D: Dialect> SqlBackend<D> {
         self.settle_in_tx(s, g, items, now).await
     }
 
-    /// Acks a batch of an ordered group in one transaction: one statement
-    /// for the acks, then the gates they settled let their next delivery
-    /// through.
+    /// Acks a batch of a gated group in one transaction: one statement
+    /// for the acks, then the gates they settled let their next
+    /// deliveries through.
     async fn ack_ordered(
         &self,
         s: &StreamName,
@@ -117,10 +116,11 @@ impl<D: Dialect> SqlBackend<D> {
     }
 
     /// Lets the gates whose heads were settled (acked, dead-lettered, or
-    /// retried and parked) hand out their lowest open delivery; whether
-    /// any did. The cursor rows first, so that no
+    /// retried and parked) hand out their lowest parked deliveries for the
+    /// slots free; whether any did. The cursor rows first, so that no
     /// fetch is parking behind these gates meanwhile
-    /// (docs/groups.md#ordering).
+    /// (docs/groups.md#ordering, docs/groups.md#flow): how many slots a
+    /// gate has is read with them, as stored, not as this node kept it.
     async fn release_settled(
         &self,
         tx: &mut Conn<D>,
@@ -134,8 +134,11 @@ impl<D: Dialect> SqlBackend<D> {
         let mut touched: Vec<u32> = gates.iter().map(|(p, _)| *p).collect();
         touched.sort_unstable();
         touched.dedup();
-        self.lock_cursors(tx, s, g, &touched).await?;
-        Ok(Self::release_gates(tx, s, g, gates).await? > 0)
+        let (_, stored) = self.lock_cursors(tx, s, g, &touched).await?;
+        let Some(gating) = stored else {
+            return Ok(false);
+        };
+        Ok(Self::release_gates(tx, s, g, gating.slots(), gates).await? > 0)
     }
 
     /// Applies a batch in one transaction.
@@ -150,8 +153,9 @@ impl<D: Dialect> SqlBackend<D> {
         let config = self.group_config(&mut tx, s, g).await?;
         let mut results = Vec::with_capacity(items.len());
         let mut requeued = false;
-        // Heads of ordered gates that were settled: each gate then hands
-        // out its lowest open delivery (docs/groups.md#ordering).
+        // Heads of gates that were settled: each gate then hands out its
+        // lowest parked deliveries for the slots free
+        // (docs/groups.md#ordering, docs/groups.md#flow).
         let mut settled_gates = Vec::new();
         let ids: Vec<EventId> = items.iter().map(|i| i.target.event_id.clone()).collect();
         for item in items {

@@ -381,6 +381,14 @@ async fn a_stale_node_finds_deletes_and_leaves_nothing_behind() {
         .await;
 }
 
+/// Node a changes a group's flow while node b keeps the old one
+/// (`sql/flow_nodes.rs`).
+#[tokio::test]
+async fn a_flow_changed_on_one_node_holds_on_the_other() {
+    let (_folder, clock, a, b) = two_nodes_on_one_file().await;
+    crate::sql::flow_nodes::a_flow_changed_on_one_node_holds_on_the_other(clock, a, b).await;
+}
+
 /// Writers on two backends of one file race deletes (`sql/stale_nodes.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_racing_a_delete_leave_nothing_behind() {
@@ -557,14 +565,15 @@ async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
         names
     };
     assert_eq!(indexes().await, ["rheo_deliveries_by_event"]);
-    // Today's statements read the column 0012 adds: lent for the writes
-    // before the migration, and taken back before it runs.
+    // Today's statements read the columns 0012 and 0013 add: lent for the
+    // writes before the migration, and taken back before it runs.
     let writer = &b.dialect.writer;
     let shim = |sql: &'static str| async move {
         sqlx::query(sql).execute(writer).await.unwrap();
     };
     shim("ALTER TABLE rheo_groups ADD COLUMN on_exhausted TEXT NOT NULL DEFAULT 'dead_letter'")
         .await;
+    shim("ALTER TABLE rheo_groups ADD COLUMN flow TEXT NOT NULL DEFAULT '{}'").await;
 
     let (s, g) = names();
     stream_and_group(&b, 1).await;
@@ -587,8 +596,12 @@ async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
     assert_eq!(trim_stream(&b, &s, TRIM_BATCH).await.unwrap().removed, 2);
 
     shim("ALTER TABLE rheo_groups DROP COLUMN on_exhausted").await;
+    shim("ALTER TABLE rheo_groups DROP COLUMN flow").await;
     let applied = b.dialect.migrate().await.unwrap();
-    assert_eq!(applied, ["0011 settles by position", "0012 quarantine"]);
+    assert_eq!(
+        applied,
+        ["0011 settles by position", "0012 quarantine", "0013 flow"]
+    );
     assert_eq!(indexes().await, ["rheo_deliveries_dead_by_event"]);
 
     // Taken before the migration, settled after it.

@@ -1,7 +1,7 @@
 -- The end of a fetch, which holds these cursor rows (fetch_lock_cursors):
 -- moves each cursor past the deliveries just created and raises the floor to
--- the lowest open delivery, parked ones included (docs/groups.md#ordering),
--- or the cursor when none is open. This statement
+-- the lowest open delivery, parked ones included (docs/groups.md#ordering,
+-- docs/groups.md#flow), or the cursor when none is open. This statement
 -- started after the rows were locked, so it sees every re-open committed
 -- before; one still running lowers the floor again when it gets the row.
 -- Rows that would not change are not written.

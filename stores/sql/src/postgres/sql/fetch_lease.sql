@@ -1,4 +1,4 @@
--- The second half of an unordered group's fetch, in one round trip
+-- The second half of the fetch of a group without gates, in one round trip
 -- (docs/benchmarks.md#postgresql-round-trips-and-plans): what fetch_claim,
 -- fetch_materialize, advance_cursors and events_at do. The rows ($1…$4)
 -- are by kind: 0 a claimable delivery to lease again, 1 a new delivery to

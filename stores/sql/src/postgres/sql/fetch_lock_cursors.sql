@@ -1,4 +1,4 @@
-SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering
+SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering, gr.flow
 FROM rheo_group_partitions gp
 JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
 JOIN rheo_groups gr ON gr.stream = gp.stream AND gr.name = gp.group_name

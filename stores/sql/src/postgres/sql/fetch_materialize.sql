@@ -1,5 +1,7 @@
--- New deliveries, leased. $6 is the group's ordering: it names each one's
--- gate (docs/groups.md#ordering).
+-- New deliveries, leased. $6 is what the group's gates are named after
+-- ('key' under ordering key or a key_concurrency, 'partition', or 'none':
+-- Gating::gate_source): it names each one's gate (docs/groups.md#ordering,
+-- docs/groups.md#flow).
 INSERT INTO rheo_deliveries
     (stream, group_name, partition, sequence, event_id, status, attempt,
      lease_id, consumer_id, leased_at, expires_at, gate)

@@ -1,4 +1,5 @@
--- The first half of an unordered group's fetch, in one round trip
+-- The first half of the fetch of a group without gates (no ordering, no
+-- key_concurrency), in one round trip
 -- (docs/benchmarks.md#postgresql-round-trips-and-plans): what fetch_poison,
 -- fetch_candidates and fetch_lock_cursors do, in their lock order —
 -- delivery rows first, then the cursor rows in partition order.
@@ -6,9 +7,10 @@
 -- Rows by kind: 0 a delivery just dead-lettered (partition, gate in text);
 -- 1 a claimable delivery (partition, sequence in a), locked, rows other
 -- fetchers hold skipped; 2 a cursor row, locked (partition, cursor in a,
--- high watermark in b, the group's ordering in text). A lease expired on
--- its last attempt is the poison guard's, never a candidate: one statement
--- must not write a row twice. Nearly always none is: the count gates the
+-- high watermark in b, the group's ordering in text, its flow in flow: the
+-- caller checks they still give no gate). A lease expired on its last
+-- attempt is the poison guard's, never a candidate: one statement must not
+-- write a row twice. Nearly always none is: the count gates the
 -- update, which then reads nothing at all (a plan cached while the table
 -- looked small reaches the rows by scanning it, not by their ctid).
 WITH doomed AS (
@@ -48,7 +50,7 @@ candidates AS (
     WHERE gp.stream = $1 AND gp.group_name = $2 AND gp.partition = ANY($3)
 ),
 cursors AS (
-    SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering
+    SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering, gr.flow
     FROM rheo_group_partitions gp
     JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
     JOIN rheo_groups gr ON gr.stream = gp.stream AND gr.name = gp.group_name
@@ -56,8 +58,9 @@ cursors AS (
     ORDER BY gp.partition
     FOR UPDATE OF gp
 )
-SELECT 0 AS kind, partition, NULL::bigint AS a, NULL::bigint AS b, gate AS text FROM poisoned
+SELECT 0 AS kind, partition, NULL::bigint AS a, NULL::bigint AS b, gate AS text,
+       NULL::text AS flow FROM poisoned
 UNION ALL
-SELECT 1, partition, sequence, NULL, NULL FROM candidates
+SELECT 1, partition, sequence, NULL, NULL, NULL FROM candidates
 UNION ALL
-SELECT 2, partition, cursor, high_watermark, ordering FROM cursors
+SELECT 2, partition, cursor, high_watermark, ordering, flow FROM cursors

@@ -1,5 +1,7 @@
--- Events a fetch of an ordered group passed while their gate was busy: they
--- wait, parked, behind the gate's head (docs/groups.md#ordering).
+-- Events a fetch of a gated group passed while their gate was full: they
+-- wait, parked, behind the gate's heads (docs/groups.md#ordering,
+-- docs/groups.md#flow). $3 is what the group's gates are named after
+-- ('key', 'partition': Gating::gate_source).
 INSERT INTO rheo_deliveries
     (stream, group_name, partition, sequence, event_id, status, attempt, gate)
 SELECT $1, $2, e.partition, e.sequence, e.id, 'parked', 0,

@@ -1,6 +1,7 @@
 -- Per partition: the lowest open delivery and the open ones by kind, read
--- from the partition's floor up. Parked deliveries (docs/groups.md#ordering)
--- are open too: waiting behind their gate's head, never delivered or not.
+-- from the partition's floor up. Parked deliveries (docs/groups.md#ordering,
+-- docs/groups.md#flow) are open too: waiting behind their gate's heads,
+-- never delivered or not.
 SELECT gp.partition, LEAST(c.first_open, k.first_parked), c.leased, c.fresh + k.fresh, c.waiting
 FROM rheo_group_partitions gp
 CROSS JOIN LATERAL (

@@ -1,7 +1,9 @@
--- After a replay or a redrive re-opened deliveries of an ordered group
--- (docs/groups.md#ordering): each gate of these partitions gets one head
--- again, its leased delivery if one is out, else its lowest open one, and
--- its other open deliveries are parked. Only rows that change are written.
+-- After a replay or a redrive re-opened deliveries of a gated group
+-- (docs/groups.md#ordering, docs/groups.md#flow): each gate of these
+-- partitions gets its heads again, at most its slots ($4: one under an
+-- ordering, key_concurrency under a flow) — its leased deliveries first,
+-- then its lowest open ones — and its other open deliveries are parked.
+-- Only rows that change are written.
 WITH gated AS (
     SELECT d.partition, d.gate, d.sequence, d.status FROM rheo_deliveries d
     WHERE d.stream = $1 AND d.group_name = $2 AND d.partition = ANY($3)
@@ -17,8 +19,8 @@ WITH gated AS (
     FROM gated
 )
 UPDATE rheo_deliveries d
-SET status = CASE WHEN r.rank = 1 THEN 'available' ELSE 'parked' END
+SET status = CASE WHEN r.rank <= $4 THEN 'available' ELSE 'parked' END
 FROM ranked r
 WHERE d.stream = $1 AND d.group_name = $2
   AND d.partition = r.partition AND d.sequence = r.sequence
-  AND r.status <> 'leased' AND (r.rank = 1) = (r.status = 'parked')
+  AND r.status <> 'leased' AND (r.rank <= $4) = (r.status = 'parked')

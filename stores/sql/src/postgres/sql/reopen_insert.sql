@@ -1,5 +1,7 @@
 -- Deliveries for the events of a replayed range the group has no row of;
--- $6 is the group's ordering, which names each one's gate. An event at or
+-- $6 is what the group's gates are named after ('key' under ordering key or
+-- a key_concurrency, 'partition', or 'none': Gating::gate_source), which
+-- names each one's gate (docs/groups.md#flow). An event at or
 -- before the partition's `started_after` was never delivered (attempt 0);
 -- one after it was acked on its first attempt, which left no row
 -- (migrations/postgres/0009_first_acks_leave_no_row.sql): attempt 1.

@@ -1,8 +1,8 @@
 -- By the full key the fencing check read, so the lookup is one index probe.
 -- A delivery with a gate is parked: the caller then lets its gate hand out
--- its lowest open delivery (release_gates), which is this one unless a
--- replay or a redrive re-opened a lower one while it was out
--- (docs/groups.md#ordering).
+-- its lowest parked deliveries for the slots it has free (release_gates),
+-- the first of them this one unless a replay or a redrive re-opened a lower
+-- one while it was out (docs/groups.md#ordering, docs/groups.md#flow).
 UPDATE rheo_deliveries
 SET status = CASE WHEN gate IS NULL THEN 'available' ELSE 'parked' END,
     lease_id = NULL, available_at = $5, reason = $6

@@ -1,4 +1,4 @@
--- The second half of an unordered group's fetch, in one call on the
+-- The second half of the fetch of a group without gates, in one call on the
 -- connection's thread (docs/benchmarks.md#sqlite-calls-on-the-writers-thread):
 -- what fetch_claim, fetch_materialize, advance_cursors and events_at do, one
 -- statement after the other. The rows (?1, [kind, partition, sequence, lease

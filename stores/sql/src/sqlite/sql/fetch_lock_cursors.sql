@@ -1,5 +1,5 @@
 -- No row locks: BEGIN IMMEDIATE already serializes every fetch.
-SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering
+SELECT gp.partition, gp.cursor, p.high_watermark, gr.ordering, gr.flow
 FROM rheo_group_partitions gp
 JOIN rheo_partitions p ON p.stream = gp.stream AND p.partition = gp.partition
 JOIN rheo_groups gr ON gr.stream = gp.stream AND gr.name = gp.group_name

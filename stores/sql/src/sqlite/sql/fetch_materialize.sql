@@ -1,5 +1,7 @@
--- New deliveries, leased. ?6 is the group's ordering: it names each one's
--- gate (docs/groups.md#ordering). CROSS JOIN fixes the join order: each new
+-- New deliveries, leased. ?6 is what the group's gates are named after
+-- ('key' under ordering key or a key_concurrency, 'partition', or 'none':
+-- Gating::gate_source): it names each one's gate (docs/groups.md#ordering,
+-- docs/groups.md#flow). CROSS JOIN fixes the join order: each new
 -- delivery looks its event up by position, instead of the planner walking
 -- the stream's events.
 INSERT INTO rheo_deliveries

@@ -1,6 +1,6 @@
 -- Per partition: the lowest open delivery and the open ones by kind. Parked
--- deliveries (docs/groups.md#ordering) are open too: waiting behind their
--- gate's head, never delivered or not.
+-- deliveries (docs/groups.md#ordering, docs/groups.md#flow) are open too:
+-- waiting behind their gate's heads, never delivered or not.
 SELECT partition, MIN(first_open), SUM(leased), SUM(fresh), SUM(waiting)
 FROM (
     SELECT partition,

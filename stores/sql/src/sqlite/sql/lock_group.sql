@@ -1,6 +1,6 @@
 -- No row lock: BEGIN IMMEDIATE already keeps every delete out.
 SELECT g.max_attempts, g.retry_backoff_ms, g.ordering, s.partition_count, s.created_at,
-       g.on_exhausted
+       g.on_exhausted, g.flow
 FROM rheo_groups g
 JOIN rheo_streams s ON s.name = g.stream
 WHERE g.stream = ?1 AND g.name = ?2

@@ -1,7 +1,9 @@
--- After a replay or a redrive re-opened deliveries of an ordered group
--- (docs/groups.md#ordering): each gate of these partitions gets one head
--- again, its leased delivery if one is out, else its lowest open one, and
--- its other open deliveries are parked. Only rows that change are written.
+-- After a replay or a redrive re-opened deliveries of a gated group
+-- (docs/groups.md#ordering, docs/groups.md#flow): each gate of these
+-- partitions gets its heads again, at most its slots (?4: one under an
+-- ordering, key_concurrency under a flow) — its leased deliveries first,
+-- then its lowest open ones — and its other open deliveries are parked.
+-- Only rows that change are written.
 WITH gated AS (
     SELECT d.rowid AS id, d.partition, d.gate, d.sequence, d.status FROM rheo_deliveries AS d
     WHERE d.stream = ?1 AND d.group_name = ?2 AND d.partition IN (SELECT value FROM json_each(?3))
@@ -17,7 +19,7 @@ WITH gated AS (
     FROM gated
 )
 UPDATE rheo_deliveries
-SET status = CASE WHEN r.rank = 1 THEN 'available' ELSE 'parked' END
+SET status = CASE WHEN r.rank <= ?4 THEN 'available' ELSE 'parked' END
 FROM ranked AS r
 WHERE rheo_deliveries.rowid = r.id
-  AND r.status <> 'leased' AND (r.rank = 1) = (r.status = 'parked')
+  AND r.status <> 'leased' AND (r.rank <= ?4) = (r.status = 'parked')

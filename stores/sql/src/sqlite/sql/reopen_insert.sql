@@ -1,5 +1,7 @@
 -- Deliveries for the events of a replayed range the group never had; ?6 is
--- the group's ordering, which names each one's gate.
+-- what the group's gates are named after ('key' under ordering key or a
+-- key_concurrency, 'partition', or 'none': Gating::gate_source), which
+-- names each one's gate (docs/groups.md#flow).
 INSERT INTO rheo_deliveries (stream, group_name, partition, sequence, event_id, status, attempt, gate)
 SELECT stream, ?2, partition, sequence, id, 'available', 0,
        CASE ?6 WHEN 'key' THEN key WHEN 'partition' THEN '' END

@@ -1,0 +1,102 @@
+//! Flow control on MongoDB (`docs/groups.md#flow`): a gate's slots travel
+//! with its deliveries (`n`), so a node that still keeps a group's old
+//! `key_concurrency` (another node's reset changed it) lets through no
+//! more than the group's limit now when it settles.
+
+use std::sync::Arc;
+
+use mongodb::bson::doc;
+
+use super::{connect_fresh, nodes};
+use rheo_core::backend::ResetRequest;
+use rheo_core::backend::conformance::{Harness, START, gn, nodes::Nodes};
+use rheo_core::clock::FrozenClock;
+use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, Lease, StreamName};
+
+fn limit(n: u32) -> Flow {
+    Flow {
+        key_concurrency: Some(n),
+    }
+}
+
+fn sequences(leases: &[Lease]) -> Vec<u64> {
+    leases.iter().map(|l| l.event.sequence).collect()
+}
+
+/// Stream `s` (one partition) with four events of key `x` and group `g`
+/// limited to `n` of a key.
+async fn keyed(h: &Harness, n: u32) -> (StreamName, GroupName) {
+    let s = h.stream("s", 1).await;
+    let spec = GroupSpec {
+        flow: limit(n),
+        ..GroupSpec::new(gn("g"))
+    };
+    let g = h.group_with(&s, spec).await;
+    let x = || EventInput {
+        key: Some("x".to_owned()),
+        ..EventInput::default()
+    };
+    h.append_inputs(&s, vec![x(), x(), x(), x()]).await;
+    (s, g)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_keeping_an_old_limit_settles_by_the_new_one() {
+    let Some(n) = Nodes::start(nodes).await else {
+        return;
+    };
+    let (s, g) = keyed(&n.a, 3).await;
+    // Node b serves the group with three of a key: it keeps that.
+    assert_eq!(sequences(&n.b.fetch(&s, &g, 10).await), [1, 2, 3]);
+    let one = ResetRequest {
+        flow: Some(limit(1)),
+        ..ResetRequest::to_the_beginning(&s, &g)
+    };
+    n.a.backend.reset(one).await.expect("reset to one of a key");
+    let head = n.a.fetch(&s, &g, 10).await;
+    assert_eq!(sequences(&head), [1]);
+    // Node b settles under its old limit: the gate still lets one through.
+    n.b.ack(&head[0]).await.expect("ack on node b");
+    assert_eq!(sequences(&n.a.fetch(&s, &g, 10).await), [2], "one of x");
+    assert!(
+        n.b.fetch(&s, &g, 10).await.is_empty(),
+        "b reads the new limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flow_is_stored_with_the_group_and_the_slots_with_gated_deliveries() {
+    let clock = FrozenClock::new(START);
+    let Some(b) = connect_fresh(clock.clone()).await else {
+        return;
+    };
+    let h = Harness::on(Arc::new(b.clone()), clock);
+    let (s, g) = keyed(&h, 2).await;
+    assert_eq!(sequences(&h.fetch(&s, &g, 10).await), [1, 2]);
+    let group = doc! {"s": s.as_str(), "g": g.as_str()};
+    let stored = b.coll(crate::GROUPS).find_one(group.clone()).await;
+    let stored = stored.expect("read").expect("the group");
+    assert_eq!(
+        stored.get_str("flow").ok(),
+        Some(r#"{"key_concurrency":2}"#)
+    );
+    let mut gated = group.clone();
+    gated.insert("k", "x");
+    let deliveries = b.find_all(crate::DELIVERIES, gated, None, 0).await;
+    let slots: Vec<i64> = (deliveries.expect("read").iter())
+        .map(|d| crate::int(d, "n").expect("slots"))
+        .collect();
+    assert_eq!(slots, [2, 2, 2, 2], "two leased, two parked");
+
+    // A group stored before flows existed has none.
+    let plain = h.group(&s, "plain").await;
+    let old = doc! {"s": s.as_str(), "g": plain.as_str()};
+    (b.coll(crate::GROUPS))
+        .update_one(old, doc! {"$unset": {"flow": ""}})
+        .await
+        .expect("unset");
+    b.forget_group(&s, &plain);
+    let info = h.b().group_info(&s, &plain).await.expect("group info");
+    assert!(info.flow.is_off());
+    assert_eq!(h.fetch(&s, &plain, 10).await.len(), 4, "no limit");
+}
