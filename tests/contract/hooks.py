@@ -21,9 +21,11 @@ STATE_DEPENDENT = {
     "event_append_batch": [PARTITION],
     "group_lag": [PARTITION],
     "lease_fetch": [PARTITION],
-    # An ordering changes with a reset of every partition only: a rule
-    # across two fields that the schema cannot state (docs/groups.md#reset).
-    "group_reset": [PARTITION, ("invalid", "invalid ordering")],
+    # An ordering or a flow changes with a reset of every partition only: a
+    # rule across two fields that the schema cannot state
+    # (docs/groups.md#reset); and the flow must fit the ordering the reset
+    # leaves, which may be the group's own (docs/groups.md#flow).
+    "group_reset": [PARTITION, ("invalid", "invalid ordering"), ("invalid", "invalid flow")],
     "group_replay": [
         PARTITION,
         ("invalid", "invalid cursor"),
