@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::ordering::interleaved_keys;
+use super::ordering::{append_keys, held, interleaved_keys, pairs};
 use super::*;
 use crate::backend::{Error, Redrive, Replay, ResetRequest};
-use crate::model::{Flow, GroupOrdering, Lease};
+use crate::model::{Flow, GroupOrdering};
 
 fn limit(n: u32) -> Flow {
     Flow {
@@ -28,31 +28,6 @@ async fn limited(h: &Harness, stream: &StreamName, n: u32, max_attempts: u32) ->
         .expect("create group");
     assert_eq!(group.flow, limit(n));
     group.name
-}
-
-/// Appends events with these keys (`""`: none) to partition 0.
-async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
-    let inputs = keys
-        .iter()
-        .map(|k| EventInput {
-            partition: Some(0),
-            key: (!k.is_empty()).then(|| (*k).to_owned()),
-            ..EventInput::default()
-        })
-        .collect();
-    h.append_inputs(stream, inputs).await
-}
-
-/// The leases as (key, sequence), keyless as `""`.
-fn held(leases: &[Lease]) -> Vec<(String, u64)> {
-    leases
-        .iter()
-        .map(|l| (l.event.key.clone().unwrap_or_default(), l.event.sequence))
-        .collect()
-}
-
-fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
-    list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
 }
 
 pub async fn key_concurrency_needs_no_ordering_and_shows_on_the_group(h: &Harness) {

@@ -40,13 +40,13 @@ fn keyed(key: &str) -> EventInput {
 }
 
 /// Appends events with these keys to partition 0 of `stream`.
-async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
+pub(super) async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
     h.append_inputs(stream, keys.iter().map(|k| keyed(k)).collect())
         .await
 }
 
 /// The leases as (key, sequence), keyless as `""`.
-fn held(leases: &[Lease]) -> Vec<(String, u64)> {
+pub(super) fn held(leases: &[Lease]) -> Vec<(String, u64)> {
     leases
         .iter()
         .map(|l| (l.event.key.clone().unwrap_or_default(), l.event.sequence))
@@ -82,7 +82,7 @@ pub fn assert_each_key_in_order(done: Vec<(u32, String, u64)>, keys: usize, per_
     }
 }
 
-fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+pub(super) fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
     list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
 }
 

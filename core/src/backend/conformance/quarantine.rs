@@ -2,10 +2,11 @@
 //! "quarantine"` a gated head out of attempts parks its key, in order,
 //! until it is released. Every backend keeps it.
 
+use super::ordering::{append_keys, held, pairs};
 use super::*;
 use crate::backend::quarantine::{Parked, ReleaseRequest, parked_keys, release};
 use crate::backend::{DeadLettersRequest, Error};
-use crate::model::{GroupOrdering, Lease, OnExhausted};
+use crate::model::{GroupOrdering, OnExhausted};
 
 /// A group of `ordering` that quarantines after `max_attempts`.
 async fn quarantining(
@@ -25,31 +26,6 @@ async fn quarantining(
         .expect("create group");
     assert_eq!(group.on_exhausted, OnExhausted::Quarantine);
     group.name
-}
-
-/// Appends events with these keys (`""`: none) to partition 0.
-async fn append_keys(h: &Harness, stream: &StreamName, keys: &[&str]) -> Vec<Event> {
-    let inputs = keys
-        .iter()
-        .map(|k| EventInput {
-            partition: Some(0),
-            key: (!k.is_empty()).then(|| (*k).to_owned()),
-            ..EventInput::default()
-        })
-        .collect();
-    h.append_inputs(stream, inputs).await
-}
-
-/// The leases as (key, sequence), keyless as `""`.
-fn held(leases: &[Lease]) -> Vec<(String, u64)> {
-    leases
-        .iter()
-        .map(|l| (l.event.key.clone().unwrap_or_default(), l.event.sequence))
-        .collect()
-}
-
-fn pairs(list: &[(&str, u64)]) -> Vec<(String, u64)> {
-    list.iter().map(|(k, s)| ((*k).to_owned(), *s)).collect()
 }
 
 fn releasing(stream: &StreamName, which: Parked, skip_head: bool) -> ReleaseRequest {
