@@ -15,7 +15,7 @@
 //! deliveries out and, for the slots left, its lowest open deliveries
 //! that are not out. So a gate has parked deliveries only while its heads
 //! fill its slots, and its count says what a walk must know of it
-//! ([`gate_state`]); and its heads that are not out are among its lowest
+//! ([`GateState::of_open`]); and its heads that are not out are among its lowest
 //! members that are not out, so a settle reads only the gate's first
 //! members ([`GateView`]).
 //!
@@ -68,17 +68,6 @@ pub(super) fn parse_count(count: Option<&str>) -> Result<usize> {
     count.map_or(Ok(0), |raw| {
         raw.parse().map_err(|_| corrupt("gate count", raw))
     })
-}
-
-/// What a fetch's walk must know of a gate of `slots` slots with `count`
-/// open deliveries ([`GateState`]): the rule gives it `min(count, slots)`
-/// heads, and parks the rest. Under an ordering (one slot), whether it has
-/// any delivery open.
-pub(super) fn gate_state(count: usize, slots: usize) -> GateState {
-    GateState {
-        heads: count.min(slots),
-        parked: count > slots,
-    }
 }
 
 /// A gate as a settle of some of its heads (or a trim that closes some of
@@ -456,7 +445,7 @@ impl RedisBackend {
     /// `docs/groups.md#flow`): re-claims as any fetch (claimable deliveries
     /// are heads, or have no gate), then walks each partition's unseen
     /// events by the shared rule, asking the gate counts how many open
-    /// deliveries each gate it passes has ([`gate_state`]). The
+    /// deliveries each gate it passes has ([`GateState::of_open`]). The
     /// claims, the parked deliveries, the new members and the cursors are
     /// written in one script guarded by the records, the cursors and the
     /// gates it read. A fetch that finds poison dead-letters it (letting
@@ -679,7 +668,7 @@ impl RedisBackend {
     /// open deliveries as read (`None`: free) to `probed` — or,
     /// `optimistic`, each asked gate as free without asking: the caller's
     /// write is guarded on it. A walk passes a gate of `slots` slots as its
-    /// count says ([`gate_state`]); one it asks again in a later window is
+    /// count says ([`GateState::of_open`]); one it asks again in a later window is
     /// answered from `probed` (the store holds none of this walk's leases
     /// yet).
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -769,7 +758,7 @@ impl RedisBackend {
                 let p = selected[walks[i].at];
                 let state = |gate: &str| {
                     let count = probed.get(&(p, gate.to_owned())).cloned().flatten();
-                    gate_state(parse_count(count.as_deref()).unwrap_or(0), slots)
+                    GateState::of_open(parse_count(count.as_deref()).unwrap_or(0), slots)
                 };
                 walks[i].walk.pass(pairs, state);
             }

@@ -213,7 +213,7 @@ impl Keys {
 
     /// Hash: a gated group's gates that have open deliveries, each with
     /// how many (its members in [`Keys::gates`]): how many heads a gate
-    /// has and whether it parks deliveries (`gates::gate_state`), or
+    /// has and whether it parks deliveries (`GateState::of_open`), or
     /// whether it holds only the heads a batch acks, is one field of one
     /// `HMGET` for a whole batch (`docs/backends.md#redis`).
     pub(crate) fn counts(&self, s: &StreamName, g: &GroupName, p: u32) -> String {

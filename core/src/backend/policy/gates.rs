@@ -101,6 +101,16 @@ impl GateState {
         if busy { Self::BUSY } else { Self::FREE }
     }
 
+    /// The state of a gate of `slots` slots with `open` open deliveries,
+    /// for a store that keeps only that count: the rule of [`regate`]
+    /// keeps every gate at `min(open, slots)` heads, the rest parked.
+    pub fn of_open(open: usize, slots: usize) -> Self {
+        Self {
+            heads: open.min(slots),
+            parked: open > slots,
+        }
+    }
+
     /// Whether an event reaching this gate must be parked, `taken` heads
     /// being leased by the walk already.
     fn is_full(self, taken: usize, slots: usize) -> bool {
