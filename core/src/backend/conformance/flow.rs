@@ -165,11 +165,10 @@ pub async fn competing_consumers_never_hold_more_than_n_of_a_key(h: &Harness) {
         BTreeMap::<(u32, String), usize>::new(),
     ));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut consumers = Vec::new();
     for c in 0..3 {
         let (backend, s, g) = (Arc::clone(&h.backend), s.clone(), g.clone());
-        let (out, done, most) = (Arc::clone(&out), Arc::clone(&done), Arc::clone(&most));
+        let (out, done) = (Arc::clone(&out), Arc::clone(&done));
         consumers.push(tokio::spawn(async move {
             use std::sync::atomic::Ordering::SeqCst;
             for _ in 0..100_000 {
@@ -191,7 +190,6 @@ pub async fn competing_consumers_never_hold_more_than_n_of_a_key(h: &Harness) {
                     let n = out.entry(key.clone()).or_default();
                     *n += 1;
                     assert!(*n <= N, "{n} of {key:?} out at once");
-                    most.fetch_max(*n, SeqCst);
                 }
                 tokio::task::yield_now().await;
                 for lease in &leases {
@@ -212,11 +210,9 @@ pub async fn competing_consumers_never_hold_more_than_n_of_a_key(h: &Harness) {
     for consumer in consumers {
         consumer.await.expect("consumer");
     }
-    assert_eq!(
-        most.load(std::sync::atomic::Ordering::SeqCst),
-        N,
-        "the limit was reached"
-    );
+    // Whether N of a key are ever out together here depends on how the
+    // consumers interleave; `key_concurrency_keeps_at_most_n_of_a_key_out`
+    // shows the limit reached, deterministically.
     let lag = h.lag(&s, &g).await;
     assert_eq!((lag.lag, lag.inflight), (0, 0));
 }
