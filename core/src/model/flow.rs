@@ -8,6 +8,66 @@ use super::{GroupOrdering, ValidationError};
 /// Largest `key_concurrency`.
 pub const MAX_KEY_CONCURRENCY: u32 = 10_000;
 
+/// Largest `key_rate.per_second` (one claim every 10 µs).
+pub const MAX_KEY_RATE: f64 = 100_000.0;
+
+/// Smallest `key_rate.per_second` (one claim a day).
+pub const MIN_KEY_RATE: f64 = 1.0 / 86_400.0;
+
+/// Largest `key_rate.burst`.
+pub const MAX_KEY_BURST: u32 = 100_000;
+
+/// `flow.key_rate` (`docs/groups.md#flow`): at most `per_second` claims of
+/// one key a second, with up to `burst` at once after a quiet spell — a
+/// token bucket per key, kept in the store and shared by every server.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRate {
+    /// Claims a second, sustained: a fraction is fine (`0.5` is one every
+    /// two seconds).
+    #[schema(minimum = 0.0000116, maximum = 100000)]
+    pub per_second: f64,
+    /// Claims at once after a quiet spell (the bucket's size); 1 when
+    /// left out.
+    #[serde(default = "KeyRate::default_burst")]
+    #[schema(minimum = 1, maximum = 100000, default = 1)]
+    pub burst: u32,
+}
+
+// `per_second` is checked finite and positive before any rate is kept.
+impl Eq for KeyRate {}
+
+impl KeyRate {
+    fn default_burst() -> u32 {
+        1
+    }
+
+    /// Checks its ranges.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let r = self.per_second;
+        if !r.is_finite() || !(MIN_KEY_RATE..=MAX_KEY_RATE).contains(&r) {
+            return Err(ValidationError::new(
+                "flow.key_rate.per_second",
+                format!(
+                    "must be between {MIN_KEY_RATE:.7} (one a day) and {MAX_KEY_RATE} (got {r})"
+                ),
+            ));
+        }
+        if !(1..=MAX_KEY_BURST).contains(&self.burst) {
+            return Err(ValidationError::new(
+                "flow.key_rate.burst",
+                format!("must be between 1 and {MAX_KEY_BURST} (got {})", self.burst),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Microseconds between two claims at the sustained rate (at least 1).
+    pub fn interval_us(&self) -> i64 {
+        ((1_000_000.0 / self.per_second).round() as i64).max(1)
+    }
+}
+
 /// A group's `flow` option (`docs/groups.md#flow`). Every limit is off
 /// when left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
@@ -19,12 +79,19 @@ pub struct Flow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 10000)]
     pub key_concurrency: Option<u32>,
+    /// At most this many claims of one key (per partition) a second: every
+    /// claim of a keyed delivery — a first one, a retry, one whose lease
+    /// expired — takes a token, and one that finds none waits for its
+    /// turn. Events without a key are not limited. Works with any ordering
+    /// and with `key_concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate: Option<KeyRate>,
 }
 
 impl Flow {
     /// No limit at all.
     pub fn is_off(&self) -> bool {
-        self.key_concurrency.is_none()
+        self.key_concurrency.is_none() && self.key_rate.is_none()
     }
 
     /// Checks each limit's range and that it fits `ordering`.
@@ -46,6 +113,9 @@ impl Flow {
                     ),
                 ));
             }
+        }
+        if let Some(rate) = &self.key_rate {
+            rate.validate()?;
         }
         Ok(())
     }
@@ -73,6 +143,7 @@ mod tests {
     fn key_concurrency_is_checked_against_its_range_and_the_ordering() {
         let flow = |n| Flow {
             key_concurrency: Some(n),
+            ..Flow::default()
         };
         assert!(Flow::default().validate(GroupOrdering::Key).is_ok());
         assert!(flow(3).validate(GroupOrdering::None).is_ok());
@@ -93,10 +164,43 @@ mod tests {
     fn flows_round_trip_their_stored_text_and_refuse_unknown_limits() {
         let f = Flow {
             key_concurrency: Some(4),
+            key_rate: Some(KeyRate {
+                per_second: 2.5,
+                burst: 3,
+            }),
         };
         assert_eq!(Flow::from_json(&f.to_json()).unwrap(), f);
         assert_eq!(Flow::default().to_json(), "{}");
         assert_eq!(Flow::from_json("").unwrap(), Flow::default());
         assert!(serde_json::from_str::<Flow>(r#"{"key_concurency": 2}"#).is_err());
+        let rate: Flow = serde_json::from_str(r#"{"key_rate": {"per_second": 5}}"#).unwrap();
+        assert_eq!(rate.key_rate.unwrap().burst, 1, "burst defaults to 1");
+        assert!(serde_json::from_str::<Flow>(r#"{"key_rate": {"rate": 5}}"#).is_err());
+    }
+
+    #[test]
+    fn key_rate_is_checked_against_its_ranges_and_fits_any_ordering() {
+        let flow = |per_second, burst| Flow {
+            key_rate: Some(KeyRate { per_second, burst }),
+            ..Flow::default()
+        };
+        for ordering in [
+            GroupOrdering::None,
+            GroupOrdering::Key,
+            GroupOrdering::Partition,
+        ] {
+            assert!(flow(0.5, 1).validate(ordering).is_ok());
+        }
+        for (f, field) in [
+            (flow(0.0, 1), "flow.key_rate.per_second"),
+            (flow(-1.0, 1), "flow.key_rate.per_second"),
+            (flow(f64::NAN, 1), "flow.key_rate.per_second"),
+            (flow(MAX_KEY_RATE * 2.0, 1), "flow.key_rate.per_second"),
+            (flow(1.0, 0), "flow.key_rate.burst"),
+            (flow(1.0, MAX_KEY_BURST + 1), "flow.key_rate.burst"),
+        ] {
+            assert_eq!(f.validate(GroupOrdering::None).unwrap_err().field, field);
+        }
+        assert_eq!(flow(4.0, 1).key_rate.unwrap().interval_us(), 250_000);
     }
 }

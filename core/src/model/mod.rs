@@ -18,7 +18,7 @@ pub use event::{
     Appended, Event, EventInput, JsonObject, LINEAGE_KEYS, MAX_KEY_LEN, MAX_SEQUENCE, MAX_TYPE_LEN,
     PartitionOutOfRange, kafka_partition, murmur2, route, validate_sequence,
 };
-pub use flow::{Flow, MAX_KEY_CONCURRENCY};
+pub use flow::{Flow, KeyRate, MAX_KEY_BURST, MAX_KEY_CONCURRENCY, MAX_KEY_RATE, MIN_KEY_RATE};
 pub use group::{
     DEFAULT_MAX_ATTEMPTS, Group, GroupOrdering, GroupSpec, MAX_BACKOFF_STEPS, MAX_DELAY_MS,
     MAX_MAX_ATTEMPTS, OnExhausted, StartAfter, StartPosition, backoff_ms, validate_backoff,

@@ -345,6 +345,7 @@ impl BenchArgs {
         let limits = self.key_concurrency.iter().map(|&n| {
             let flow = Flow {
                 key_concurrency: Some(n),
+                ..Flow::default()
             };
             (format!("key_concurrency {n}"), GroupOrdering::None, flow)
         });

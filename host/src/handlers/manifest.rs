@@ -368,6 +368,7 @@ mod tests {
         m.ordering = None;
         m.flow = Some(Flow {
             key_concurrency: Some(4),
+            ..Flow::default()
         });
         assert_eq!(Manifest::from_toml(&m.to_toml()).unwrap(), m);
     }

@@ -2045,6 +2045,7 @@ async fn limited(b: &RedisBackend, s: &StreamName, name: &str, n: u32) -> GroupN
     let mut spec = GroupSpec::new(GroupName::parse(name).unwrap());
     spec.flow = rheo_core::model::Flow {
         key_concurrency: Some(n),
+        ..rheo_core::model::Flow::default()
     };
     b.create_group(s, spec).await.unwrap().name
 }

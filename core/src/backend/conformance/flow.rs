@@ -1,6 +1,8 @@
 //! Flow control (`docs/groups.md#flow`): under `flow.key_concurrency = N`
 //! at most N deliveries of a key are out or handed out at once, in any
-//! order, whichever consumers claim them. Every backend keeps it.
+//! order, whichever consumers claim them; under `flow.key_rate` every
+//! claim of a key takes a token of its bucket, and one that finds none
+//! waits for its slot. Every backend keeps both.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,11 +10,12 @@ use std::sync::Arc;
 use super::ordering::{append_keys, held, interleaved_keys, pairs};
 use super::*;
 use crate::backend::{Error, Redrive, Replay, ResetRequest};
-use crate::model::{Flow, GroupOrdering};
+use crate::model::{Flow, GroupOrdering, KeyRate};
 
 fn limit(n: u32) -> Flow {
     Flow {
         key_concurrency: Some(n),
+        ..Flow::default()
     }
 }
 
@@ -264,4 +267,211 @@ pub async fn a_reset_of_every_partition_changes_the_flow(h: &Harness) {
     assert!(h.b().list_groups(&s).await.unwrap()[0].flow.is_off());
     assert_eq!(h.fetch(&s, &g, 10).await.len(), 3);
     assert_eq!(h.ack(&one[0]).await.unwrap_err().code(), "stale_lease");
+}
+
+fn rate(per_second: f64, burst: u32) -> Flow {
+    Flow {
+        key_rate: Some(KeyRate { per_second, burst }),
+        ..Flow::default()
+    }
+}
+
+/// Group `g` on `stream` with `flow`, `ordering` and up to five attempts.
+async fn flowing(
+    h: &Harness,
+    stream: &StreamName,
+    ordering: GroupOrdering,
+    flow: Flow,
+) -> GroupName {
+    let mut spec = GroupSpec::new(gn("g"));
+    spec.flow = flow;
+    spec.ordering = ordering;
+    spec.max_attempts = 5;
+    let group = h
+        .b()
+        .create_group(stream, spec)
+        .await
+        .expect("create group");
+    assert_eq!(group.flow, flow);
+    group.name
+}
+
+pub async fn key_rate_is_checked_and_shows_on_the_group(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    for (flow, field) in [
+        (rate(0.0, 1), "flow.key_rate.per_second"),
+        (rate(1.0, 0), "flow.key_rate.burst"),
+    ] {
+        let mut spec = GroupSpec::new(gn("bad"));
+        spec.flow = flow;
+        match h.b().create_group(&s, spec).await {
+            Err(Error::Invalid(e)) => assert_eq!(e.field, field, "{e}"),
+            other => panic!("{flow:?} was not refused: {other:?}"),
+        }
+    }
+    assert!(h.b().list_groups(&s).await.unwrap().is_empty());
+    let both = Flow {
+        key_concurrency: Some(2),
+        ..rate(0.5, 3)
+    };
+    let g = flowing(h, &s, GroupOrdering::None, both).await;
+    assert_eq!(h.b().group_info(&s, &g).await.unwrap().flow, both);
+    assert_eq!(h.b().list_groups(&s).await.unwrap()[0].flow, both);
+    let s2 = h.stream("s2", 1).await;
+    let keyed = flowing(h, &s2, GroupOrdering::Key, rate(2.0, 1)).await;
+    let info = h.b().group_info(&s2, &keyed).await.unwrap();
+    assert_eq!(
+        (info.ordering, info.flow),
+        (GroupOrdering::Key, rate(2.0, 1))
+    );
+}
+
+pub async fn key_rate_lets_a_burst_through_then_one_claim_an_interval(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = flowing(h, &s, GroupOrdering::None, rate(1.0, 2)).await;
+    append_keys(h, &s, &["a", "a", "a", "a", "b", ""]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        held(&first),
+        pairs(&[("a", 1), ("a", 2), ("b", 5), ("", 6)]),
+        "a's burst of two, b, the keyless"
+    );
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a has no token left");
+    let lag = h.lag(&s, &g).await;
+    assert_eq!(
+        (lag.inflight, lag.waiting_retry, lag.pending),
+        (4, 2, 0),
+        "a3 and a4 wait for their slots"
+    );
+    h.clock.advance(999);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a3's slot is at 1 s");
+    h.clock.advance(1);
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 3)]));
+    assert_eq!(second[0].attempt, 1, "waiting for a token is no attempt");
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.clock.advance(1_000);
+    let third = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&third), pairs(&[("a", 4)]));
+    // A quiet spell fills the bucket again, to its burst and no more.
+    h.clock.advance(10_000);
+    for lease in first.iter().chain(&second).chain(&third) {
+        h.ack(lease).await.unwrap();
+    }
+    append_keys(h, &s, &["a", "a", "a"]).await;
+    let later = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&later), pairs(&[("a", 7), ("a", 8)]));
+    h.clock.advance(1_000);
+    let last = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&last), pairs(&[("a", 9)]));
+}
+
+pub async fn key_rate_paces_retries_and_expired_leases(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = flowing(h, &s, GroupOrdering::None, rate(1.0, 1)).await;
+    append_keys(h, &s, &["a", "a"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1)]), "a2 waits for 1 s");
+    // A retry due at once still needs a token: after a2's slot.
+    h.nack(&first[0], "again", Some(0)).await.unwrap();
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.clock.advance(1_000);
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 2)]));
+    h.clock.advance(1_000);
+    let third = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&third), pairs(&[("a", 1)]));
+    assert_eq!(third[0].attempt, 2);
+    // Both leases expire: handing them out again takes a token each.
+    h.clock.advance(30_000);
+    let again = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&again), pairs(&[("a", 1)]));
+    assert_eq!(again[0].attempt, 3);
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.clock.advance(1_000);
+    let last = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&last), pairs(&[("a", 2)]));
+    assert_eq!(last[0].attempt, 2);
+    assert_eq!(h.ack(&second[0]).await.unwrap_err().code(), "stale_lease");
+}
+
+pub async fn key_rate_paces_the_heads_of_an_ordering_and_of_key_concurrency(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = flowing(h, &s, GroupOrdering::Key, rate(1.0, 1)).await;
+    append_keys(h, &s, &["a", "a", "b"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1), ("b", 3)]));
+    // a2 is a's head once a1 is acked, and waits for a's next token.
+    h.ack(&first[0]).await.unwrap();
+    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    h.clock.advance(1_000);
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 2)]));
+
+    let s = h.stream("s2", 1).await;
+    let both = Flow {
+        key_concurrency: Some(2),
+        ..rate(1.0, 1)
+    };
+    let g = flowing(h, &s, GroupOrdering::None, both).await;
+    append_keys(h, &s, &["a", "a", "a", "a"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&first), pairs(&[("a", 1)]), "a2 is paced, in a slot");
+    h.clock.advance(1_000);
+    let second = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&second), pairs(&[("a", 2)]));
+    h.clock.advance(1_000);
+    assert!(
+        h.fetch(&s, &g, 10).await.is_empty(),
+        "a token, but both slots are out"
+    );
+    h.ack(&first[0]).await.unwrap();
+    let third = h.fetch(&s, &g, 10).await;
+    assert_eq!(held(&third), pairs(&[("a", 3)]));
+}
+
+pub async fn competing_consumers_share_one_bucket_per_key(h: &Harness) {
+    const KEYS: usize = 4;
+    const PER_KEY: usize = 6;
+    let s = h.stream("s", 2).await;
+    let g = flowing(h, &s, GroupOrdering::None, rate(1.0, 2)).await;
+    h.append_inputs(&s, interleaved_keys(KEYS, PER_KEY)).await;
+    // At each instant of the frozen clock, consumers race; in all, each
+    // key gets its burst at once, then one claim a second.
+    let mut got = BTreeMap::<String, usize>::new();
+    for round in 0..PER_KEY - 1 {
+        let mut racers = Vec::new();
+        for c in 0..3 {
+            let (backend, req) = (Arc::clone(&h.backend), h.fetch_req(&s, &g, 3));
+            let req = FetchRequest {
+                consumer_id: cid(&format!("c{c}")),
+                ..req
+            };
+            racers.push(tokio::spawn(async move { backend.fetch(req).await }));
+        }
+        let mut now = BTreeMap::<String, usize>::new();
+        for racer in racers {
+            for lease in racer.await.expect("consumer").expect("fetch") {
+                *now.entry(lease.event.key.clone().unwrap()).or_default() += 1;
+                h.ack(&lease).await.unwrap();
+            }
+        }
+        // Whatever a round's racers left, the next fetch takes once due.
+        for lease in h.fetch(&s, &g, 20).await {
+            *now.entry(lease.event.key.clone().unwrap()).or_default() += 1;
+            h.ack(&lease).await.unwrap();
+        }
+        let want = if round == 0 { 2 } else { 1 };
+        for (key, n) in &now {
+            assert_eq!(*n, want, "round {round}: {n} claims of {key}");
+        }
+        assert_eq!(now.len(), KEYS, "round {round}: every key had a token");
+        for (key, n) in now {
+            *got.entry(key).or_default() += n;
+        }
+        h.clock.advance(1_000);
+    }
+    assert!(got.values().all(|n| *n == PER_KEY));
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.lag, lag.inflight, lag.waiting_retry), (0, 0, 0));
 }

@@ -534,6 +534,12 @@ macro_rules! __conformance_list {
             flow::key_concurrency_replay_and_redrive_wait_for_a_free_slot,
             flow::competing_consumers_never_hold_more_than_n_of_a_key,
             flow::a_reset_of_every_partition_changes_the_flow,
+            // flow control: at most R claims of a key a second
+            flow::key_rate_is_checked_and_shows_on_the_group,
+            flow::key_rate_lets_a_burst_through_then_one_claim_an_interval,
+            flow::key_rate_paces_retries_and_expired_leases,
+            flow::key_rate_paces_the_heads_of_an_ordering_and_of_key_concurrency,
+            flow::competing_consumers_share_one_bucket_per_key,
             // inputs at the edge of what every store holds
             inputs::start_points_beyond_the_maximum_are_refused,
             inputs::start_after_the_maximum_waits_for_nothing,

@@ -391,6 +391,55 @@ pub async fn two_nodes_never_hold_two_of_one_key(n: &Nodes) {
     }
 }
 
+/// Under `flow.key_rate` both nodes take tokens from one bucket per key,
+/// kept in the store: racing fetches on both get a key's burst, not one
+/// each, then one claim per interval between them.
+pub async fn two_nodes_share_a_keys_rate(n: &Nodes) {
+    use crate::model::{Flow, KeyRate};
+    let s = n.a.stream("paced", 1).await;
+    let mut spec = GroupSpec::new(gn("paced"));
+    spec.flow = Flow {
+        key_rate: Some(KeyRate {
+            per_second: 1.0,
+            burst: 2,
+        }),
+        ..Flow::default()
+    };
+    let g =
+        n.a.backend
+            .create_group(&s, spec)
+            .await
+            .expect("group")
+            .name;
+    let inputs = (0..8)
+        .map(|_| EventInput {
+            key: Some("a".into()),
+            ..EventInput::default()
+        })
+        .collect();
+    n.b.append_inputs(&s, inputs).await;
+    for round in 0..4 {
+        let (a, b) = (n.a.backend.clone(), n.b.backend.clone());
+        let (ra, rb) = (n.a.fetch_req(&s, &g, 4), n.b.fetch_req(&s, &g, 4));
+        let (got_a, got_b) = tokio::join!(
+            tokio::spawn(async move { a.fetch(ra).await }),
+            tokio::spawn(async move { b.fetch(rb).await })
+        );
+        let leases: Vec<_> = [got_a, got_b]
+            .into_iter()
+            .flat_map(|got| got.expect("node").expect("fetch"))
+            .collect();
+        let want = if round == 0 { 2 } else { 1 };
+        assert_eq!(leases.len(), want, "round {round}: {leases:?}");
+        for lease in &leases {
+            n.b.ack(lease).await.expect("ack");
+        }
+        n.a.clock.advance(1_000);
+    }
+    let lag = n.b.lag(&s, &g).await;
+    assert_eq!((lag.inflight, lag.lag), (0, 3), "three left, paced");
+}
+
 /// Expands to one `#[tokio::test]` per shared-store check for a factory
 /// `async fn(SharedClock) -> Option<(Arc<dyn Backend>, Arc<dyn Backend>)>`
 /// that opens two backends on one store.
@@ -404,6 +453,7 @@ macro_rules! shared_store_conformance {
             a_group_created_on_one_node_is_served_by_the_other,
             an_ordering_changed_on_one_node_holds_on_the_other,
             two_nodes_never_hold_two_of_one_key,
+            two_nodes_share_a_keys_rate,
             a_stream_deleted_on_one_node_is_gone_on_the_other,
             a_group_deleted_on_one_node_is_gone_on_the_other,
         ]);

@@ -25,14 +25,18 @@
 //! deliveries are *parked*: available, but in none of the indexes above
 //! until the gate releases them, so a claim never walks past them and
 //! costs what it costs ungated.
+//!
+//! Under `flow.key_rate` each partition keeps its keys' token buckets
+//! (their TATs, [`pace`]), and a claim of a keyed delivery that finds no
+//! token puts it in `delayed`, *paced*, due at the slot reserved for it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, Gating, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Share,
-    WALK_PER_CLAIM, Write, claim_capacity, fence, is_quarantine, poison_write, poisoned, regate,
-    settle_write, skipped_by_trim,
+    GateView, Gating, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Pace, Share,
+    WALK_PER_CLAIM, Write, claim_capacity, fence, is_quarantine, pace, poison_write, poisoned,
+    regate, settle_write, skipped_by_trim,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -77,6 +81,9 @@ struct Slot {
     gate: Option<Arc<str>>,
     /// Available but held back by its gate: in no claim index.
     parked: bool,
+    /// Paced by `flow.key_rate`: its slot is reserved, so it goes out
+    /// when due without taking another token.
+    paced: bool,
 }
 
 impl Slot {
@@ -88,6 +95,7 @@ impl Slot {
             due: None,
             gate: None,
             parked: false,
+            paced: false,
         }
     }
 
@@ -129,6 +137,8 @@ struct PartState {
     fresh: u64,
     /// Under an ordering: the gates with open deliveries.
     gates: HashMap<Arc<str>, Gate>,
+    /// Under `flow.key_rate`: each key's TAT in microseconds ([`pace`]).
+    rates: HashMap<String, i64>,
 }
 
 /// One key's (or partition's) open deliveries under an ordering or a
@@ -163,6 +173,7 @@ impl PartState {
             delayed: BTreeSet::new(),
             fresh: 0,
             gates: HashMap::new(),
+            rates: HashMap::new(),
         }
     }
 
@@ -380,6 +391,9 @@ impl PartState {
     ) -> Option<(u64, u32, LeaseId, Timestamp)> {
         let mut walked = 0;
         let seq = loop {
+            if walked >= WALK_PER_CLAIM {
+                return None;
+            }
             let ready = self.ready.first().copied();
             let expired = self.expired.first().copied();
             let cursor = self.cursor();
@@ -388,11 +402,15 @@ impl PartState {
             if Some(seq) == ready {
                 self.ready.remove(&seq);
                 let slot = self.slot(seq).expect("slot exists");
-                let (fresh, gate) = (slot.attempt == 0, slot.gate.clone());
+                let (fresh, paced) = (slot.attempt == 0, slot.paced);
                 if fresh {
                     self.fresh -= 1;
                 }
-                if let Some(gate) = gate {
+                if !self.paced(seq, paced, now, gating, key_of) {
+                    walked += 1;
+                    continue;
+                }
+                if let Some(gate) = self.slot(seq).and_then(|s| s.gate.clone()) {
                     let gate = self.gates.entry(gate).or_default();
                     gate.released.remove(&seq);
                     gate.leased += 1;
@@ -401,28 +419,48 @@ impl PartState {
             }
             if Some(seq) == expired {
                 self.expired.remove(&seq);
+                if !self.paced(seq, false, now, gating, key_of) {
+                    // Out no more: a head its gate handed to the claims.
+                    let slot = self.slot_mut(seq).expect("slot exists");
+                    slot.status = Status::Available;
+                    slot.lease = None;
+                    if let Some(gate) = slot.gate.clone() {
+                        let gate = self.gates.entry(gate).or_default();
+                        gate.leased = gate.leased.saturating_sub(1);
+                        gate.released.insert(seq);
+                    }
+                    walked += 1;
+                    continue;
+                }
                 break seq;
             }
             self.slots.push_back(Slot::new(Status::Available));
             let key = key_of(seq);
             let Some(gate_name) = gating.gate(key.as_deref()).map(Arc::<str>::from) else {
-                break seq;
+                if self.paced(seq, false, now, gating, key_of) {
+                    break seq;
+                }
+                walked += 1;
+                continue;
             };
             self.slot_mut(seq).expect("slot exists").gate = Some(Arc::clone(&gate_name));
-            let gate = self.gates.entry(gate_name).or_default();
+            let gate = self.gates.entry(Arc::clone(&gate_name)).or_default();
             // Free: nothing parked (every open one is a head) and a slot left.
             let heads = gate.heads();
             if gate.open.len() == heads && heads < gating.slots() {
                 gate.open.insert(seq);
-                gate.leased += 1;
-                break seq;
+                if self.paced(seq, false, now, gating, key_of) {
+                    self.gates.get_mut(&gate_name).expect("its gate").leased += 1;
+                    break seq;
+                }
+                let gate = self.gates.get_mut(&gate_name).expect("its gate");
+                gate.released.insert(seq);
+                walked += 1;
+                continue;
             }
             gate.open.insert(seq);
             self.park(seq);
             walked += 1;
-            if walked >= WALK_PER_CLAIM {
-                return None;
-            }
         };
         let lease_id = LeaseId::generate();
         let expires_at = now.add_ms(lease_ms);
@@ -430,6 +468,7 @@ impl PartState {
         slot.status = Status::Leased;
         slot.attempt = slot.attempt.saturating_add(1);
         slot.due = None;
+        slot.paced = false;
         slot.lease = Some(Box::new(Held {
             lease_id: lease_id.clone(),
             consumer_id: consumer_id.clone(),
@@ -440,6 +479,47 @@ impl PartState {
         let attempt = slot.attempt;
         self.leases.insert((expires_at, seq));
         Some((seq, attempt, lease_id, expires_at))
+    }
+
+    /// Whether the claim of `seq` (taken out of its claim index) goes out
+    /// now under `flow.key_rate` ([`pace`]): a paced delivery come due
+    /// does, a keyed one with a token does; one without is put in
+    /// `delayed`, paced, due at its reserved slot (its gate's accounting
+    /// is the caller's).
+    fn paced(
+        &mut self,
+        seq: u64,
+        was_paced: bool,
+        now: Timestamp,
+        gating: Gating,
+        key_of: KeyOf<'_>,
+    ) -> bool {
+        let Some(rate) = gating.key_rate() else {
+            return true;
+        };
+        if was_paced {
+            return true;
+        }
+        let Some(key) = key_of(seq) else {
+            return true;
+        };
+        let (found, tat) = pace(&rate, self.rates.get(&key).copied(), now);
+        if self.rates.len() >= 4096 {
+            // A TAT in the past is a full bucket: forget those.
+            let now_us = now.as_millis().saturating_mul(1000);
+            self.rates.retain(|_, t| *t > now_us);
+        }
+        self.rates.insert(key, tat);
+        match found {
+            Pace::Now => true,
+            Pace::At(due) => {
+                let slot = self.slot_mut(seq).expect("slot exists");
+                slot.due = Some(due);
+                slot.paced = true;
+                self.delayed.insert((due, seq));
+                false
+            }
+        }
     }
 
     /// The fencing check ([`fence`]): the slot must be leased under
@@ -776,6 +856,7 @@ impl GroupState {
         let before = part.slot(seq).expect("slot exists").status;
         let gate = part.ungate(seq, false);
         part.unindex(seq);
+        part.slot_mut(seq).expect("slot exists").paced = false;
         if fresh_attempts {
             part.slot_mut(seq).expect("slot exists").attempt = 0;
         }

@@ -7,18 +7,22 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{Flow, GroupOrdering};
+use super::pace::{Pace, Pacer};
+use crate::model::{Flow, GroupOrdering, KeyRate, Timestamp};
 
 /// How a group's deliveries pass gates: the ordering's one head per key or
 /// partition, or `flow.key_concurrency`'s N heads per key in any order
 /// (`docs/groups.md#flow`). A gate's *heads* are its open deliveries that
 /// are not parked (out, or handed to the claims); it has at most
-/// [`Gating::slots`] of them.
+/// [`Gating::slots`] of them. It also carries `flow.key_rate`, which
+/// paces the claims of each key under any ordering ([`super::Pacer`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gating {
     ordering: GroupOrdering,
     /// `flow.key_concurrency` under `ordering = "none"`; 0 when off.
     key_concurrency: u32,
+    /// `flow.key_rate`.
+    key_rate: Option<KeyRate>,
 }
 
 impl Gating {
@@ -30,7 +34,26 @@ impl Gating {
                 GroupOrdering::None => flow.key_concurrency.unwrap_or(0),
                 _ => 0,
             },
+            key_rate: flow.key_rate,
         }
+    }
+
+    /// Its key rate, if any (`docs/groups.md#flow`).
+    pub fn key_rate(self) -> Option<KeyRate> {
+        self.key_rate
+    }
+
+    /// Whether a fetch walks unseen events one at a time ([`GateWalk`])
+    /// rather than taking them in a run: they pass gates, or their keys
+    /// are paced.
+    pub fn walks(self) -> bool {
+        self.is_gated() || self.key_rate.is_some()
+    }
+
+    /// The pacer of a fetch at `now` ([`super::Pacer`]): off without a key
+    /// rate.
+    pub fn pacer(self, now: Timestamp) -> Pacer {
+        Pacer::new(self.key_rate, now)
     }
 
     /// The ordering it keeps.
@@ -157,6 +180,10 @@ pub struct GateWalk {
     pub lease: Vec<(u64, Option<String>)>,
     /// Sequences to park behind their gate's head.
     pub park: Vec<(u64, String)>,
+    /// Sequences whose key had no token (`flow.key_rate`): to write
+    /// available and paced, due at the instant given, with their gate (a
+    /// paced delivery is one of its gate's heads).
+    pub pace: Vec<(u64, Option<String>, Timestamp)>,
     /// The cursor after the walk.
     pub next: u64,
 }
@@ -180,6 +207,7 @@ impl GateWalk {
             full: HashSet::new(),
             lease: Vec::new(),
             park: Vec::new(),
+            pace: Vec::new(),
             next: cursor,
         }
     }
@@ -243,6 +271,20 @@ impl GateWalk {
         events: impl IntoIterator<Item = (u64, Option<String>)>,
         state: impl Fn(&str) -> GateState,
     ) {
+        self.pass_paced(events, state, &mut Pacer::default());
+    }
+
+    /// [`GateWalk::pass`] under a key rate: an event the gates let through
+    /// takes a token of its key from `pacer` (which holds the TAT of every
+    /// key among `events`: [`Pacer::unknown`]), and one that finds none is
+    /// paced ([`GateWalk::pace`]) instead of leased — still a head of its
+    /// gate, but not one of the leases the walk wants.
+    pub fn pass_paced(
+        &mut self,
+        events: impl IntoIterator<Item = (u64, Option<String>)>,
+        state: impl Fn(&str) -> GateState,
+        pacer: &mut Pacer,
+    ) {
         let slots = self.gating.slots();
         let mut events = events.into_iter().peekable();
         if events.peek().is_none() {
@@ -253,7 +295,10 @@ impl GateWalk {
                 return;
             }
             match self.gating.gate(key.as_deref()).map(str::to_owned) {
-                None => self.lease.push((seq, None)),
+                None => match pacer.claim(key.as_deref(), false) {
+                    Pace::Now => self.lease.push((seq, None)),
+                    Pace::At(due) => self.pace.push((seq, None, due)),
+                },
                 Some(gate) => {
                     let taken = self.taken.get(&gate).copied().unwrap_or(0);
                     if self.full.contains(&gate)
@@ -268,7 +313,10 @@ impl GateWalk {
                         self.park.push((seq, gate));
                     } else {
                         *self.taken.entry(gate.clone()).or_default() += 1;
-                        self.lease.push((seq, Some(gate)));
+                        match pacer.claim(key.as_deref(), false) {
+                            Pace::Now => self.lease.push((seq, Some(gate))),
+                            Pace::At(due) => self.pace.push((seq, Some(gate), due)),
+                        }
                     }
                 }
             }

@@ -477,6 +477,7 @@ fn a_walk_with_key_concurrency_leases_up_to_n_per_key_and_parks_behind_a_full_or
         GroupOrdering::None,
         &Flow {
             key_concurrency: Some(2),
+            ..Flow::default()
         },
     );
     assert_eq!((gating.slots(), gating.gate(Some("a"))), (2, Some("a")));
@@ -510,6 +511,7 @@ fn a_walk_with_key_concurrency_leases_up_to_n_per_key_and_parks_behind_a_full_or
         GroupOrdering::Key,
         &Flow {
             key_concurrency: Some(4),
+            ..Flow::default()
         },
     );
     assert_eq!(ordered.slots(), 1);
@@ -616,4 +618,52 @@ mod lease_pages {
         let expired: Vec<bool> = page.leases.iter().map(|l| l.expired).collect();
         assert_eq!(expired, [true, true, false]);
     }
+}
+
+#[test]
+fn a_walk_under_a_key_rate_paces_the_events_it_finds_no_token_for() {
+    use crate::model::KeyRate;
+    let rate = KeyRate {
+        per_second: 2.0,
+        burst: 2,
+    };
+    let flow = Flow {
+        key_rate: Some(rate),
+        ..Flow::default()
+    };
+    let unordered = Gating::new(GroupOrdering::None, &flow);
+    assert!(!unordered.is_gated() && unordered.walks());
+    assert_eq!(unordered.key_rate(), Some(rate));
+    let now = Timestamp::from_millis(1_000);
+    let mut pacer = unordered.pacer(now);
+    let events = walked(&["a", "a", "a", "", "b", "a"]);
+    let unknown = pacer.unknown(events.iter().map(|(_, k)| k.as_deref()));
+    assert_eq!(unknown, ["a".to_owned(), "b".to_owned()]);
+    for key in unknown {
+        pacer.load(key, None);
+    }
+    let mut walk = GateWalk::new(unordered, 1, 10);
+    assert_eq!(walk.window(6), Some((1, 6)));
+    walk.pass_paced(events, |_| GateState::FREE, &mut pacer);
+    let leased: Vec<u64> = walk.lease.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(leased, [1, 2, 4, 5], "a's burst of two, the keyless, b");
+    let at = |ms| Timestamp::from_millis(ms);
+    assert_eq!(
+        walk.pace,
+        vec![(3, None, at(1_500)), (6, None, at(2_000))],
+        "a's next two, one interval apart"
+    );
+    assert_eq!(walk.next, 7);
+    // Under an ordering a paced head holds its gate: what follows parks.
+    let ordered = Gating::new(GroupOrdering::Key, &flow);
+    let mut pacer = ordered.pacer(now);
+    pacer.load("a", Some(2_000_000));
+    pacer.load("b", None);
+    let mut walk = GateWalk::new(ordered, 1, 10);
+    walk.window(3);
+    walk.pass_paced(walked(&["a", "a", "b"]), |_| GateState::FREE, &mut pacer);
+    assert_eq!(walk.pace, vec![(1, Some("a".to_owned()), at(1_500))]);
+    let parked: Vec<u64> = walk.park.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(parked, [2]);
+    assert_eq!(walk.lease, vec![(3, Some("b".to_owned()))]);
 }

@@ -25,7 +25,10 @@ fn sequences(leases: &[Lease]) -> Vec<u64> {
 /// to `n` (`None`: off).
 fn reset_to(s: &StreamName, g: &GroupName, n: Option<u32>) -> ResetRequest {
     ResetRequest {
-        flow: Some(Flow { key_concurrency: n }),
+        flow: Some(Flow {
+            key_concurrency: n,
+            ..Flow::default()
+        }),
         ..ResetRequest::to_the_beginning(s, g)
     }
 }

@@ -62,6 +62,7 @@ pub(crate) async fn groups(h: &Harness, s: &StreamName) {
     let limited = GroupSpec {
         flow: Flow {
             key_concurrency: Some(2),
+            ..Flow::default()
         },
         ..GroupSpec::new(gn("f"))
     };

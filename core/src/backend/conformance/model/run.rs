@@ -40,6 +40,7 @@ pub(super) const ORDERINGS: [GroupOrdering; 5] = [
 pub(super) fn random_flow(rng: &mut impl Rng) -> Flow {
     Flow {
         key_concurrency: rng.random_bool(0.75).then(|| rng.random_range(1..=3)),
+        ..Flow::default()
     }
 }
 
