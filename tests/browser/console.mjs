@@ -343,11 +343,18 @@ const scenarios = {
     await byId(page, 'create-group-ordering').selectOption('none');
     await byId(page, 'create-group-backoff').fill('');
     await byId(page, 'create-group-key-concurrency').fill('4');
+    await byId(page, 'create-group-key-rate').fill('2.5');
+    await byId(page, 'create-group-key-burst').fill('5');
     await byId(page, 'create-group').click();
-    await notice(page, (t) => t.includes('Created group tail') && t.includes('at most 4 per key'), 'the second group notice');
+    await notice(page, (t) => t.includes('Created group tail') && t.includes('at most 4 per key')
+      && t.includes('2.5 per key a second (burst 5)'), 'the second group notice');
+    const tail = await server(page, '/v1/streams/ledger/groups/tail');
+    if (JSON.stringify(tail.flow) !== JSON.stringify({ key_concurrency: 4, key_rate: { per_second: 2.5, burst: 5 } })) {
+      throw new Error(`the server's flow of tail: ${JSON.stringify(tail.flow)}`);
+    }
     await until('tail with lag 0', async () => (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').count()) === 1
       && (await page.locator('[data-testid="group-row-ledger-tail"] [data-testid="row-lag"]').textContent()) === '0');
-    step('groups page: created audit (3 attempts, key ordering, lag 2) and tail (new events only, at most 4 per key, lag 0)');
+    step('groups page: created audit (3 attempts, key ordering, lag 2) and tail (new events only, at most 4 per key, 2.5 a second per key, lag 0)');
   },
 
   /** Replay from a sequence and from the start, then a reset confirmed by the group's name. */

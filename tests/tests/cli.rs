@@ -112,7 +112,7 @@ fn migrate_creates_a_sqlite_schema_once() {
     let url = format!("sqlite://{}", dir.path().join("rheo.db").display());
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
-    assert!(first.contains("applied 9 migration(s)"), "{first}");
+    assert!(first.contains("applied 10 migration(s)"), "{first}");
     assert!(first.contains("0001 streams and events"), "{first}");
     assert!(first.contains("0003 scan floors"), "{first}");
     assert!(first.contains("0005 ordering"), "{first}");
@@ -149,7 +149,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(ok, "{err}");
     let migrated = status();
     assert!(
-        migrated.starts_with("sqlite: 9 applied, 0 pending\n"),
+        migrated.starts_with("sqlite: 10 applied, 0 pending\n"),
         "{migrated}"
     );
     assert!(
@@ -172,7 +172,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     assert!(recorded.success());
     let newer = status();
     assert!(
-        newer.starts_with("sqlite: 9 applied, 0 pending, 1 unknown to this rheo"),
+        newer.starts_with("sqlite: 10 applied, 0 pending, 1 unknown to this rheo"),
         "{newer}"
     );
     assert!(newer.contains("  unknown  9999\n"), "{newer}");
@@ -192,7 +192,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
             err.contains("the store's schema is at migration 9999, newer than this rheo"),
             "{err}"
         );
-        assert!(err.contains("its newest is 0013 flow"), "{err}");
+        assert!(err.contains("its newest is 0014 key rate"), "{err}");
     }
 }
 
@@ -205,7 +205,7 @@ fn migrate_creates_a_postgres_schema_and_a_second_run_changes_nothing() {
     let (ok, first, err) = run_rheo(&["migrate", "--backend", &url]);
     assert!(ok, "{err}");
     assert!(
-        first.starts_with("postgres: applied 12 migration(s)"),
+        first.starts_with("postgres: applied 13 migration(s)"),
         "{first}"
     );
     assert!(first.contains("0004 cluster"), "{first}");

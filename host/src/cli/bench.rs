@@ -101,6 +101,15 @@ pub(crate) struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     key_concurrency: Vec<u32>,
 
+    /// Per-key rates to consume under as well, in turn: each adds a group
+    /// of ordering none with that `flow.key_rate` (burst as large as the
+    /// rate), measured beside the others on the same events, so
+    /// `--key-rate 100000` gives the cost of the token buckets where none
+    /// runs dry, and a rate below what the keys get gives the paced run
+    /// (docs/groups.md#flow).
+    #[arg(long, value_delimiter = ',', value_name = "R,…")]
+    key_rate: Vec<u32>,
+
     /// Instead of the other workloads: append this many events to a stream
     /// keeping its newest --retention-max-events per partition while the
     /// trimmer runs, print the store's size as it goes, then compare
@@ -152,6 +161,16 @@ impl BenchArgs {
             anyhow::ensure!(
                 !self.key_concurrency[..i].contains(n),
                 "--key-concurrency lists {n} twice"
+            );
+        }
+        for (i, r) in self.key_rate.iter().enumerate() {
+            anyhow::ensure!(
+                !self.key_rate[..i].contains(r),
+                "--key-rate lists {r} twice"
+            );
+            anyhow::ensure!(
+                (1..=100_000).contains(r),
+                "--key-rate must be between 1 and 100000 (got {r})"
             );
         }
         let temp = tempfile::tempdir().context("creating a temporary directory")?;
@@ -336,7 +355,7 @@ impl BenchArgs {
     }
 
     /// The groups' shapes, in turn: each --ordering, then each
-    /// --key-concurrency, with the label its results carry.
+    /// --key-concurrency and --key-rate, with the label its results carry.
     fn shapes(&self) -> Vec<(String, GroupOrdering, Flow)> {
         let orderings = self
             .ordering
@@ -349,7 +368,17 @@ impl BenchArgs {
             };
             (format!("key_concurrency {n}"), GroupOrdering::None, flow)
         });
-        orderings.chain(limits).collect()
+        let rates = self.key_rate.iter().map(|&r| {
+            let flow = Flow {
+                key_rate: Some(crate::model::KeyRate {
+                    per_second: f64::from(r),
+                    burst: r,
+                }),
+                ..Flow::default()
+            };
+            (format!("key_rate {r}/s"), GroupOrdering::None, flow)
+        });
+        orderings.chain(limits).chain(rates).collect()
     }
 
     /// The groups the fetch+ack workloads consume, each with its label:

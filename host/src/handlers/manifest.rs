@@ -390,5 +390,14 @@ mod tests {
         let typo =
             Manifest::from_toml("stream = \"s\"\ngroup = \"g\"\nflow = { key_concurency = 3 }\n");
         assert!(typo.is_err(), "an unknown limit is refused");
+        let paced = Manifest::from_toml(
+            "stream = \"s\"\ngroup = \"g\"\nordering = \"key\"\n\
+             flow = { key_rate = { per_second = 5, burst = 10 } }\n",
+        )
+        .unwrap();
+        let rate = paced.flow.unwrap().key_rate.unwrap();
+        assert_eq!((rate.per_second, rate.burst), (5.0, 10));
+        assert!(paced.validate(&h).is_ok(), "a key rate fits an ordering");
+        assert_eq!(Manifest::from_toml(&paced.to_toml()).unwrap(), paced);
     }
 }

@@ -74,6 +74,10 @@ function createGroupForm(onCreated) {
     h('option', { value: 'quarantine', text: 'quarantine: park its key (needs an ordering)' }));
   const perKey = h('input', { id: 'cg-key-concurrency', type: 'number', min: 1, max: 10000, placeholder: 'no limit',
     'data-testid': 'create-group-key-concurrency' });
+  const perSecond = h('input', { id: 'cg-key-rate', type: 'number', min: 0.0000116, max: 100000, step: 'any', placeholder: 'no limit',
+    'data-testid': 'create-group-key-rate' });
+  const burst = h('input', { id: 'cg-key-burst', type: 'number', min: 1, max: 100000, placeholder: '1',
+    'data-testid': 'create-group-key-burst' });
   const start = startPoint('cg');
   const submit = h('button', { type: 'submit', class: 'primary', 'data-testid': 'create-group', text: 'Create group' });
   const form = h('form', {},
@@ -83,6 +87,8 @@ function createGroupForm(onCreated) {
       field('Ordering', ordering), field('When attempts run out', exhausted)),
     h('div', { class: 'field-row' },
       field('At most per key', perKey, 'deliveries out at once, any order; ordering none'),
+      field('Claims per key a second', perSecond, 'retries included; 0.5 is one every 2 s'),
+      field('Burst per key', burst, 'claims at once after a quiet spell; default 1'),
       start.element, field('Retry backoff (ms, by attempt)', retry, 'optional; the last repeats')),
     errors, notice,
     h('div', { class: 'actions' }, submit));
@@ -106,13 +112,21 @@ function createGroupForm(onCreated) {
     busy(submit, errors, notice, async () => {
       const body = { name: name.value.trim(), ordering: ordering.value, on_exhausted: exhausted.value, ...start.fields() };
       if (attempts.value !== '') body.max_attempts = Number(attempts.value);
-      if (perKey.value !== '') body.flow = { key_concurrency: Number(perKey.value) };
+      const flow = {};
+      if (perKey.value !== '') flow.key_concurrency = Number(perKey.value);
+      if (perSecond.value !== '') {
+        flow.key_rate = { per_second: Number(perSecond.value) };
+        if (burst.value !== '') flow.key_rate.burst = Number(burst.value);
+      }
+      if (Object.keys(flow).length) body.flow = flow;
       const schedule = backoff(retry.value);
       if (schedule) body.retry_backoff_ms = schedule;
       const created = await api('POST', `/v1/streams/${seg(stream.value)}/groups`, { json: body });
       name.value = '';
       await onCreated();
-      const perKeyText = created.flow && created.flow.key_concurrency ? `, at most ${created.flow.key_concurrency} per key` : '';
+      const f = created.flow || {};
+      const perKeyText = (f.key_concurrency ? `, at most ${f.key_concurrency} per key` : '')
+        + (f.key_rate ? `, ${f.key_rate.per_second} per key a second (burst ${f.key_rate.burst})` : '');
       return `Created group ${created.name} on ${created.stream} (${created.max_attempts} attempts, ordering ${created.ordering}${perKeyText}).`;
     });
   });
@@ -492,6 +506,10 @@ export function detail(root, [stream, group]) {
       stat('Oldest unacked', duration(lag.oldest_unacked_age_ms), 'group-oldest', 'age'),
       info.flow && info.flow.key_concurrency
         ? stat('Per key', num(info.flow.key_concurrency), 'group-key-concurrency', 'out at once at most')
+        : null,
+      info.flow && info.flow.key_rate
+        ? stat('Per key a second', String(info.flow.key_rate.per_second), 'group-key-rate',
+          `claims at most, burst ${info.flow.key_rate.burst}`)
         : null,
       info.on_exhausted === 'quarantine'
         ? stat('Parked keys', num(held.length), 'group-parked', 'waiting for a release')

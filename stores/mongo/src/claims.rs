@@ -6,7 +6,9 @@
 //! A delivery document exists for every event a group has handed out (or
 //! had re-opened by a replay): `st` is `available`, `leased`, `acked` or
 //! `dead`; `a` counts claims; `lid` is the fencing token while leased;
-//! `due` delays an available delivery; `exp` ends a lease.
+//! `due` delays an available delivery; `exp` ends a lease; `pc` marks an
+//! available delivery paced by `flow.key_rate`, due at the slot its key's
+//! bucket reserved for it (`gates.rs`).
 //!
 //! A fetch first dead-letters expired leases that used their last attempt
 //! (the poison guard), then re-claims what is claimable — each with a
@@ -57,7 +59,8 @@ pub(crate) fn deliveries_of(s: &StreamName, g: &GroupName) -> Document {
     doc! {"s": s.as_str(), "g": g.as_str()}
 }
 
-/// The update that claims a delivery under `lease_id` for `consumer`.
+/// The update that claims a delivery under `lease_id` for `consumer`
+/// (clearing its `flow.key_rate` mark `pc`: it is out, `gates.rs`).
 pub(crate) fn lease_update(
     lease_id: &LeaseId,
     consumer: &str,
@@ -72,7 +75,7 @@ pub(crate) fn lease_update(
             "exp": expires_at.as_millis(),
         },
         "$inc": {"a": 1_i64},
-        "$unset": {"due": ""},
+        "$unset": {"due": "", "pc": ""},
     }
 }
 
@@ -195,7 +198,9 @@ impl MongoBackend {
         // group's ordering or flow changed (read again here).
         for _ in 0..3 {
             let config = self.group_config(&req.stream, &req.group).await?;
-            if config.gating().is_gated() {
+            // Gated, or paced by `flow.key_rate` (`docs/groups.md#flow`):
+            // a walk in one transaction.
+            if config.gating().walks() {
                 let (s, g) = (&req.stream, &req.group);
                 let Some(claimed) = self
                     .fetch_ordered(&req, &config, &selected, partition_count)

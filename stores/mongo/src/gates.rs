@@ -20,6 +20,23 @@
 //! it asks `rheo_gates` which gates it passes have deliveries open and,
 //! with more than one slot, counts those gates' heads and parked
 //! deliveries in one aggregation.
+//!
+//! `flow.key_rate` (`docs/groups.md#flow`) takes the same path, gated or
+//! not (`Gating::walks`): its token buckets are documents of `rheo_rates`,
+//! one per (stream, group, partition, event key), `_id` as a gate's, with
+//! the key's TAT in `t` (microseconds). The fetch reads the buckets of the
+//! keys it may claim (its claimable deliveries' and its walk windows'),
+//! asks a `Pacer` per partition for every claim, and writes the TATs it
+//! changed in its transaction: two fetches that spend tokens of one key,
+//! on one node or two, both write that document, so one of them runs
+//! again and no token is spent twice. A delivery that found no token is
+//! written `available`, due at the slot reserved for it, marked `pc`
+//! (cleared when it is leased, or re-opened by a replay or a redrive), so
+//! that it goes out when due without asking its bucket again; a gated one
+//! stays a head of its gate. Settles never touch the buckets. A TAT that
+//! passed is a full bucket: now and then a fetch deletes a partition's
+//! passed ones ([`SWEEP_EVERY`]); a reset deletes its partitions', a
+//! delete of the group or stream all of them.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -34,18 +51,22 @@ use super::claims::{
 };
 use super::groups::{GroupState, decode_state, group_key};
 use super::{
-    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Turn, big, corrupt, int,
+    DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, RATES, Turn, big, corrupt, int,
     is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
-    GateState, GateView, GateWalk, GroupConfig, Hold, QUARANTINE_CONSUMER, Regate, Share, Write,
-    claim_capacity, fence, poison_write, regate, settle_write,
+    GateState, GateView, GateWalk, GroupConfig, Hold, Pace, Pacer, QUARANTINE_CONSUMER, Regate,
+    Share, Write, claim_capacity, fence, poison_write, regate, settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
 
 /// What a transaction's body returns.
 type Tx<T> = std::result::Result<T, Fail>;
+
+/// How many fetches that change a partition's buckets, on average, also
+/// forget its buckets whose TAT passed ([`MongoBackend::store_tats`]).
+const SWEEP_EVERY: u32 = 16;
 
 /// The statuses of an open delivery.
 const OPEN: [&str; 3] = [AVAILABLE, PARKED, LEASED];
@@ -199,9 +220,11 @@ impl MongoBackend {
     /// (what is claimable is a head, or has no gate), then per partition
     /// the shared walk over its unseen events, asking what the gates it
     /// passes hold; the new deliveries (leased or parked), the gates'
-    /// documents and the cursors are written with it. `None` when the
-    /// group's ordering or flow changed (read again); else the claims and
-    /// the lease times.
+    /// documents and the cursors are written with it. Under
+    /// `flow.key_rate` every claim takes a token of its key, and one that
+    /// finds none is paced instead (see the module's documentation), the
+    /// buckets written with the rest. `None` when the group's ordering or
+    /// flow changed (read again); else the claims and the lease times.
     #[allow(clippy::type_complexity)]
     pub(super) async fn fetch_ordered(
         &self,
@@ -321,6 +344,13 @@ impl MongoBackend {
         let consumer = req.consumer_id.as_str();
         let mut claimed = Vec::new();
         let mut walks: Vec<Option<Walking>> = selected.iter().map(|_| None).collect();
+        // `flow.key_rate` (`docs/groups.md#flow`): one pacer per partition
+        // (its buckets are the partition's), holding the TATs of the keys
+        // of its claimable deliveries, read now, and of its walk's.
+        let mut pacers: Vec<Pacer> = selected.iter().map(|_| gating.pacer(now)).collect();
+        let mut candidates =
+            (self.candidates_in(session, (s, g), selected, &per_partition, &mut pacers)).await?;
+        let mut paced = Vec::new();
         while !share.done() {
             for (i, ask) in share.asks().into_iter().enumerate() {
                 if ask == 0 {
@@ -328,20 +358,42 @@ impl MongoBackend {
                 }
                 let p = selected[i];
                 let list = per_partition.entry(p).or_default();
-                let take = ask.min(list.len());
-                for d in list.drain(..take) {
+                let mut take = 0;
+                let mut looked = 0;
+                for d in list.iter() {
+                    if take == ask {
+                        break;
+                    }
+                    looked += 1;
+                    let (key, event) = candidates.remove(&(p, uint(d, "q")?)).unwrap_or_default();
+                    let guard = doc! {"_id": id_of(d)?, "st": super::text(d, "st")?};
+                    let was_paced = d.get_bool("pc").unwrap_or(false);
+                    if let Pace::At(due) = pacers[i].claim(key.as_deref(), was_paced) {
+                        // No token: available, due at its reserved slot;
+                        // an expired lease loses its holder, a gated one
+                        // stays a head (not parked).
+                        let update = doc! {
+                            "$set": {"st": AVAILABLE, "due": due.as_millis(), "pc": true},
+                            "$unset": {"lid": ""},
+                        };
+                        paced.push(doc! {"q": guard, "u": update});
+                        continue;
+                    }
                     let lease_id = LeaseId::generate();
                     let update = lease_update(&lease_id, consumer, (now, expires_at));
-                    let st = d.get_str("st").map_err(|e| corrupt("status", e))?;
                     let after = self
                         .coll(DELIVERIES)
-                        .find_one_and_update(doc! {"_id": id_of(&d)?, "st": st}, update)
+                        .find_one_and_update(guard, update)
                         .return_document(ReturnDocument::After)
                         .session(&mut *session)
                         .await?
                         .ok_or(Fail::Retry)?;
-                    claimed.push(Claimed::of(&after, lease_id)?);
+                    let mut c = Claimed::of(&after, lease_id)?;
+                    c.event = event;
+                    claimed.push(c);
+                    take += 1;
                 }
+                list.drain(..looked);
                 let mut walked = 0;
                 if ask > take {
                     let w = match &mut walks[i] {
@@ -365,11 +417,17 @@ impl MongoBackend {
                     };
                     let before = w.walk.lease.len();
                     w.walk.want_more(ask - take);
-                    self.walk_on(session, (s, g), p, w, hw[p as usize]).await?;
+                    let pacer = &mut pacers[i];
+                    (self.walk_on(session, (s, g), p, w, pacer, hw[p as usize])).await?;
                     walked = w.walk.lease.len() - before;
                 }
                 share.gave(i, ask, take + walked);
             }
+        }
+        let expected = paced.len() as u64;
+        if self.update_each(session, DELIVERIES, paced).await? != expected {
+            // Each statement names one document this transaction read.
+            return Err(Fail::Retry);
         }
         for (i, w) in walks.into_iter().enumerate() {
             if let Some(w) = w {
@@ -381,6 +439,8 @@ impl MongoBackend {
                 );
             }
         }
+        self.store_tats(session, (s, g), selected, &pacers, now)
+            .await?;
         Ok(Some((claimed, woke)))
     }
 
@@ -418,6 +478,7 @@ impl MongoBackend {
         (s, g): (&StreamName, &GroupName),
         p: u32,
         w: &mut Walking,
+        pacer: &mut Pacer,
         hw: u64,
     ) -> Tx<()> {
         let Walking {
@@ -463,11 +524,160 @@ impl MongoBackend {
                     }
                 }
             }
-            walk.pass(pairs, |gate| {
-                states.get(gate).copied().unwrap_or(GateState::FREE)
-            });
+            // `flow.key_rate`: the buckets of the window's keys not read yet.
+            let unknown = pacer.unknown(pairs.iter().map(|(_, key)| key.as_deref()));
+            if !unknown.is_empty() {
+                let wanted = [(p, unknown)];
+                self.load_tats(session, (s, g), &wanted, std::slice::from_mut(pacer))
+                    .await?;
+            }
+            let state = |gate: &str| states.get(gate).copied().unwrap_or(GateState::FREE);
+            walk.pass_paced(pairs, state, pacer);
             events.extend(window.into_iter().map(|e| (e.sequence, e)));
         }
+        Ok(())
+    }
+
+    /// Under `flow.key_rate` (`docs/groups.md#flow`): the key and event of
+    /// each claimable delivery of `per_partition` that is not paced, by
+    /// (partition, sequence), read in one query of the events (they never
+    /// change), and the TATs of those keys loaded into each partition's
+    /// pacer (`pacers`, indexed as `selected`). Nothing without a key rate.
+    #[allow(clippy::type_complexity)]
+    async fn candidates_in(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        selected: &[u32],
+        per_partition: &HashMap<u32, Vec<Document>>,
+        pacers: &mut [Pacer],
+    ) -> Tx<HashMap<(u32, u64), (Option<String>, Option<Arc<Event>>)>> {
+        if !pacers.first().is_some_and(Pacer::is_on) {
+            return Ok(HashMap::new());
+        }
+        let mut positions = Vec::new();
+        for (p, list) in per_partition.iter() {
+            for d in list {
+                if !d.get_bool("pc").unwrap_or(false) {
+                    positions.push((*p, uint(d, "q")?));
+                }
+            }
+        }
+        let events = self.events_at(s, &positions).await?;
+        let mut wanted = Vec::new();
+        for (i, &p) in selected.iter().enumerate() {
+            let keys = events
+                .iter()
+                .filter(|((of, _), _)| *of == p)
+                .map(|(_, e)| e.key.as_deref());
+            let unknown = pacers[i].unknown(keys);
+            wanted.push((p, unknown));
+        }
+        self.load_tats(session, (s, g), &wanted, pacers).await?;
+        Ok(events
+            .into_iter()
+            .map(|(at, e)| (at, (e.key.clone(), Some(e))))
+            .collect())
+    }
+
+    /// Loads the TATs of `wanted` — per partition, keys — from
+    /// `rheo_rates` into `pacers` (indexed as `wanted`), in one read; a key
+    /// with no document is loaded as a full bucket.
+    async fn load_tats(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        wanted: &[(u32, Vec<String>)],
+        pacers: &mut [Pacer],
+    ) -> Tx<()> {
+        let ids: Vec<String> = wanted
+            .iter()
+            .flat_map(|(p, keys)| keys.iter().map(move |key| gate_id(s, g, *p, key)))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut stored: HashMap<String, i64> = HashMap::new();
+        let filter = doc! {"_id": {"$in": ids}};
+        for d in self.find_in(session, RATES, filter, None, 0).await? {
+            stored.insert(super::text(&d, "_id")?.to_owned(), int(&d, "t")?);
+        }
+        for ((p, keys), pacer) in wanted.iter().zip(pacers.iter_mut()) {
+            for key in keys {
+                pacer.load(key.as_str(), stored.get(&gate_id(s, g, *p, key)).copied());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the TATs the fetch's pacers changed (`pacers`, indexed as
+    /// `selected`), in one round trip. Two fetches that spend tokens of one
+    /// key both write its document, so one of them runs again: a token is
+    /// never spent twice (`docs/groups.md#flow`). Now and then a partition
+    /// whose buckets changed also forgets those whose TAT passed (full
+    /// buckets, as if none were stored), so that keys seen once do not
+    /// pile up.
+    async fn store_tats(
+        &self,
+        session: &mut ClientSession,
+        (s, g): (&StreamName, &GroupName),
+        selected: &[u32],
+        pacers: &[Pacer],
+        now: Timestamp,
+    ) -> Tx<()> {
+        let mut updates = Vec::new();
+        let mut changed = Vec::new();
+        for (&p, pacer) in selected.iter().zip(pacers) {
+            if !pacer.has_changes() {
+                continue;
+            }
+            changed.push(p as i32);
+            for (key, tat) in pacer.changed() {
+                updates.push(doc! {
+                    "q": {"_id": gate_id(s, g, p, key)},
+                    "u": {
+                        "$set": {"t": tat},
+                        "$setOnInsert": {"s": s.as_str(), "g": g.as_str(), "p": p as i32},
+                    },
+                    "upsert": true,
+                });
+            }
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.update_each(session, RATES, updates).await?;
+        if rand::random_range(0..SWEEP_EVERY) == 0 {
+            // Every TAT just stored is past `now`: none of them goes.
+            let passed = doc! {
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": {"$in": changed},
+                "t": {"$lte": now.as_millis().saturating_mul(1000)},
+            };
+            self.coll(RATES)
+                .delete_many(passed)
+                .session(&mut *session)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the key rates' buckets of a group's partitions (a reset:
+    /// they are full again, `docs/groups.md#flow`).
+    pub(super) async fn forget_rates(
+        &self,
+        session: Option<&mut ClientSession>,
+        (s, g): (&StreamName, &GroupName),
+        partitions: &[i32],
+    ) -> Tx<()> {
+        let filter = doc! {"s": s.as_str(), "g": g.as_str(), "p": {"$in": partitions}};
+        let rates = self.coll(RATES);
+        let delete = rates.delete_many(filter);
+        match session {
+            Some(session) => delete.session(session).await?,
+            None => delete.await?,
+        };
         Ok(())
     }
 
@@ -528,7 +738,7 @@ impl MongoBackend {
         if walk.next == state.cursors[p as usize] {
             return Ok(Vec::new());
         }
-        let mut docs = Vec::with_capacity(walk.lease.len() + walk.park.len());
+        let mut docs = Vec::with_capacity(walk.lease.len() + walk.park.len() + walk.pace.len());
         let mut claimed = Vec::with_capacity(walk.lease.len());
         let mut joined: BTreeSet<String> = BTreeSet::new();
         for (seq, gate) in walk.lease {
@@ -563,6 +773,31 @@ impl MongoBackend {
                 lease_id,
                 event: Some(Arc::new(event)),
             });
+        }
+        // Paced by `flow.key_rate`: available, due at the slot reserved
+        // for it, no attempt made; a head of its gate (not parked).
+        for (seq, gate, due) in walk.pace {
+            let event = events
+                .get(&seq)
+                .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
+            let mut d = doc! {
+                "_id": ObjectId::new(),
+                "s": s.as_str(),
+                "g": g.as_str(),
+                "p": p as i32,
+                "q": big(seq),
+                "e": event.id.as_str(),
+                "st": AVAILABLE,
+                "a": 0_i64,
+                "due": due.as_millis(),
+                "pc": true,
+            };
+            if let Some(gate) = gate {
+                d.insert("k", gate.as_str());
+                mark_slots(&mut d, slots);
+                joined.insert(gate);
+            }
+            docs.push(d);
         }
         for (seq, gate) in walk.park {
             let event = events
@@ -883,7 +1118,7 @@ impl MongoBackend {
                             guard,
                             doc! {
                                 "$set": {"st": status, "a": 0_i64},
-                                "$unset": {"due": "", "lid": "", "dat": ""},
+                                "$unset": {"due": "", "lid": "", "dat": "", "pc": ""},
                             },
                         )
                         .session(&mut *session)
@@ -958,7 +1193,7 @@ impl MongoBackend {
                             .coll(DELIVERIES)
                             .update_many(
                                 closed,
-                                doc! {"$set": {"st": status}, "$unset": {"due": "", "lid": "", "dat": ""}},
+                                doc! {"$set": {"st": status}, "$unset": {"due": "", "lid": "", "dat": "", "pc": ""}},
                             )
                             .session(&mut *session)
                             .await?
@@ -969,7 +1204,7 @@ impl MongoBackend {
                     delayed.insert("st", doc! {"$in": [AVAILABLE, PARKED]});
                     delayed.insert("due", doc! {"$ne": null});
                     self.coll(DELIVERIES)
-                        .update_many(delayed, doc! {"$unset": {"due": ""}})
+                        .update_many(delayed, doc! {"$unset": {"due": "", "pc": ""}})
                         .session(&mut *session)
                         .await?;
                 }

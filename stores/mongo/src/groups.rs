@@ -16,7 +16,7 @@ use mongodb::bson::{Bson, Document, doc};
 use super::lifecycle::{group_tombstone, of_group};
 use super::log::{decode_firsts, decode_meta};
 use super::{
-    DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, Turn, big, corrupt, int,
+    DELIVERIES, Fail, GATES, GROUPS, MongoBackend, Phase, RATES, STREAMS, Turn, big, corrupt, int,
     is_duplicate_key, map_error, text, transaction,
 };
 use rheo_core::backend::policy::{
@@ -181,7 +181,7 @@ impl MongoBackend {
                         // What a node that had not seen a delete of the
                         // name may have written after it.
                         let of = doc! {"s": s.as_str(), "g": g.as_str()};
-                        for coll in [DELIVERIES, GATES] {
+                        for coll in [DELIVERIES, GATES, RATES] {
                             self.coll(coll)
                                 .delete_many(of.clone())
                                 .session(&mut session)

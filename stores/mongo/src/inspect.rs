@@ -39,7 +39,13 @@ impl MongoBackend {
                 "_id": "$p",
                 "first": {"$min": "$q"},
                 "leased": when(doc! {"$eq": ["$st", LEASED]}),
-                "fresh": when(doc! {"$and": [{"$in": ["$st", [AVAILABLE, PARKED]]}, {"$eq": ["$a", 0]}]}),
+                // Never handed out, and not paced by `flow.key_rate` (a
+                // paced one waits for its slot: docs/groups.md#flow).
+                "fresh": when(doc! {"$and": [
+                    {"$in": ["$st", [AVAILABLE, PARKED]]},
+                    {"$eq": ["$a", 0]},
+                    {"$not": [{"$gt": ["$due", now.as_millis()]}]},
+                ]}),
                 "waiting": when(doc! {"$and": [
                     {"$eq": ["$st", AVAILABLE]},
                     {"$gt": ["$due", now.as_millis()]},

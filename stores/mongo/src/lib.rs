@@ -79,6 +79,10 @@ pub(crate) const DELIVERIES: &str = "rheo_deliveries";
 /// One document per gate of a gated group (an ordering, or a flow's
 /// `key_concurrency`) that has open deliveries (`gates.rs`).
 pub(crate) const GATES: &str = "rheo_gates";
+/// One document per (group, partition, event key) of a group with a
+/// `flow.key_rate`: the key's token bucket, as its TAT (`gates.rs`,
+/// `docs/groups.md#flow`).
+pub(crate) const RATES: &str = "rheo_rates";
 pub(crate) const MIGRATIONS: &str = "rheo_migrations";
 /// The catalog generation and the tombstones of deletes still removing
 /// documents (`lifecycle.rs`).

@@ -6,11 +6,12 @@
 //! *catalog generation* (the `n` of the `generation` document in
 //! `rheo_catalog`) and leaves a *tombstone* there naming what is left to
 //! remove: from its commit on every call finds the stream or group gone.
-//! Then the documents it had — events, deliveries, gates — are removed in
-//! rounds, each a transaction that first writes the tombstone (so a round
-//! and a create of the name conflict) and removes up to [`ROUND`]
-//! documents of each collection; the round that finds no more removes the
-//! tombstone too. A delete that dies half-way leaves its tombstone.
+//! Then the documents it had — events, deliveries, gates, key rates'
+//! buckets — are removed in rounds, each a transaction that first writes
+//! the tombstone (so a round and a create of the name conflict) and
+//! removes up to [`ROUND`] documents of each collection; the round that
+//! finds no more removes the tombstone too. A delete that dies half-way
+//! leaves its tombstone.
 //!
 //! A create of the name first runs the rounds of a tombstone it finds (a
 //! delete that died, or one still under way: the rounds of both are
@@ -18,8 +19,9 @@
 //! document only while no tombstone is there. So a create never sees what
 //! a delete left, and no round of an old delete removes anything of the
 //! new stream or group. A group's create also removes, in its
-//! transaction, deliveries and gates of the name a node that had not yet
-//! seen the delete may have written after it.
+//! transaction, deliveries, gates and buckets of the name a node that had
+//! not yet seen the delete may have written after it (a group created
+//! again starts with full buckets).
 //!
 //! Other nodes read the generation at most every
 //! [`CHECK_EVERY`](rheo_core::backend::catalog::CHECK_EVERY) and forget
@@ -35,7 +37,7 @@ use mongodb::bson::{Bson, Document, doc, oid::ObjectId};
 
 use super::groups::group_key;
 use super::{
-    CATALOG, DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Phase, STREAMS, Turn,
+    CATALOG, DELIVERIES, EVENTS, Fail, GATES, GROUPS, MongoBackend, Phase, RATES, STREAMS, Turn,
     is_duplicate_key, map_error, transaction, uint,
 };
 use rheo_core::backend::{DeleteGroup, DeleteStream, Error, Result};
@@ -71,6 +73,7 @@ pub(crate) fn of_stream(s: &StreamName) -> Vec<(&'static str, Document)> {
     vec![
         (DELIVERIES, of.clone()),
         (GATES, of.clone()),
+        (RATES, of.clone()),
         (GROUPS, of.clone()),
         (EVENTS, of),
     ]
@@ -79,7 +82,7 @@ pub(crate) fn of_stream(s: &StreamName) -> Vec<(&'static str, Document)> {
 /// What a group's rounds remove.
 pub(crate) fn of_group(s: &StreamName, g: &GroupName) -> Vec<(&'static str, Document)> {
     let of = doc! {"s": s.as_str(), "g": g.as_str()};
-    vec![(DELIVERIES, of.clone()), (GATES, of)]
+    vec![(DELIVERIES, of.clone()), (GATES, of.clone()), (RATES, of)]
 }
 
 /// A transaction body's result.

@@ -9,7 +9,8 @@ use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::{
-    DELIVERIES, EVENTS, GATES, GROUPS, MIGRATIONS, MongoBackend, Phase, is_duplicate_key, map_error,
+    DELIVERIES, EVENTS, GATES, GROUPS, MIGRATIONS, MongoBackend, Phase, RATES, is_duplicate_key,
+    map_error,
 };
 use rheo_core::backend::Result;
 
@@ -83,6 +84,17 @@ const STEPS: &[Step] = &[
                 ),
                 // A reset forgets a group's gates per partition.
                 (GATES, doc! {"s": 1, "g": 1, "p": 1}, false),
+            ]
+        },
+    },
+    Step {
+        name: "0004_rates",
+        indexes: || {
+            vec![
+                // `flow.key_rate`'s buckets (docs/groups.md#flow): read by
+                // `_id`; deletes and resets remove them per stream, group
+                // or partition, a fetch those whose TAT passed.
+                (RATES, doc! {"s": 1, "g": 1, "p": 1, "t": 1}, false),
             ]
         },
     },

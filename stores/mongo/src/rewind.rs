@@ -65,7 +65,7 @@ impl MongoBackend {
         }
         let update = doc! {
             "$set": {"st": AVAILABLE, "a": 0_i64},
-            "$unset": {"due": "", "lid": "", "dat": ""},
+            "$unset": {"due": "", "lid": "", "dat": "", "pc": ""},
         };
         let done = self
             .coll(DELIVERIES)
@@ -146,7 +146,7 @@ impl MongoBackend {
             .coll(DELIVERIES)
             .update_many(
                 closed,
-                doc! {"$set": {"st": AVAILABLE}, "$unset": {"due": "", "lid": "", "dat": ""}},
+                doc! {"$set": {"st": AVAILABLE}, "$unset": {"due": "", "lid": "", "dat": "", "pc": ""}},
             )
             .await
             .map_err(|e| map_error(e, Phase::Write))?
@@ -157,7 +157,7 @@ impl MongoBackend {
         delayed.insert("st", AVAILABLE);
         delayed.insert("due", doc! {"$ne": null});
         self.coll(DELIVERIES)
-            .update_many(delayed, doc! {"$unset": {"due": ""}})
+            .update_many(delayed, doc! {"$unset": {"due": "", "pc": ""}})
             .await
             .map_err(|e| map_error(e, Phase::Write))?;
         Ok(created + reopened)
@@ -228,7 +228,8 @@ impl MongoBackend {
 
     /// Deletes the group's deliveries in the selected partitions, then
     /// moves their cursors to the start and the group's epoch on (a fetch
-    /// that read the group before cannot move a cursor after).
+    /// that read the group before cannot move a cursor after), and forgets
+    /// their key rates' buckets (`docs/groups.md#flow`: full again).
     pub(crate) async fn reset(&self, req: ResetRequest) -> Result<()> {
         req.validate()?;
         let (s, g) = (&req.stream, &req.group);
@@ -272,6 +273,7 @@ impl MongoBackend {
                     .session(&mut session)
                     .await?;
                 self.forget_gates(Some(&mut session), (s, g), &chosen).await?;
+                self.forget_rates(Some(&mut session), (s, g), &chosen).await?;
                 let reset = self
                     .coll(GROUPS)
                     .update_one(group_key(s, g), update)
@@ -313,6 +315,16 @@ impl MongoBackend {
                 return Err(Error::GroupNotFound {
                     stream: s.clone(),
                     group: g.clone(),
+                });
+            }
+            // After the epoch moved: a fetch that read the group before
+            // and spent tokens since has committed by now, or conflicts
+            // with the reset (`docs/groups.md#flow`).
+            if let Err(fail) = self.forget_rates(None, (s, g), &chosen).await {
+                return Err(match fail {
+                    Fail::Mongo(e) => map_error(e, Phase::Write),
+                    Fail::Rheo(e) => e,
+                    Fail::Retry => Error::Failed("reset lost a race; retry it".into()),
                 });
             }
         }

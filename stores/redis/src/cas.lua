@@ -22,7 +22,11 @@
 --                    is its member while its record says it is leased, and
 --                    a guard on the record comes with this one);
 --                    or "n", a hash's key and a count: the hash has exactly
---                    that many fields
+--                    that many fields;
+--                    or "c", a sorted set's key, a count n and n pairs
+--                    (member, score): each member has that score, compared
+--                    as a number, or is no member when the score is ""
+--                    (a key-rate group's TATs; ZMSCORE, Redis 6.2)
 --   then the writes  each: its argument count n, then n arguments (the
 --                    command, one of those below, and its arguments)
 -- Two shorthands keep long batches short: `ZADD* key score m1 m2 ...` adds
@@ -37,7 +41,10 @@
 -- batch that made something claimable (their wake-ups). UNLINK and INCR
 -- are a delete's (`lifecycle.rs`): its keys, and the catalog generation.
 -- XTRIM (`XTRIM key MINID id`) is a trim's (`retention.rs`): the events
--- below the partition's new first sequence.
+-- below the partition's new first sequence. ZREMRANGEBYSCORE and
+-- `PEXPIRE> key ms` are a key-rate fetch's (`Keys::tats`): the TATs long
+-- passed, and a time to live for the set of them that only ever grows
+-- (`PEXPIRE` unless the key already lives at least `ms`; `GT` is Redis 7).
 --
 -- Every write is checked before the first one runs, so a bad batch writes
 -- nothing. A write that Redis refuses after others ran (only XADD could, if
@@ -48,6 +55,7 @@ local allowed = {
   HSET = true, HDEL = true, HINCRBY = true,
   ZADD = true, ZREM = true, ['ZADD*'] = true, ['ZADD='] = true,
   XADD = true, XTRIM = true,
+  ZREMRANGEBYSCORE = true, ['PEXPIRE>'] = true,
   DEL = true, UNLINK = true,
   INCR = true,
   PUBLISH = true,
@@ -84,6 +92,24 @@ for g = 1, groups do
       end
     end
     i = i + 3 + 3 * n
+  elseif ARGV[i] == 'c' then
+    local n = tonumber(ARGV[i + 2])
+    local members = {}
+    for j = 1, n do
+      members[j] = ARGV[i + 1 + 2 * j]
+    end
+    local scores = redis.call('ZMSCORE', key, unpack(members))
+    for j = 1, n do
+      local actual, expected = scores[j], ARGV[i + 2 + 2 * j]
+      if expected == '' then
+        if actual then
+          return g
+        end
+      elseif not actual or tonumber(actual) ~= tonumber(expected) then
+        return g
+      end
+    end
+    i = i + 3 + 2 * n
   elseif ARGV[i] == 'l' then
     local found = redis.call('ZRANGEBYLEX', key, ARGV[i + 2], ARGV[i + 3], 'LIMIT', 0, tonumber(ARGV[i + 4]))
     local m = tonumber(ARGV[i + 5])
@@ -140,6 +166,12 @@ while i <= #ARGV do
       args[#args + 1] = ARGV[j]
     end
     redis.call('ZADD', ARGV[i + 2], unpack(args))
+  elseif name == 'PEXPIRE>' then
+    local ms = tonumber(ARGV[i + 3])
+    local left = redis.call('PTTL', ARGV[i + 2])
+    if left == -1 or (left >= 0 and left < ms) then
+      redis.call('PEXPIRE', ARGV[i + 2], ms)
+    end
   elseif name == 'ZADD=' then
     local args = {}
     for j = i + n, i + 3, -1 do

@@ -84,6 +84,11 @@ pub(super) struct Delivery {
     pub(super) available_at: Option<i64>,
     pub(super) reason: Option<String>,
     pub(super) dead_at: Option<i64>,
+    /// Paced by `flow.key_rate` (`docs/groups.md#flow`): it found no token
+    /// and waits for the slot its key's bucket reserved for it, so it goes
+    /// out when due without taking another. Stored as a `p` before its due
+    /// time; cleared when it is leased or re-opened.
+    pub(super) paced: bool,
 }
 
 /// The start of the record of a delivery leased under `lease_id` on its
@@ -106,6 +111,7 @@ impl Delivery {
             available_at: None,
             reason: None,
             dead_at: None,
+            paced: false,
         }
     }
 
@@ -127,7 +133,10 @@ impl Delivery {
         let consumer = text(next()?);
         let leased_at = time(next()?)?;
         let expires_at = time(next()?)?;
-        let available_at = time(next()?)?;
+        let (paced, available_at) = match next()? {
+            due if due.starts_with('p') => (true, time(&due[1..])?),
+            due => (false, time(due)?),
+        };
         let dead_at = time(next()?)?;
         let reason = text(next()?);
         Ok(Self {
@@ -140,11 +149,16 @@ impl Delivery {
             available_at,
             reason,
             dead_at,
+            paced,
         })
     }
 
     pub(super) fn encode(&self) -> String {
         let time = |t: Option<i64>| t.map(|t| t.to_string()).unwrap_or_default();
+        let due = match self.paced {
+            true => format!("p{}", time(self.available_at)),
+            false => time(self.available_at),
+        };
         [
             self.status.tag(),
             self.lease_id.as_deref().unwrap_or(""),
@@ -152,7 +166,7 @@ impl Delivery {
             self.consumer.as_deref().unwrap_or(""),
             &time(self.leased_at),
             &time(self.expires_at),
-            &time(self.available_at),
+            &due,
             &time(self.dead_at),
             self.reason.as_deref().unwrap_or(""),
         ]
@@ -192,6 +206,20 @@ impl Delivery {
         self.leased_at = Some(now.as_millis());
         self.expires_at = Some(expires_at.as_millis());
         self.available_at = None;
+        self.paced = false;
+        self
+    }
+
+    /// This delivery paced by `flow.key_rate` (`docs/groups.md#flow`):
+    /// available, due at the slot its key's bucket reserved for it, with
+    /// its mark; a lease that expired loses its holder. Its attempts are
+    /// as they were: waiting for a token is no attempt.
+    pub(super) fn paced(mut self, due: Timestamp) -> Self {
+        self.status = Status::Available;
+        self.lease_id = None;
+        self.expires_at = None;
+        self.available_at = Some(due.as_millis());
+        self.paced = true;
         self
     }
 
@@ -201,6 +229,7 @@ impl Delivery {
         self.lease_id = None;
         self.expires_at = None;
         self.available_at = None;
+        self.paced = false;
         self.reason = Some(reason);
         self.dead_at = Some(now.as_millis());
         self
@@ -242,6 +271,7 @@ impl Delivery {
                 expires_at: None,
                 available_at: due.map(|t| t.as_millis()),
                 reason: Some(reason),
+                paced: false,
                 ..self
             },
             Write::Dead(reason) => self.dead(reason, now),
@@ -257,7 +287,8 @@ pub(super) struct Slot {
     status: Option<Status>,
     /// Available with a due time.
     delayed: bool,
-    /// Available (or parked) and never handed out.
+    /// Available (or parked) and never handed out, and not waiting for a
+    /// due time (a paced one is waiting: `docs/groups.md#flow`).
     fresh: bool,
 }
 
@@ -273,7 +304,11 @@ impl Slot {
         Self {
             status: Some(d.status),
             delayed: d.status == Status::Available && d.available_at.is_some(),
-            fresh: matches!(d.status, Status::Available | Status::Parked) && d.attempt == 0,
+            fresh: match d.status {
+                Status::Available => d.available_at.is_none() && d.attempt == 0,
+                Status::Parked => d.attempt == 0,
+                _ => false,
+            },
         }
     }
 
@@ -440,10 +475,14 @@ impl RedisBackend {
             let settings = self
                 .settings_again(&req.stream, &req.group, &started)
                 .await?;
-            if settings.config.gating().is_gated() {
-                if let Some(leases) = self
-                    .fetch_ordered_planned(&req, &settings, &selected, first)
-                    .await?
+            let gating = settings.config.gating();
+            if gating.walks() {
+                // A key rate's TATs are read before deciding: no plan
+                // (`rates.rs`).
+                if gating.key_rate().is_none()
+                    && let Some(leases) = self
+                        .fetch_ordered_planned(&req, &settings, &selected, first)
+                        .await?
                 {
                     return Ok(leases);
                 }

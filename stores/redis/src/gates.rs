@@ -30,10 +30,11 @@ use std::sync::Arc;
 
 use super::claims::{Delivery, Entry, Slot, Status};
 use super::planned::{ahead_of, read_ahead};
+use super::rates::Rates;
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use rheo_core::backend::policy::{
-    GateState, GateView as Gate, GateWalk, Gating, Regate, Share, Write, claim_capacity,
+    GateState, GateView as Gate, GateWalk, Gating, Pace, Regate, Share, Write, claim_capacity,
     poison_write, regate,
 };
 use rheo_core::backend::{FetchRequest, Result};
@@ -452,6 +453,14 @@ impl RedisBackend {
     /// its gate's next delivery through) or quarantines it
     /// ([`bury`](Self::bury)) and runs again. `None` when another node
     /// changed what it read.
+    ///
+    /// A group with `flow.key_rate` (`docs/groups.md#flow`), gated or not,
+    /// is fetched here too: every claim of a keyed delivery, re-claimed or
+    /// unseen, takes a token of its key's bucket (`rates.rs`); one that
+    /// finds none is paced — written available, due at its reserved slot,
+    /// with its mark, still a head of its gate — and does not count toward
+    /// the partition's share. The TATs moved are written in the same
+    /// script, guarded on each as read.
     pub(super) async fn fetch_ordered(
         &self,
         req: &FetchRequest,
@@ -491,6 +500,27 @@ impl RedisBackend {
             .map(|c| claim_capacity(c.claimable.len(), c.cursor, c.high_watermark))
             .collect();
         let mut share = Share::new(bound, limit, first);
+        // Under `flow.key_rate` every claim of a keyed delivery takes a
+        // token of its key (`rates.rs`): the claimable deliveries' keys
+        // and their TATs are read first.
+        let mut rates = Rates::new(gating, now, selected.len());
+        let mut claimable_keys: Vec<Vec<Option<Arc<str>>>> = vec![Vec::new(); parts.len()];
+        if rates.is_on() {
+            let positions: Vec<(u32, u64)> = selected
+                .iter()
+                .zip(&parts)
+                .flat_map(|(&p, part)| part.claimable.iter().map(move |(seq, ..)| (p, *seq)))
+                .collect();
+            let mut keys = self
+                .keys_at(s, &positions, vec![None; positions.len()])
+                .await?
+                .into_iter();
+            for (i, part) in parts.iter().enumerate() {
+                claimable_keys[i] = keys.by_ref().take(part.claimable.len()).collect();
+            }
+            let asks = claimable_keys.iter().cloned().enumerate().collect();
+            self.load_tats((s, g), selected, &mut rates, asks).await?;
+        }
         // Gates are asked before deciding only in a group where they were
         // lately found busy; elsewhere each is taken to be free and the
         // write guarded on it, which saves a round trip when consumers
@@ -515,18 +545,33 @@ impl RedisBackend {
                 }
                 let (p, part) = (selected[i], &mut parts[i]);
                 let k = self.keys.partition(s, g, p);
-                let take = ask.min(part.claimable.len() - reclaimed[i]);
-                for (seq, raw, delivery) in &part.claimable[reclaimed[i]..reclaimed[i] + take] {
+                // Claimable deliveries in sequence order until the ask is
+                // met; one whose key has no token is paced, available and
+                // due at its reserved slot (a gate's head still), and the
+                // next one is taken instead.
+                let mut take = 0;
+                while take < ask && reclaimed[i] < part.claimable.len() {
+                    let (seq, raw, delivery) = &part.claimable[reclaimed[i]];
+                    let key = claimable_keys[i].get(reclaimed[i]).cloned().flatten();
+                    reclaimed[i] += 1;
                     cas.hget_is(&k.records, &seq.to_string(), Some(raw));
-                    let lease_id = LeaseId::generate();
-                    let leased =
-                        delivery
-                            .clone()
-                            .leased(&lease_id, &req.consumer_id, now, expires_at);
-                    self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &leased);
-                    claimed.push((p, *seq, leased.attempt, lease_id));
+                    let new = match rates.claim(i, key.as_deref(), delivery.paced) {
+                        Pace::Now => {
+                            let lease_id = LeaseId::generate();
+                            let leased = delivery.clone().leased(
+                                &lease_id,
+                                &req.consumer_id,
+                                now,
+                                expires_at,
+                            );
+                            claimed.push((p, *seq, leased.attempt, lease_id));
+                            take += 1;
+                            leased
+                        }
+                        Pace::At(due) => delivery.clone().paced(due),
+                    };
+                    self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &new);
                 }
-                reclaimed[i] += take;
                 let walk = (ask > take).then(|| {
                     let w = match walks.iter().position(|w| w.at == i) {
                         Some(w) => w,
@@ -548,12 +593,10 @@ impl RedisBackend {
                 asked.push((i, ask, take, walk));
             }
             self.walk(
-                s,
-                g,
+                (s, g),
                 selected,
                 &mut walks,
-                &mut events,
-                &mut probed,
+                (&mut events, &mut probed, &mut rates),
                 (optimistic, gating.slots()),
             )
             .await?;
@@ -599,8 +642,22 @@ impl RedisBackend {
                 cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
                 *joined.entry((p, gate)).or_default() += 1;
             }
+            // Paced by `flow.key_rate`: available, due at its slot, one of
+            // its gate's heads (not parked).
+            for (seq, gate, due) in w.walk.pace {
+                let paced = Delivery::fresh().paced(due);
+                self.place(&mut cas, &k, seq, None, &paced);
+                if let Some(gate) = gate {
+                    cas.write(&["ZADD", &k.gates, "0", &member(&gate, seq)]);
+                    *joined.entry((p, gate)).or_default() += 1;
+                }
+            }
             cas.write(&["HSET", &cursors, &p.to_string(), &w.walk.next.to_string()]);
             cursors_after.push((p, w.walk.next));
+        }
+        // The TATs the claims moved, guarded on each as read.
+        for (i, &p) in selected.iter().enumerate() {
+            rates.write(&mut cas, i, &self.keys.partition(s, g, p));
         }
         // Each gate passed: guarded on its count as read (or taken to be),
         // and counting what the walk added to it.
@@ -671,15 +728,21 @@ impl RedisBackend {
     /// count says ([`GateState::of_open`]); one it asks again in a later window is
     /// answered from `probed` (the store holds none of this walk's leases
     /// yet).
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    ///
+    /// Under `flow.key_rate` the TATs of each window's keys are loaded
+    /// into `rates` before the window is passed, and an event its gate
+    /// lets through takes a token of its key ([`GateWalk::pass_paced`]).
+    #[allow(clippy::type_complexity)]
     async fn walk(
         &self,
-        s: &StreamName,
-        g: &GroupName,
+        (s, g): (&StreamName, &GroupName),
         selected: &[u32],
         walks: &mut [Walking],
-        events: &mut HashMap<(u32, u64), Arc<Event>>,
-        probed: &mut HashMap<(u32, String), Option<String>>,
+        (events, probed, rates): (
+            &mut HashMap<(u32, u64), Arc<Event>>,
+            &mut HashMap<(u32, String), Option<String>>,
+            &mut Rates,
+        ),
         (optimistic, slots): (bool, usize),
     ) -> Result<()> {
         loop {
@@ -754,13 +817,24 @@ impl RedisBackend {
                     probed.insert(pg, count);
                 }
             }
+            if rates.is_on() {
+                let asks = keyed
+                    .iter()
+                    .map(|(i, pairs)| {
+                        let keys = pairs.iter().map(|(_, k)| k.as_deref().map(Arc::from));
+                        (walks[*i].at, keys.collect())
+                    })
+                    .collect();
+                self.load_tats((s, g), selected, rates, asks).await?;
+            }
             for (i, pairs) in keyed {
                 let p = selected[walks[i].at];
                 let state = |gate: &str| {
                     let count = probed.get(&(p, gate.to_owned())).cloned().flatten();
                     GateState::of_open(parse_count(count.as_deref()).unwrap_or(0), slots)
                 };
-                walks[i].walk.pass(pairs, state);
+                let pacer = rates.pacer(walks[i].at);
+                walks[i].walk.pass_paced(pairs, state, pacer);
             }
         }
         Ok(())

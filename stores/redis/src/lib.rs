@@ -38,6 +38,7 @@ mod inspect;
 mod lifecycle;
 mod migrate;
 mod planned;
+mod rates;
 mod retention;
 mod rewind;
 mod settle;
@@ -220,6 +221,18 @@ impl Keys {
         self.group_key(s, g, &format!("gatecounts:{p}"))
     }
 
+    /// Sorted set: a key-rate group's token buckets (`flow.key_rate`,
+    /// `docs/groups.md#flow`), one member per event key scored by its TAT
+    /// (microseconds since the epoch, `rheo_core::backend::policy::pace`).
+    /// A TAT that has passed is a full bucket, like none: a fetch that
+    /// writes TATs removes those passed more than [`TAT_GRACE_MS`] ago, and
+    /// gives the set a time to live that reaches the last TAT it holds
+    /// (plus that grace), so the set expires by itself once every TAT has
+    /// passed (`docs/backends.md#redis`).
+    pub(crate) fn tats(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("tats:{p}"))
+    }
+
     /// The keys of one partition's deliveries, built once for a batch.
     pub(crate) fn partition(&self, s: &StreamName, g: &GroupName, p: u32) -> PartitionKeys {
         PartitionKeys {
@@ -232,6 +245,7 @@ impl Keys {
             dead: self.dead(s, g),
             gates: self.gates(s, g, p),
             counts: self.counts(s, g, p),
+            tats: self.tats(s, g, p),
             partition: p,
         }
     }
@@ -263,7 +277,7 @@ impl Keys {
         for p in 0..partitions {
             let k = self.partition(s, g, p);
             keys.extend([
-                k.records, k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates, k.counts,
+                k.records, k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates, k.counts, k.tats,
             ]);
         }
         keys
@@ -293,8 +307,14 @@ pub(crate) struct PartitionKeys {
     pub(crate) dead: String,
     pub(crate) gates: String,
     pub(crate) counts: String,
+    pub(crate) tats: String,
     pub(crate) partition: u32,
 }
+
+/// How long a TAT is kept after it passed (`Keys::tats`): a passed TAT is
+/// a full bucket, like none, so this is only slack for nodes whose clocks
+/// lag the one that wrote it.
+pub(crate) const TAT_GRACE_MS: i64 = 10_000;
 
 /// A Redis URL split into what the driver takes and Rheo's own `prefix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,6 +412,9 @@ enum Guard {
     LexAlone(String, Vec<[String; 3]>),
     /// A hash has exactly this many fields.
     HashLen(String, usize),
+    /// Members of a sorted set and the score each must have (`""`: none),
+    /// compared as numbers (a key-rate group's TATs, [`Keys::tats`]).
+    Scores(String, Vec<[String; 2]>),
 }
 
 /// What a catalog guard ([`Cas::catalog_is`]) guards.
@@ -422,6 +445,7 @@ impl Cas {
             Guard::Hash(_, fields) => fields.len(),
             Guard::LexEmpty(_, ranges) => ranges.len(),
             Guard::LexAlone(_, alone) => alone.len(),
+            Guard::Scores(_, scores) => scores.len(),
             Guard::ZsetNoneUntil(..) | Guard::LexFirst(..) | Guard::HashLen(..) => return None,
         };
         ((len + 1) * width <= Self::MAX_ARGS).then_some(guard)
@@ -454,6 +478,20 @@ impl Cas {
     /// Holds only if `HGET key field` still starts with `prefix`.
     fn hget_starts(&mut self, key: &str, field: &str, prefix: &str) {
         self.hash_guard(key, field, "2", prefix);
+    }
+
+    /// Holds only if `member` of the sorted set `key` still has the score
+    /// `expected` (`None`: it is no member).
+    fn zscore_is(&mut self, key: &str, member: &str, expected: Option<i64>) {
+        let guard = [
+            member.to_owned(),
+            expected.map(|v| v.to_string()).unwrap_or_default(),
+        ];
+        if let Some(Guard::Scores(_, scores)) = self.joinable('c', key, 2) {
+            scores.push(guard);
+            return;
+        }
+        self.push_joinable('c', key, Guard::Scores(key.to_owned(), vec![guard]));
     }
 
     /// Holds only if the hash `key` has exactly `n` fields.
@@ -594,6 +632,12 @@ impl Cas {
                 }
                 Guard::HashLen(key, n) => {
                     to.arg("n").arg(key).arg(*n);
+                }
+                Guard::Scores(key, scores) => {
+                    to.arg("c").arg(key).arg(scores.len());
+                    for pair in scores {
+                        to.arg(pair);
+                    }
                 }
             }
         }

@@ -299,6 +299,9 @@ impl RedisBackend {
                                 expires_at: None,
                                 available_at: None,
                                 dead_at: None,
+                                // Re-opened: no slot of its key's bucket
+                                // is kept for it (`docs/groups.md#flow`).
+                                paced: false,
                                 ..d
                             }
                         }
@@ -411,6 +414,8 @@ impl RedisBackend {
                 k.fresh(s, g, p),
                 k.gates(s, g, p),
                 k.counts(s, g, p),
+                // Its key rate's buckets start full (`docs/groups.md#flow`).
+                k.tats(s, g, p),
             ] {
                 cas.write(&["DEL", &key]);
             }

@@ -214,6 +214,57 @@ async fn the_script_writes_everything_or_nothing() {
     );
 }
 
+/// The guard on a key rate's TATs (`rates.rs`): of two writers that read
+/// one TAT, the second finds it moved and writes nothing, so a token is
+/// never spent twice; the set's time to live only grows.
+#[tokio::test]
+async fn a_tat_guard_lets_one_of_two_writers_through() {
+    let Some(b) = backend().await else { return };
+    let key = format!("{}:tats", b.keys.prefix);
+    let ttl = |b: RedisBackend, key: String| async move {
+        let cmd = redis::cmd("PTTL").arg(key).clone();
+        b.run::<i64>(&cmd, super::Phase::Read).await.unwrap()
+    };
+    // Both read: no TAT of "a", 1767225600000000 for "b".
+    let mut seed = Cas::default();
+    seed.write(&["ZADD", &key, "1767225600000000", "b"]);
+    assert_eq!(b.apply(&seed).await.unwrap(), Applied::Yes);
+    let writer = |tat: &str, ttl: &str| {
+        let mut cas = Cas::default();
+        cas.zscore_is(&key, "a", None);
+        cas.zscore_is(&key, "b", Some(1_767_225_600_000_000));
+        cas.write(&["ZREMRANGEBYSCORE", &key, "-inf", "(0"]);
+        cas.write(&["ZADD", &key, tat, "a", tat, "b"]);
+        cas.write(&["PEXPIRE>", &key, ttl]);
+        cas
+    };
+    let (one, two) = (
+        writer("1767225601000000", "60000"),
+        writer("1767225602000000", "1000"),
+    );
+    assert_eq!(b.apply(&one).await.unwrap(), Applied::Yes);
+    assert_eq!(b.apply(&two).await.unwrap(), Applied::Conflict);
+    let cmd = redis::cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .clone();
+    let read: Vec<(String, String)> = b.run(&cmd, super::Phase::Read).await.unwrap();
+    let scores: Vec<(String, f64)> = read
+        .into_iter()
+        .map(|(m, s)| (m, s.parse().unwrap()))
+        .collect();
+    let tat = 1_767_225_601_000_000.0;
+    assert_eq!(scores, [("a".to_owned(), tat), ("b".to_owned(), tat)]);
+    assert!(ttl(b.clone(), key.clone()).await > 59_000);
+    let mut shorter = Cas::default();
+    shorter.zscore_is(&key, "a", Some(1_767_225_601_000_000));
+    shorter.write(&["PEXPIRE>", &key, "1000"]);
+    assert_eq!(b.apply(&shorter).await.unwrap(), Applied::Yes);
+    assert!(ttl(b.clone(), key.clone()).await > 59_000, "it only grows");
+}
+
 #[tokio::test]
 async fn streams_are_created_once_listed_sorted_and_found() {
     let Some(b) = backend().await else { return };
@@ -2306,4 +2357,134 @@ async fn a_limited_key_counts_its_leases_above_the_members_a_settle_reads() {
     assert_eq!(positions(&two), [(0, 2, 2)]);
     let k = b.keys.partition(&s, &g, 0);
     assert_eq!(hash(&b, k.counts.clone()).await["a"], "8");
+}
+
+/// A group with `flow.key_rate = {per_second, burst}` on `s`.
+async fn rated(
+    b: &RedisBackend,
+    s: &StreamName,
+    name: &str,
+    per_second: f64,
+    burst: u32,
+) -> GroupName {
+    let mut spec = GroupSpec::new(GroupName::parse(name).unwrap());
+    spec.flow = rheo_core::model::Flow {
+        key_rate: Some(rheo_core::model::KeyRate { per_second, burst }),
+        ..rheo_core::model::Flow::default()
+    };
+    b.create_group(s, spec).await.unwrap().name
+}
+
+/// `flow.key_rate` on Redis (`rates.rs`): a partition's TATs are one
+/// sorted set that lives until its last TAT has passed (and a grace); a
+/// fetch drops the TATs long passed; a paced delivery's record carries
+/// its mark, which a replay clears (it takes a token again); a reset and
+/// a delete of the group remove the TATs, so the buckets start full.
+#[tokio::test]
+async fn key_rate_tats_expire_and_go_with_a_reset_or_a_delete() {
+    use rheo_core::backend::{Backend, DeleteGroup};
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let s = stream(&b, "s", 1).await;
+    let g = rated(&b, &s, "g", 1.0, 1).await;
+    let keyed = |k: &str| EventInput {
+        key: Some(k.to_owned()),
+        ..EventInput::default()
+    };
+    b.append(&s, ["a", "a", "b"].map(keyed).into())
+        .await
+        .unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&first), [(0, 1, 1), (0, 3, 1)], "a2 is paced");
+    let k = b.keys.partition(&s, &g, 0);
+    let start_us = START.as_millis() * 1000;
+    let scores = || async {
+        let cmd = redis::cmd("ZRANGE")
+            .arg(&k.tats)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .clone();
+        let read: Vec<(String, f64)> = b.run(&cmd, super::Phase::Read).await.unwrap();
+        read.into_iter()
+            .map(|(key, tat)| (key, tat as i64 - start_us))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        scores().await,
+        [("b".to_owned(), 1_000_000), ("a".to_owned(), 2_000_000)],
+        "a's TAT is past a2's reserved slot"
+    );
+    let ttl: i64 = b
+        .run(&redis::cmd("PTTL").arg(&k.tats).clone(), super::Phase::Read)
+        .await
+        .unwrap();
+    let most = 2_001 + super::TAT_GRACE_MS;
+    assert!((most - 1_000..=most).contains(&ttl), "{ttl}");
+    let record = hash(&b, k.records.clone()).await["2"].clone();
+    let paced = super::claims::Delivery::decode(&record).unwrap();
+    assert!(paced.paced, "{record:?}");
+    assert_eq!(
+        (paced.available_at, paced.attempt),
+        (Some(START.as_millis() + 1_000), 0)
+    );
+    assert_eq!(members(&b, k.delayed.clone()).await, ["2"]);
+    assert!(members(&b, k.fresh.clone()).await.is_empty(), "waiting");
+
+    // Re-opened, a2 and b3 take a token again: both wait.
+    let after_1 = Replay::FromSequence {
+        after: 1,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, after_1).await.unwrap(), 1);
+    assert!(fetch(&b, &s, &g, 10).await.is_empty());
+    assert_eq!(
+        scores().await,
+        [("b".to_owned(), 2_000_000), ("a".to_owned(), 3_000_000)]
+    );
+
+    // Long after: the paced ones go out at their slots, c takes a token,
+    // and the TATs long passed are dropped.
+    assert_eq!(settle(&b, &first[0], SettleOp::Ack).await, "ok");
+    clock.advance(60_000);
+    b.append(&s, vec![keyed("c")]).await.unwrap();
+    let later = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&later), [(0, 2, 1), (0, 3, 2), (0, 4, 1)]);
+    assert_eq!(scores().await, [("c".to_owned(), 61_000_000)]);
+
+    b.reset(ResetRequest::to_the_beginning(&s, &g))
+        .await
+        .unwrap();
+    assert!(members(&b, k.tats.clone()).await.is_empty(), "full again");
+    let again = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&again), [(0, 1, 1), (0, 3, 1), (0, 4, 1)]);
+    assert!(!members(&b, k.tats.clone()).await.is_empty());
+
+    let req = DeleteGroup {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+    };
+    Backend::delete_group(&b, req).await.expect("delete group");
+    assert!(members(&b, k.tats.clone()).await.is_empty());
+}
+
+/// A paced delivery's mark is stored with its due time and cleared by a
+/// lease.
+#[test]
+fn a_paced_record_keeps_its_mark_through_encoding() {
+    use super::claims::Delivery;
+    let paced = Delivery::fresh().paced(START);
+    let raw = paced.encode();
+    assert!(raw.contains(&format!("p{}", START.as_millis())), "{raw:?}");
+    assert_eq!(Delivery::decode(&raw).unwrap(), paced);
+    let leased = paced.leased(
+        &LeaseId::generate(),
+        &ConsumerId::parse("c").unwrap(),
+        START,
+        START.add_ms(1),
+    );
+    assert!(!leased.paced);
+    assert_eq!(Delivery::decode(&leased.encode()).unwrap(), leased);
 }

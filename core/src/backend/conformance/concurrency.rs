@@ -153,7 +153,8 @@ pub async fn parallel_acks_never_lose_a_frontier_step(h: &Harness) {
     assert_eq!((lag.pending, lag.inflight), (0, 0));
 }
 
-/// 1000 events over 4 partitions, 8 consumers fetching (random limits) and
+/// 1000 events over 4 partitions (fewer on a slow stand-in:
+/// [`Harness::scaled`]), 8 consumers fetching (random limits) and
 /// acking until the group is drained; with `nack_rate` > 0 some first
 /// attempts are nacked (immediately due) instead. Returns the acked ids and
 /// the appended ids (both sorted) and how many nacks were made.
@@ -166,7 +167,8 @@ async fn drain_with_competing_consumers(
     let g = h.group(&s, "g").await;
     let mut appended = Vec::new();
     for p in 0..4 {
-        appended.extend(h.append_to(&s, p, 250).await.into_iter().map(|e| e.id));
+        let n = h.scaled(250);
+        appended.extend(h.append_to(&s, p, n).await.into_iter().map(|e| e.id));
     }
     let handles: Vec<JoinHandle<(Vec<EventId>, u64)>> = (0..8u64)
         .map(|t| {
@@ -216,12 +218,12 @@ async fn drain_with_competing_consumers(
 pub async fn competing_consumers_ack_every_event_exactly_once(h: &Harness) {
     let (acked, appended, nacks) = drain_with_competing_consumers(h, "plain", 0.0).await;
     assert_eq!(nacks, 0);
-    assert_eq!(acked.len(), 1000);
+    assert_eq!(acked.len(), 4 * h.scaled(250));
     assert_eq!(acked, appended, "every event acked exactly once");
 
     let (acked, appended, nacks) = drain_with_competing_consumers(h, "nacking", 0.1).await;
     assert!(nacks > 0, "the scenario must nack some deliveries");
-    assert_eq!(acked.len(), 1000);
+    assert_eq!(acked.len(), 4 * h.scaled(250));
     assert_eq!(
         acked, appended,
         "every event acked exactly once despite nacks"
@@ -231,6 +233,7 @@ pub async fn competing_consumers_ack_every_event_exactly_once(h: &Harness) {
 pub async fn concurrent_appends_keep_sequences_contiguous(h: &Harness) {
     let s = h.stream("s", 2).await;
     let tasks = 10u32;
+    let per_task = h.scaled(100) as u32;
     let barrier = Arc::new(Barrier::new(tasks as usize));
     let handles: Vec<JoinHandle<Vec<(u32, u64, EventId)>>> = (0..tasks)
         .map(|t| {
@@ -239,7 +242,7 @@ pub async fn concurrent_appends_keep_sequences_contiguous(h: &Harness) {
             tokio::spawn(async move {
                 barrier.wait().await;
                 let mut out = Vec::new();
-                for i in 0..100u32 {
+                for i in 0..per_task {
                     let input = EventInput {
                         partition: Some((t + i) % 2),
                         ..EventInput::default()
@@ -261,14 +264,15 @@ pub async fn concurrent_appends_keep_sequences_contiguous(h: &Harness) {
     for p in 0..2u32 {
         let mut got = per_partition.remove(&p).unwrap_or_default();
         got.sort();
-        assert_eq!(got.len(), 500, "partition {p}");
+        let half = 5 * per_task as usize;
+        assert_eq!(got.len(), half, "partition {p}");
         let seqs: Vec<u64> = got.iter().map(|(seq, _)| *seq).collect();
         assert_eq!(
             seqs,
-            (1..=500).collect::<Vec<u64>>(),
+            (1..=half as u64).collect::<Vec<u64>>(),
             "partition {p}: gaps or duplicates"
         );
-        assert_eq!(stream.high_watermarks[p as usize], 500);
+        assert_eq!(stream.high_watermarks[p as usize], half as u64);
         let read = h
             .b()
             .read(crate::backend::ReadRequest {

@@ -55,6 +55,9 @@ pub struct Harness {
     /// For a store whose state outlives the process (a database file):
     /// how to restart on it. `None`: the store has no restart to check.
     pub reopen: Option<Reopen>,
+    /// How much smaller the checks that drive many single calls at once
+    /// run (1: full size): see [`Opened::slow_writes`].
+    pub divisor: usize,
 }
 
 /// Restarts a backend on the same store, as a restarted server would: it
@@ -134,6 +137,20 @@ pub struct Opened {
     pub backend: Arc<dyn Backend>,
     /// How to restart on its store, if it can be.
     pub reopen: Option<Reopen>,
+    /// See [`Opened::slow_writes`]; 1 unless set.
+    pub divisor: usize,
+}
+
+impl Opened {
+    /// For a stand-in that commits tens of writes a second (the MongoDB
+    /// stand-in, docs/testing.md#where-cis-time-goes): the concurrency
+    /// checks that drive a thousand single calls at once run with
+    /// `1/divisor` of them — the same consumers, the same races, fewer
+    /// rounds.
+    pub fn slow_writes(mut self, divisor: usize) -> Self {
+        self.divisor = divisor.max(1);
+        self
+    }
 }
 
 impl From<Arc<dyn Backend>> for Opened {
@@ -141,6 +158,7 @@ impl From<Arc<dyn Backend>> for Opened {
         Opened {
             backend,
             reopen: None,
+            divisor: 1,
         }
     }
 }
@@ -159,6 +177,7 @@ impl Harness {
             backend: opened.backend,
             clock,
             reopen: opened.reopen,
+            divisor: opened.divisor,
         })
     }
 
@@ -168,7 +187,14 @@ impl Harness {
             backend,
             clock,
             reopen: None,
+            divisor: 1,
         }
+    }
+
+    /// `n` of a check's many single calls, divided for a slow stand-in
+    /// ([`Opened::slow_writes`]); at least 1.
+    pub fn scaled(&self, n: usize) -> usize {
+        (n / self.divisor).max(1)
     }
 
     pub fn b(&self) -> &dyn Backend {

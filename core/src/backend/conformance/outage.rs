@@ -223,6 +223,7 @@ pub async fn a_stalled_store_answers_within_the_deadline_and_recovers<F, Fut>(
         backend: crate::backend::bounded(store, timeout),
         clock,
         reopen: None,
+        divisor: 1,
     };
     let s = h.stream("s", 1).await;
     let g = h.group(&s, "g").await;

@@ -43,8 +43,9 @@ pub(crate) struct CreateGroupBody {
     /// (`docs/groups.md#quarantine`).
     pub(crate) on_exhausted: Option<OnExhausted>,
     /// Flow control (`docs/groups.md#flow`): `{"key_concurrency": N}` lets
-    /// at most N deliveries of a key out at once (needs `ordering` `none`).
-    /// Default: no limit.
+    /// at most N deliveries of a key out at once (needs `ordering` `none`);
+    /// `{"key_rate": {"per_second": R, "burst": B}}` at most R claims of a
+    /// key a second (any ordering). Default: no limit.
     pub(crate) flow: Option<Flow>,
 }
 

@@ -28,6 +28,46 @@ async fn create_answers_201_with_the_group() {
 }
 
 #[tokio::test]
+async fn a_key_rate_is_taken_with_its_default_burst_and_its_ranges_checked() {
+    let app = TestApp::new();
+    app.stream("s", 1).await;
+    let a = app
+        .post(
+            "/v1/streams/s/groups",
+            json!({"name": "g", "ordering": "key", "flow": {"key_rate": {"per_second": 0.5}}}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let rate = json!({"key_rate": {"per_second": 0.5, "burst": 1}});
+    assert_eq!(a.body["flow"], rate);
+    assert_eq!(app.get("/v1/streams/s/groups/g").await.body["flow"], rate);
+    for (bad, field) in [
+        (
+            json!({"name": "h", "flow": {"key_rate": {"per_second": 0}}}),
+            "flow.key_rate.per_second",
+        ),
+        (
+            json!({"name": "h", "flow": {"key_rate": {"per_second": 1, "burst": 0}}}),
+            "flow.key_rate.burst",
+        ),
+        (
+            json!({"name": "h", "flow": {"key_rate": {"per_sec": 1}}}),
+            "per_sec",
+        ),
+    ] {
+        let a = app.post("/v1/streams/s/groups", bad.clone()).await;
+        assert_eq!(
+            (a.status, code(&a)),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{bad}: {}",
+            a.body
+        );
+        let message = a.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field), "{bad}: {message}");
+    }
+}
+
+#[tokio::test]
 async fn a_flow_is_taken_at_creation_shown_and_changed_by_a_reset_of_every_partition() {
     let app = TestApp::new();
     app.stream("s", 2).await;

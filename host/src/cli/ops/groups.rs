@@ -111,15 +111,9 @@ enum GroupsAction {
         /// dead_letter]
         #[arg(long, value_name = "WHAT", value_parser = ["dead_letter", "quarantine"])]
         on_exhausted: Option<String>,
-        /// Flow control as JSON, e.g. '{"key_concurrency": 4}'
-        /// (docs/groups.md#flow) [default: no limit]
-        #[arg(long, value_name = "JSON", value_parser = super::flow,
-              conflicts_with = "key_concurrency")]
-        flow: Option<Value>,
-        /// At most N deliveries of a key out at once, in any order (needs
-        /// ordering none); short for --flow '{"key_concurrency": N}'
-        #[arg(long, value_name = "N")]
-        key_concurrency: Option<u32>,
+        /// Flow control [default: no limit]
+        #[command(flatten)]
+        flow: super::FlowArgs,
     },
     /// Delete a group with its cursors, deliveries and dead letters, for
     /// good; the stream and its other groups stay
@@ -198,7 +192,6 @@ impl GroupsArgs {
             ordering,
             on_exhausted,
             flow,
-            key_concurrency,
         }) = self.action
         else {
             return list(self.stream.as_deref().unwrap_or_default());
@@ -223,7 +216,7 @@ impl GroupsArgs {
         if let Some(on_exhausted) = on_exhausted {
             body.insert("on_exhausted".into(), json!(on_exhausted));
         }
-        if let Some(flow) = super::flow_body(flow, key_concurrency) {
+        if let Some(flow) = flow.body() {
             body.insert("flow".into(), flow);
         }
         let path = format!("/v1/streams/{}/groups", segment(&stream));

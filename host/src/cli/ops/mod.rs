@@ -397,23 +397,78 @@ fn json_object(text: &str) -> Result<Value, String> {
 /// typo is named before anything is sent.
 fn flow(text: &str) -> Result<Value, String> {
     let value = json_object(text).map_err(|_| {
-        "expected a JSON object of limits, e.g. '{\"key_concurrency\": 4}' ('{}': none)".to_owned()
+        "expected a JSON object of limits, e.g. '{\"key_concurrency\": 4}' or \
+         '{\"key_rate\": {\"per_second\": 5}}' ('{}': none)"
+            .to_owned()
     })?;
     serde_json::from_value::<crate::model::Flow>(value.clone()).map_err(|e| e.to_string())?;
     Ok(value)
 }
 
-/// The `flow` of `--flow JSON` or `--key-concurrency N`, whichever is given.
-fn flow_body(flow: Option<Value>, key_concurrency: Option<u32>) -> Option<Value> {
-    flow.or_else(|| key_concurrency.map(|n| serde_json::json!({ "key_concurrency": n })))
+/// A group's flow control as options (docs/groups.md#flow): `--flow JSON`,
+/// or its limits one by one.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct FlowArgs {
+    /// Flow control as JSON, e.g. '{"key_concurrency": 4}' or
+    /// '{"key_rate": {"per_second": 5, "burst": 10}}'; '{}' for none
+    /// (docs/groups.md#flow)
+    #[arg(long, value_name = "JSON", value_parser = flow,
+          conflicts_with_all = ["key_concurrency", "key_rate", "key_burst"])]
+    pub(crate) flow: Option<Value>,
+    /// At most N deliveries of a key out at once, in any order (needs
+    /// ordering none)
+    #[arg(long, value_name = "N")]
+    pub(crate) key_concurrency: Option<u32>,
+    /// At most R claims of a key a second, retries and redeliveries
+    /// included; a fraction is fine (0.5: one every two seconds)
+    #[arg(long, value_name = "R")]
+    pub(crate) key_rate: Option<f64>,
+    /// With --key-rate: how many claims of a key may go at once after a
+    /// quiet spell [default: 1]
+    #[arg(long, value_name = "B", requires = "key_rate")]
+    pub(crate) key_burst: Option<u32>,
 }
 
-/// A flow as one line: `none`, or `key_concurrency 4`.
+impl FlowArgs {
+    /// Whether any flow option is given.
+    pub(crate) fn is_given(&self) -> bool {
+        self.flow.is_some() || self.key_concurrency.is_some() || self.key_rate.is_some()
+    }
+
+    /// The `flow` body these options give, if any.
+    pub(crate) fn body(&self) -> Option<Value> {
+        if let Some(flow) = &self.flow {
+            return Some(flow.clone());
+        }
+        if !self.is_given() {
+            return None;
+        }
+        let mut limits = serde_json::Map::new();
+        if let Some(n) = self.key_concurrency {
+            limits.insert("key_concurrency".into(), serde_json::json!(n));
+        }
+        if let Some(r) = self.key_rate {
+            let burst = self.key_burst.unwrap_or(1);
+            limits.insert(
+                "key_rate".into(),
+                serde_json::json!({ "per_second": r, "burst": burst }),
+            );
+        }
+        Some(Value::Object(limits))
+    }
+}
+
+/// A flow as one line: `none`, or `key_concurrency 4, key_rate 5/s burst 10`.
 fn flow_text(flow: &Value) -> String {
     match flow.as_object() {
         Some(limits) if !limits.is_empty() => limits
             .iter()
-            .map(|(k, v)| format!("{k} {v}"))
+            .map(|(k, v)| match (k.as_str(), v["per_second"].as_f64()) {
+                ("key_rate", Some(r)) => {
+                    format!("key_rate {r}/s burst {}", v["burst"].as_u64().unwrap_or(1))
+                }
+                _ => format!("{k} {v}"),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         _ => "none".into(),

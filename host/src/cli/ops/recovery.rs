@@ -198,7 +198,7 @@ pub(crate) struct ResetArgs {
         long,
         value_name = "P,…",
         value_delimiter = ',',
-        conflicts_with_all = ["ordering", "flow", "key_concurrency"]
+        conflicts_with_all = ["ordering", "flow", "key_concurrency", "key_rate"]
     )]
     partitions: Option<Vec<u32>>,
 
@@ -207,16 +207,10 @@ pub(crate) struct ResetArgs {
     #[arg(long, value_name = "ORDERING", value_parser = ["none", "key", "partition"])]
     ordering: Option<String>,
 
-    /// The group's flow control from now on, as JSON, e.g.
-    /// '{"key_concurrency": 4}', '{}' for none (docs/groups.md#flow);
-    /// resets every partition [default: unchanged]
-    #[arg(long, value_name = "JSON", value_parser = super::flow,
-          conflicts_with = "key_concurrency")]
-    flow: Option<Value>,
-
-    /// Short for --flow '{"key_concurrency": N}'
-    #[arg(long, value_name = "N")]
-    key_concurrency: Option<u32>,
+    /// The group's flow control from now on (the limits given replace
+    /// all of the old ones); resets every partition [default: unchanged]
+    #[command(flatten)]
+    flow: super::FlowArgs,
 }
 
 impl ResetArgs {
@@ -243,7 +237,7 @@ impl ResetArgs {
         if let Some(ordering) = &self.ordering {
             body.insert("ordering".into(), json!(ordering));
         }
-        let flow = super::flow_body(self.flow.clone(), self.key_concurrency);
+        let flow = self.flow.body();
         if let Some(flow) = &flow {
             body.insert("flow".into(), flow.clone());
         }

@@ -1,7 +1,9 @@
 //! Flow control on MongoDB (`docs/groups.md#flow`): a gate's slots travel
 //! with its deliveries (`n`), so a node that still keeps a group's old
 //! `key_concurrency` (another node's reset changed it) lets through no
-//! more than the group's limit now when it settles.
+//! more than the group's limit now when it settles; `flow.key_rate`'s
+//! buckets are documents of `rheo_rates`, which a reset and a delete
+//! remove.
 
 use std::sync::Arc;
 
@@ -9,13 +11,15 @@ use mongodb::bson::doc;
 
 use super::{connect_fresh, nodes};
 use rheo_core::backend::ResetRequest;
+use rheo_core::backend::conformance::lifecycle::delete_group;
 use rheo_core::backend::conformance::{Harness, START, gn, nodes::Nodes};
 use rheo_core::clock::FrozenClock;
-use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, Lease, StreamName};
+use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, KeyRate, Lease, StreamName};
 
 fn limit(n: u32) -> Flow {
     Flow {
         key_concurrency: Some(n),
+        ..Flow::default()
     }
 }
 
@@ -99,4 +103,93 @@ async fn the_flow_is_stored_with_the_group_and_the_slots_with_gated_deliveries()
     let info = h.b().group_info(&s, &plain).await.expect("group info");
     assert!(info.flow.is_off());
     assert_eq!(h.fetch(&s, &plain, 10).await.len(), 4, "no limit");
+}
+
+/// The buckets of group `g` as stored: (key's document id's last part, TAT).
+async fn buckets(b: &crate::MongoBackend, s: &StreamName, g: &GroupName) -> Vec<(String, i64)> {
+    let of = doc! {"s": s.as_str(), "g": g.as_str()};
+    let found = b.find_all(crate::RATES, of, None, 0).await.expect("read");
+    found
+        .iter()
+        .map(|d| {
+            let id = d.get_str("_id").expect("id");
+            let key = id.rsplit('\u{1f}').next().expect("key").to_owned();
+            (key, crate::int(d, "t").expect("tat"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rate_buckets_are_stored_per_key_and_go_with_a_reset_and_a_delete() {
+    let clock = FrozenClock::new(START);
+    let Some(b) = connect_fresh(clock.clone()).await else {
+        return;
+    };
+    let h = Harness::on(Arc::new(b.clone()), clock);
+    let s = h.stream("s", 1).await;
+    let spec = || GroupSpec {
+        flow: Flow {
+            key_rate: Some(KeyRate {
+                per_second: 1.0,
+                burst: 1,
+            }),
+            ..Flow::default()
+        },
+        ..GroupSpec::new(gn("g"))
+    };
+    let g = h.group_with(&s, spec()).await;
+    let x = || EventInput {
+        key: Some("x".to_owned()),
+        ..EventInput::default()
+    };
+    h.append_inputs(&s, vec![x(), x(), x(), EventInput::default()])
+        .await;
+    assert_eq!(sequences(&h.fetch(&s, &g, 10).await), [1, 4]);
+    let stored = doc! {"s": s.as_str(), "g": g.as_str()};
+    assert_eq!(
+        (b.coll(crate::GROUPS).find_one(stored.clone()).await)
+            .expect("read")
+            .expect("the group")
+            .get_str("flow")
+            .ok(),
+        Some(r#"{"key_rate":{"per_second":1.0,"burst":1}}"#)
+    );
+    // x's TAT: one claim and two slots reserved, a second each.
+    let now_us = START.as_millis() * 1000;
+    assert_eq!(
+        buckets(&b, &s, &g).await,
+        [("x".to_owned(), now_us + 3_000_000)]
+    );
+    let mut paced = stored.clone();
+    paced.insert("pc", true);
+    let marked: Vec<(i64, i64, i64)> =
+        (b.find_all(crate::DELIVERIES, paced, Some(doc! {"q": 1}), 0))
+            .await
+            .expect("read")
+            .iter()
+            .map(|d| {
+                let field = |f| crate::int(d, f).expect(f);
+                (field("q"), field("due"), field("a"))
+            })
+            .collect();
+    let at = |ms| START.as_millis() + ms;
+    assert_eq!(
+        marked,
+        [(2, at(1_000), 0), (3, at(2_000), 0)],
+        "paced, no attempt"
+    );
+
+    // A reset: full buckets again.
+    (h.b().reset(ResetRequest::to_the_beginning(&s, &g)))
+        .await
+        .expect("reset");
+    assert!(buckets(&b, &s, &g).await.is_empty());
+    assert_eq!(sequences(&h.fetch(&s, &g, 10).await), [1, 4]);
+    assert_eq!(buckets(&b, &s, &g).await.len(), 1);
+
+    // A delete removes them; the group created again starts full.
+    delete_group(h.b(), &s, &g, true).await.expect("delete");
+    assert!(buckets(&b, &s, &g).await.is_empty());
+    let g = h.group_with(&s, spec()).await;
+    assert_eq!(sequences(&h.fetch(&s, &g, 10).await), [1, 4]);
 }

@@ -173,6 +173,18 @@ async fn a_flow_changed_on_one_node_holds_on_the_other() {
     crate::sql::flow_nodes::a_flow_changed_on_one_node_holds_on_the_other(clock, a, b).await;
 }
 
+/// Where `flow.key_rate` keeps its buckets and paced marks, and when they
+/// go (`sql/key_rates.rs`).
+#[tokio::test]
+async fn key_rate_buckets_are_rows_that_go_with_their_group() {
+    let clock = frozen();
+    let Some(b) = one_node(clock.clone()).await else {
+        return;
+    };
+    crate::sql::key_rates::key_rate_buckets_are_rows_that_go_with_their_group(clock, Arc::new(b))
+        .await;
+}
+
 /// Room for the four writers of `sql/racing.rs` and the check's own calls.
 fn eight_connections(o: PostgresOptions) -> PostgresOptions {
     PostgresOptions {

@@ -17,6 +17,13 @@
 //! has a slot free and parking the others. It can: every delivery row it
 //! locks afterwards is taken skipping rows others hold, so it never waits
 //! while holding the cursor rows.
+//!
+//! A fetch of a group with a `flow.key_rate` (`docs/groups.md#flow`) takes
+//! the same path, holding the cursor rows from the start: every claim of a
+//! keyed delivery takes a token of its key's bucket, whose TAT is read and
+//! written (`rheo_key_rates`) under those rows, so two fetches never spend
+//! one token. A claim that finds none writes its delivery available, due at
+//! the slot the bucket reserves, with its `paced` mark, and is no lease.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,8 +32,8 @@ use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
 use rheo_core::backend::policy::{
-    GateState, GateWalk, Gating, Held as Fenced, POISON_REASON, Share, claim_capacity, fence,
-    quarantine_until,
+    GateState, GateWalk, Gating, Held as Fenced, POISON_REASON, Pace, Pacer, Share, WALK_PER_CLAIM,
+    claim_capacity, fence, quarantine_until,
 };
 use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -70,6 +77,59 @@ impl Claims {
     }
 }
 
+/// Deliveries a fetch paces (`docs/groups.md#flow`): (partition, sequence,
+/// due) as `pace_insert.sql` and `pace_update.sql` take them.
+#[derive(Debug, Default)]
+struct PaceRows {
+    partition: Vec<i32>,
+    sequence: Vec<i64>,
+    due: Vec<Timestamp>,
+}
+
+impl PaceRows {
+    fn push(&mut self, partition: u32, sequence: u64, due: Timestamp) {
+        self.partition.push(partition as i32);
+        self.sequence.push(int(sequence));
+        self.due.push(due);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.partition.is_empty()
+    }
+
+    fn rows(self) -> Arg<'static> {
+        Arg::Rows(vec![
+            Column::I32(self.partition),
+            Column::I64(self.sequence),
+            Column::Time(self.due),
+        ])
+    }
+}
+
+/// A claimable delivery of a key_rate group: its sequence, its event's key
+/// and its paced mark.
+type Candidate = (u64, Option<String>, bool);
+
+/// One partition's claimable deliveries under `flow.key_rate`, as the
+/// fetch's claims go through them in sequence order (`docs/groups.md#flow`).
+#[derive(Debug)]
+struct Candidates {
+    partition: u32,
+    /// Read so far, lowest first.
+    read: Vec<Candidate>,
+    /// The next one to claim.
+    next: usize,
+    /// The last read found as many as it asked for: more may follow.
+    more: bool,
+    /// How many to read next time.
+    batch: u32,
+}
+
+impl Candidates {
+    /// The longest batch read at once.
+    const MAX_BATCH: u32 = 1024;
+}
+
 /// A leased delivery as the fencing check sees it.
 pub(super) struct Held {
     pub(super) partition: u32,
@@ -96,7 +156,11 @@ impl<D: Dialect> SqlBackend<D> {
             return Ok(Vec::new());
         }
         let gating = config.gating();
-        if !gating.is_gated() && D::FETCH_IN_TWO_STATEMENTS {
+        // A group with gates or a key rate walks (docs/groups.md#flow); the
+        // others take runs of unseen events, in two statements where the
+        // dialect can.
+        let walking = gating.walks();
+        if !walking && D::FETCH_IN_TWO_STATEMENTS {
             let at = (now, expires_at);
             return self
                 .fetch_two_statements(tx, &req, &selected, config.max_attempts, at)
@@ -105,11 +169,12 @@ impl<D: Dialect> SqlBackend<D> {
         // A gated group holds its cursor rows from the start, so that no
         // settle lets a gate's next deliveries through while this fetch is
         // deciding what to park behind it (docs/groups.md#ordering,
-        // docs/groups.md#flow). Its fetches never wait for a delivery row
-        // (they skip locked ones), so taking the cursor rows first cannot
-        // deadlock with a settle.
+        // docs/groups.md#flow), and a key_rate group so that no other fetch
+        // reads or writes its keys' buckets meanwhile. Its fetches never
+        // wait for a delivery row (they skip locked ones), so taking the
+        // cursor rows first cannot deadlock with a settle.
         let mut cursors = Vec::new();
-        if gating.is_gated() {
+        if walking {
             let stored;
             (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
             self.same_gating((s, g), gating, stored)?;
@@ -139,12 +204,40 @@ impl<D: Dialect> SqlBackend<D> {
             }
             Self::release_gates(&mut tx, s, g, gating.slots(), dead).await?;
         }
-        let args = args![s, g, partitions(&selected), now, small(req.limit)];
         let mut claimable: Vec<Vec<u64>> = vec![Vec::new(); selected.len()];
-        for row in rows::<D>(&mut tx, Statement::fetch_candidates, args).await? {
-            let p = row.u32(0)?;
-            if let Ok(i) = selected.binary_search(&p) {
-                claimable[i].push(row.u64(1)?);
+        // Under a key rate, each partition's candidates with their keys and
+        // paced marks, read again past the last while claims go on.
+        let mut paced_candidates: Vec<Candidates> = Vec::new();
+        if gating.key_rate().is_some() {
+            paced_candidates = selected
+                .iter()
+                .map(|&partition| Candidates {
+                    partition,
+                    read: Vec::new(),
+                    next: 0,
+                    more: false,
+                    batch: req.limit,
+                })
+                .collect();
+            let from: Vec<(u32, u64)> = selected.iter().map(|&p| (p, 0)).collect();
+            let read = Self::pace_candidates(&mut tx, (s, g), now, req.limit, &from).await?;
+            for (p, candidate) in read {
+                if let Ok(i) = selected.binary_search(&p) {
+                    paced_candidates[i].read.push(candidate);
+                }
+            }
+            for (i, candidates) in paced_candidates.iter_mut().enumerate() {
+                candidates.read.sort_unstable_by_key(|c| c.0);
+                candidates.more = candidates.read.len() >= req.limit as usize;
+                claimable[i] = candidates.read.iter().map(|c| c.0).collect();
+            }
+        } else {
+            let args = args![s, g, partitions(&selected), now, small(req.limit)];
+            for row in rows::<D>(&mut tx, Statement::fetch_candidates, args).await? {
+                let p = row.u32(0)?;
+                if let Ok(i) = selected.binary_search(&p) {
+                    claimable[i].push(row.u64(1)?);
+                }
             }
         }
         // The statement picks each partition's lowest claimable sequences
@@ -155,7 +248,7 @@ impl<D: Dialect> SqlBackend<D> {
         for candidates in &mut claimable {
             candidates.sort_unstable();
         }
-        if !gating.is_gated() {
+        if !walking {
             let stored;
             (cursors, stored) = self.lock_cursors(&mut tx, s, g, &selected).await?;
             self.same_gating((s, g), gating, stored)?;
@@ -169,7 +262,11 @@ impl<D: Dialect> SqlBackend<D> {
         // to the others.
         let first = self.rotate(s, g) % selected.len();
         let limit = req.limit as usize;
-        let (reclaim, mut fresh, moved, to, parked) = if !gating.is_gated() {
+        // Under a key rate: the claimable deliveries and the unseen events
+        // it paces, and each partition's buckets (docs/groups.md#flow).
+        let (mut pace_old, mut pace_new) = (PaceRows::default(), PaceRows::default());
+        let mut pacers: Vec<Pacer> = selected.iter().map(|_| gating.pacer(now)).collect();
+        let (reclaim, mut fresh, moved, to, parked) = if !walking {
             let (reclaim, fresh, to) =
                 plan_unordered(&selected, &claimable, &cursors, limit, first);
             let moved = selected.iter().map(|&p| p as i32).collect();
@@ -191,8 +288,19 @@ impl<D: Dialect> SqlBackend<D> {
                         continue;
                     }
                     let p = selected[i];
-                    let take = reclaim.take(p, &claimable[i], &mut reclaimed[i], ask);
-                    let want = ask - take;
+                    let (take, spent) = match paced_candidates.get_mut(i) {
+                        None => (
+                            reclaim.take(p, &claimable[i], &mut reclaimed[i], ask),
+                            false,
+                        ),
+                        Some(candidates) => {
+                            let to = (&mut reclaim, &mut pace_old);
+                            let pacer = &mut pacers[i];
+                            Self::take_paced(&mut tx, (s, g), now, candidates, pacer, ask, to)
+                                .await?
+                        }
+                    };
+                    let want = if spent { 0 } else { ask - take };
                     let (cursor, hw) = cursors[i];
                     let walked = if want == 0 {
                         0
@@ -200,7 +308,7 @@ impl<D: Dialect> SqlBackend<D> {
                         let walk = walks[i].get_or_insert_with(|| GateWalk::new(gating, cursor, 0));
                         let before = walk.lease.len();
                         walk.want_more(want);
-                        Self::walk(&mut tx, (s, g), p, walk, hw).await?;
+                        Self::walk(&mut tx, (s, g), p, walk, hw, &mut pacers[i]).await?;
                         walk.lease.len() - before
                     };
                     share.gave(i, ask, take + walked);
@@ -217,6 +325,9 @@ impl<D: Dialect> SqlBackend<D> {
                         }
                         parked.0.extend(walk.park.iter().map(|_| p as i32));
                         parked.1.extend(walk.park.iter().map(|(seq, _)| int(*seq)));
+                        for (seq, _, due) in walk.pace {
+                            pace_new.push(p, seq, due);
+                        }
                         walk.next
                     }
                 };
@@ -253,6 +364,17 @@ impl<D: Dialect> SqlBackend<D> {
             let args = args![s, g, gating.gate_source(), rows];
             exec::<D>(&mut tx, Statement::fetch_park, args).await?;
         }
+        if !pace_old.is_empty() {
+            let args = args![s, g, pace_old.rows()];
+            exec::<D>(&mut tx, Statement::pace_update, args).await?;
+        }
+        if !pace_new.is_empty() {
+            self.dialect
+                .wrote(Table::Deliveries, pace_new.partition.len() as u64);
+            let args = args![s, g, gating.gate_source(), pace_new.rows()];
+            exec::<D>(&mut tx, Statement::pace_insert, args).await?;
+        }
+        Self::store_tats(&mut tx, (s, g), now, &selected, &pacers).await?;
         // Every selected partition: the cursor past the new deliveries (and
         // where the dialect keeps one, the scan floor up to the lowest open
         // delivery).
@@ -468,12 +590,17 @@ impl<D: Dialect> SqlBackend<D> {
     /// parked ([`GateState`]). The walk's own leases and parks are written
     /// once it is over, so a gate asked again in a later window is
     /// counted as the store holds it, and the walk adds what it took.
+    ///
+    /// Under a key rate each event the gates let through takes a token of
+    /// its key from `pacer` ([`GateWalk::pass_paced`]): the buckets of a
+    /// window's keys are read before it is passed.
     async fn walk(
         conn: &mut Conn<D>,
         (s, g): (&StreamName, &GroupName),
         p: u32,
         walk: &mut GateWalk,
         hw: u64,
+        pacer: &mut Pacer,
     ) -> Result<()> {
         while let Some((first, last)) = walk.window(hw) {
             let args = args![s, small(p), big(first), big(last)];
@@ -481,6 +608,8 @@ impl<D: Dialect> SqlBackend<D> {
             for row in rows::<D>(conn, Statement::fetch_window, args).await? {
                 events.push((row.u64(0)?, row.opt_text(1)?));
             }
+            let unknown = pacer.unknown(events.iter().map(|(_, key)| key.as_deref()));
+            Self::load_tats(conn, (s, g), p, pacer, unknown).await?;
             let asked = walk.to_ask(&events);
             let mut states: HashMap<String, GateState> = HashMap::new();
             if !asked.is_empty() {
@@ -494,10 +623,142 @@ impl<D: Dialect> SqlBackend<D> {
                     states.insert(row.text(0)?, state);
                 }
             }
-            walk.pass(events, |gate| {
-                states.get(gate).copied().unwrap_or(GateState::FREE)
-            });
+            let state = |gate: &str| states.get(gate).copied().unwrap_or(GateState::FREE);
+            walk.pass_paced(events, state, pacer);
         }
+        Ok(())
+    }
+
+    /// Reads a key_rate group's claimable deliveries of each (partition,
+    /// after) in `from`: at most `limit` of each partition's past `after`,
+    /// with their events' keys and their paced marks (`pace_candidates.sql`).
+    async fn pace_candidates(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        now: Timestamp,
+        limit: u32,
+        from: &[(u32, u64)],
+    ) -> Result<Vec<(u32, Candidate)>> {
+        let (parts, after): (Vec<i32>, Vec<i64>) =
+            from.iter().map(|&(p, seq)| (p as i32, int(seq))).unzip();
+        let from = Arg::Rows(vec![Column::I32(parts), Column::I64(after)]);
+        let args = args![s, g, now, small(limit), from];
+        let mut read = Vec::new();
+        for row in rows::<D>(conn, Statement::pace_candidates, args).await? {
+            let candidate = (row.u64(1)?, row.opt_text(2)?, row.u64(3)? != 0);
+            read.push((row.u32(0)?, candidate));
+        }
+        Ok(read)
+    }
+
+    /// Loads into `pacer` the buckets (TATs) of partition `p`'s `keys` as
+    /// the store holds them (`docs/groups.md#flow`); a key without a row
+    /// has a full bucket.
+    async fn load_tats(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        pacer: &mut Pacer,
+        keys: Vec<String>,
+    ) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut stored = HashMap::new();
+        let args = args![s, g, small(p), Arg::List(Column::Text(keys.clone()))];
+        for row in rows::<D>(conn, Statement::pace_tats, args).await? {
+            stored.insert(row.text(0)?, row.i64(1)?);
+        }
+        for key in keys {
+            let tat = stored.remove(&key);
+            pacer.load(key, tat);
+        }
+        Ok(())
+    }
+
+    /// Claims up to `ask` of a key_rate group's claimable deliveries of one
+    /// partition, in sequence order, each taking a token of its key
+    /// (`docs/groups.md#flow`): one that finds none is paced (to
+    /// `to.1`) and the next one is taken instead. Reads more candidates
+    /// past the last while the partition may have more. Returns how many it
+    /// took, and whether the partition is spent for this fetch (it looked
+    /// at as many as one claim may, [`WALK_PER_CLAIM`]).
+    async fn take_paced(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        now: Timestamp,
+        candidates: &mut Candidates,
+        pacer: &mut Pacer,
+        ask: usize,
+        (reclaim, paced): (&mut Claims, &mut PaceRows),
+    ) -> Result<(usize, bool)> {
+        let p = candidates.partition;
+        let mut took = 0;
+        loop {
+            let unread = &candidates.read[candidates.next..];
+            let unknown = pacer.unknown(unread.iter().map(|c| c.1.as_deref()));
+            Self::load_tats(conn, (s, g), p, pacer, unknown).await?;
+            while took < ask && candidates.next < candidates.read.len() {
+                if candidates.next >= WALK_PER_CLAIM {
+                    return Ok((took, true));
+                }
+                let (seq, key, was_paced) = &candidates.read[candidates.next];
+                candidates.next += 1;
+                match pacer.claim(key.as_deref(), *was_paced) {
+                    Pace::Now => {
+                        reclaim.push(p, *seq);
+                        took += 1;
+                    }
+                    Pace::At(due) => paced.push(p, *seq, due),
+                }
+            }
+            if took == ask || !candidates.more {
+                return Ok((took, false));
+            }
+            let after = candidates.read.last().map_or(0, |c| c.0);
+            candidates.batch = (candidates.batch.saturating_mul(2)).min(Candidates::MAX_BATCH);
+            let batch = candidates.batch;
+            let read = Self::pace_candidates(conn, (s, g), now, batch, &[(p, after)]).await?;
+            let mut read: Vec<Candidate> = read.into_iter().map(|(_, c)| c).collect();
+            read.sort_unstable_by_key(|c| c.0);
+            candidates.more = read.len() >= batch as usize;
+            candidates.read.extend(read);
+        }
+    }
+
+    /// Stores the buckets (TATs) the fetch's claims changed in each
+    /// partition, forgetting those of the same partitions that are full
+    /// again (`pace_sweep.sql`, `pace_store.sql`, `docs/groups.md#flow`).
+    async fn store_tats(
+        conn: &mut Conn<D>,
+        (s, g): (&StreamName, &GroupName),
+        now: Timestamp,
+        selected: &[u32],
+        pacers: &[Pacer],
+    ) -> Result<()> {
+        let (mut parts, mut keys, mut tats) = (Vec::new(), Vec::new(), Vec::new());
+        for (&p, pacer) in selected.iter().zip(pacers) {
+            for (key, tat) in pacer.changed() {
+                parts.push(p as i32);
+                keys.push(key.to_owned());
+                tats.push(tat);
+            }
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let now_us = now.as_millis().saturating_mul(1000);
+        let rows = || {
+            Arg::Rows(vec![
+                Column::I32(parts.clone()),
+                Column::Text(keys.clone()),
+                Column::I64(tats.clone()),
+            ])
+        };
+        let now_us = Arg::I64(now_us);
+        let sweep = args![s, g, now_us.clone(), rows()];
+        exec::<D>(conn, Statement::pace_sweep, sweep).await?;
+        exec::<D>(conn, Statement::pace_store, args![s, g, now_us, rows()]).await?;
         Ok(())
     }
 

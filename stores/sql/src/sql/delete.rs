@@ -38,6 +38,9 @@ impl<D: Dialect> SqlBackend<D> {
         // `delete_group_deliveries.sql`.
         exec::<D>(&mut tx, Statement::delete_stream_deliveries, args![s]).await?;
         exec::<D>(&mut tx, Statement::delete_stream_cursors, args![s]).await?;
+        // Its groups' key_rate buckets (docs/groups.md#flow), which fetches
+        // write holding the cursor rows just deleted.
+        exec::<D>(&mut tx, Statement::delete_stream_rates, args![s]).await?;
         exec::<D>(&mut tx, Statement::delete_stream_deliveries, args![s]).await?;
         exec::<D>(&mut tx, Statement::delete_stream_groups, args![s]).await?;
         exec::<D>(&mut tx, Statement::delete_stream_row, args![s]).await?;
@@ -76,6 +79,10 @@ impl<D: Dialect> SqlBackend<D> {
         }
         exec::<D>(&mut tx, Statement::delete_group_deliveries, args![s, g]).await?;
         exec::<D>(&mut tx, Statement::delete_group_cursors, args![s, g]).await?;
+        // Its key_rate buckets (docs/groups.md#flow), which fetches write
+        // holding the cursor rows just deleted: a group created again under
+        // the name starts with full ones.
+        exec::<D>(&mut tx, Statement::delete_group_rates, args![s, g]).await?;
         exec::<D>(&mut tx, Statement::delete_group_deliveries, args![s, g]).await?;
         exec::<D>(&mut tx, Statement::delete_group_row, args![s, g]).await?;
         let generation = Self::bump_generation(&mut tx).await?;

@@ -438,6 +438,11 @@ impl<D: Dialect> Row<D> {
             .transpose()
     }
 
+    /// A signed integer that is never NULL (a key_rate bucket's TAT).
+    pub(crate) fn i64(&self, i: usize) -> Result<i64> {
+        D::int(&self.0, i)?.ok_or_else(|| super::corrupt("number", "NULL"))
+    }
+
     pub(crate) fn u64(&self, i: usize) -> Result<u64> {
         self.opt_u64(i)?
             .ok_or_else(|| super::corrupt("number", "NULL"))

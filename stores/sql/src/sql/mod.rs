@@ -108,6 +108,7 @@ macro_rules! with_statements {
             fetch_poison, fetch_candidates, fetch_lock_cursors, fetch_claim, fetch_materialize,
             fetch_open, fetch_lease,
             fetch_window, gates_busy, fetch_park, release_gates, regate,
+            pace_candidates, pace_tats, pace_sweep, pace_store, pace_insert, pace_update,
             advance_cursors, delivery_by_event, lease_by_event, renew,
             settle_acks, settle_retry, settle_dead, settle_quarantine,
             lag_open, dead_count, dead_letters, leases, claimable_now, next_due,
@@ -118,6 +119,7 @@ macro_rules! with_statements {
             delete_stream_partitions, delete_stream_events, delete_stream_deliveries,
             delete_stream_cursors, delete_stream_groups, delete_stream_row,
             delete_group_deliveries, delete_group_cursors, delete_group_row,
+            reset_rates, delete_group_rates, delete_stream_rates,
             set_retention, trim_lock_stream, trim_lock_groups, trim_lock_partition,
             trim_deliveries, trim_lock_cursors, trim_events, trim_partition, trim_cursors,
             store_size
@@ -587,6 +589,8 @@ pub(crate) fn on_exhausted(stored: String) -> Result<rheo_core::model::OnExhaust
 
 #[cfg(test)]
 pub(crate) mod flow_nodes;
+#[cfg(test)]
+pub(crate) mod key_rates;
 #[cfg(test)]
 mod racing;
 #[cfg(test)]

@@ -272,6 +272,10 @@ impl<D: Dialect> SqlBackend<D> {
         let rows = Arg::Rows(vec![Column::I32(chosen), Column::I64(cursors)]);
         exec::<D>(&mut tx, Statement::set_cursors, args![s, g, rows]).await?;
         exec::<D>(&mut tx, Statement::reset_partitions, args()).await?;
+        // The key_rate buckets of these partitions start full
+        // (docs/groups.md#flow): fetches write them holding the cursor rows
+        // set_cursors waited for.
+        exec::<D>(&mut tx, Statement::reset_rates, args()).await?;
         self.notify_in(&mut tx, s).await?;
         let committed = Self::commit(tx).await;
         if changes_gates {

@@ -41,6 +41,7 @@ async fn factory(clock: SharedClock) -> Option<Opened> {
     Some(Opened {
         backend,
         reopen: Some(reopen),
+        divisor: 1,
     })
 }
 
@@ -264,6 +265,12 @@ async fn hot_statements_reach_rows_by_key_not_by_walking_history() {
         Statement::fetch_window,
         Statement::gates_busy,
         Statement::fetch_park,
+        Statement::pace_candidates,
+        Statement::pace_tats,
+        Statement::pace_sweep,
+        Statement::pace_store,
+        Statement::pace_insert,
+        Statement::pace_update,
         Statement::release_gates,
         Statement::advance_cursors,
         Statement::events_at,
@@ -389,6 +396,16 @@ async fn a_flow_changed_on_one_node_holds_on_the_other() {
     crate::sql::flow_nodes::a_flow_changed_on_one_node_holds_on_the_other(clock, a, b).await;
 }
 
+/// Where `flow.key_rate` keeps its buckets and paced marks, and when they
+/// go (`sql/key_rates.rs`).
+#[tokio::test]
+async fn key_rate_buckets_are_rows_that_go_with_their_group() {
+    let clock = FrozenClock::new(Timestamp::from_millis(1_767_225_600_000));
+    let b = SqliteBackend::open_temporary(clock.clone()).await.unwrap();
+    crate::sql::key_rates::key_rate_buckets_are_rows_that_go_with_their_group(clock, Arc::new(b))
+        .await;
+}
+
 /// Writers on two backends of one file race deletes (`sql/stale_nodes.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_racing_a_delete_leave_nothing_behind() {
@@ -479,7 +496,10 @@ async fn trimmed_pages_are_reused_and_reclaim_gives_them_back() {
         assert!(pragma(&b, "freelist_count").await > 100, "round {round}");
     }
     assert!(peaks[0] > empty + 100, "{empty} → {peaks:?}");
-    assert!(peaks[1..].iter().all(|p| *p <= peaks[0]), "{peaks:?}");
+    // A page or two of b-tree layout aside (where a split falls moves with
+    // the rows' size: 0014's paced column moved it by one): a round that
+    // reused nothing would add as many as the first.
+    assert!(peaks[1..].iter().all(|p| *p <= peaks[0] + 2), "{peaks:?}");
 
     // reclaim gives every free page back.
     let before = pragma(&b, "page_count").await;
@@ -600,7 +620,12 @@ async fn a_store_from_before_0011_keeps_its_leases_and_dead_letters() {
     let applied = b.dialect.migrate().await.unwrap();
     assert_eq!(
         applied,
-        ["0011 settles by position", "0012 quarantine", "0013 flow"]
+        [
+            "0011 settles by position",
+            "0012 quarantine",
+            "0013 flow",
+            "0014 key rate"
+        ]
     );
     assert_eq!(indexes().await, ["rheo_deliveries_dead_by_event"]);
 

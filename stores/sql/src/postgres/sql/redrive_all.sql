@@ -3,7 +3,7 @@
 -- deliver, and stays (docs/log.md#retention). The caller holds the group's
 -- row, which a trim waits for.
 UPDATE rheo_deliveries d
-SET status = 'available', attempt = 0, available_at = NULL, lease_id = NULL, dead_lettered_at = NULL
+SET status = 'available', attempt = 0, available_at = NULL, paced = NULL, lease_id = NULL, dead_lettered_at = NULL
 WHERE d.stream = $1 AND d.group_name = $2 AND d.status = 'dead'
   AND d.sequence >= (SELECT p.first_sequence FROM rheo_partitions p
                      WHERE p.stream = $1 AND p.partition = d.partition)

@@ -1,0 +1,2 @@
+-- Nothing here: pace_store.sql deletes the passed buckets in the same
+-- statement.

@@ -1,0 +1,1 @@
+DELETE FROM rheo_key_rates WHERE stream = ?1
