@@ -346,6 +346,12 @@ pub async fn key_rate_lets_a_burst_through_then_one_claim_an_interval(h: &Harnes
     h.clock.advance(999);
     assert!(h.fetch(&s, &g, 10).await.is_empty(), "a3's slot is at 1 s");
     h.clock.advance(1);
+    let lag = h.lag(&s, &g).await;
+    assert_eq!(
+        (lag.inflight, lag.waiting_retry, lag.pending),
+        (4, 1, 1),
+        "a3 is due: never handed out, so pending; a4 still waits"
+    );
     let second = h.fetch(&s, &g, 10).await;
     assert_eq!(held(&second), pairs(&[("a", 3)]));
     assert_eq!(second[0].attempt, 1, "waiting for a token is no attempt");
@@ -474,4 +480,31 @@ pub async fn competing_consumers_share_one_bucket_per_key(h: &Harness) {
     assert!(got.values().all(|n| *n == PER_KEY));
     let lag = h.lag(&s, &g).await;
     assert_eq!((lag.lag, lag.inflight, lag.waiting_retry), (0, 0, 0));
+}
+
+pub async fn key_rate_keeps_sequence_order_past_paced_deliveries(h: &Harness) {
+    let s = h.stream("s", 1).await;
+    let g = flowing(h, &s, GroupOrdering::None, rate(1.0, 1)).await;
+    append_keys(h, &s, &["a", "a", "b"]).await;
+    let first = h.fetch(&s, &g, 10).await;
+    assert_eq!(
+        held(&first),
+        pairs(&[("a", 1), ("b", 3)]),
+        "a2 paced to 1 s"
+    );
+    // a1 retries at once but its key's next slot is after a2's; b3 in 1 s.
+    h.nack(&first[0], "again", Some(0)).await.unwrap();
+    h.nack(&first[1], "later", Some(1_000)).await.unwrap();
+    append_keys(h, &s, &["c"]).await;
+    h.clock.advance(1_000);
+    // In sequence order: a1 finds no token and is paced, a2's slot has
+    // come, b3 has a token; c4, later than all of them, waits its turn.
+    let second = h.fetch(&s, &g, 2).await;
+    assert_eq!(held(&second), pairs(&[("a", 2), ("b", 3)]));
+    let third = h.fetch(&s, &g, 2).await;
+    assert_eq!(held(&third), pairs(&[("c", 4)]), "a1 waits for 2 s");
+    h.clock.advance(1_000);
+    let last = h.fetch(&s, &g, 2).await;
+    assert_eq!(held(&last), pairs(&[("a", 1)]));
+    assert_eq!(last[0].attempt, 2);
 }

@@ -1018,10 +1018,17 @@ impl GroupState {
     pub(super) fn open_counts(&self, partition: u32, now: Timestamp) -> OpenCounts {
         let part = &self.parts[partition as usize];
         let first_open = part.frontier + 1;
+        // A paced delivery never handed out whose slot has come is pending,
+        // though no fetch has moved it out of `delayed` yet.
+        let due_fresh = part
+            .delayed
+            .range(..(now.add_ms(1), 0))
+            .filter(|(_, seq)| part.slot(*seq).is_some_and(|s| s.attempt == 0))
+            .count() as u64;
         OpenCounts {
             first_open: (first_open < part.cursor()).then_some(first_open),
             leased: (part.leases.len() + part.expired.len()) as u64,
-            fresh: part.fresh,
+            fresh: part.fresh + due_fresh,
             waiting: part.delayed.range((now.add_ms(1), 0)..).count() as u64,
         }
     }

@@ -833,8 +833,9 @@ impl Model {
             for (seq, d) in &part.deliveries {
                 let parked = self.gate(g, p, *seq).is_some() && !heads.contains(seq);
                 match d.state {
-                    State::Available { .. } if d.attempt == 0 => lag.pending += 1,
+                    // A paced delivery waits for its slot (docs/groups.md#flow).
                     State::Available { due } if due > now && !parked => lag.waiting_retry += 1,
+                    State::Available { .. } if d.attempt == 0 => lag.pending += 1,
                     State::Leased { .. } => lag.inflight += 1,
                     _ => {}
                 }
