@@ -138,7 +138,7 @@ fn migrate_status_lists_migrations_and_a_store_from_a_newer_rheo_is_refused() {
     };
     let fresh = status();
     assert!(
-        fresh.starts_with("sqlite: 0 applied, 9 pending\n"),
+        fresh.starts_with("sqlite: 0 applied, 10 pending\n"),
         "{fresh}"
     );
     assert!(

@@ -406,7 +406,11 @@ fn console_creates_a_stream_appends_events_and_creates_groups() {
     assert_eq!(status, 200, "{tail}");
     assert_eq!(tail["lag"]["lag"], 0, "{tail}");
     assert_eq!(tail["max_attempts"], 5, "{tail}");
-    assert_eq!(tail["flow"], json!({"key_concurrency": 4}), "{tail}");
+    assert_eq!(
+        tail["flow"],
+        json!({"key_concurrency": 4, "key_rate": {"per_second": 2.5, "burst": 5}}),
+        "{tail}"
+    );
     for (p, mark) in ledger["partitions"].as_object().unwrap() {
         let next = mark["high_watermark"].as_u64().unwrap() + 1;
         assert_eq!(tail["cursors"][p], next, "partition {p}: {tail}");

@@ -1,7 +1,9 @@
 //! A group's flow control (`docs/groups.md#flow`): limits every claim keeps,
 //! on every store, whichever server makes it.
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 
 use super::{GroupOrdering, ValidationError};
 
@@ -20,7 +22,7 @@ pub const MAX_KEY_BURST: u32 = 100_000;
 /// `flow.key_rate` (`docs/groups.md#flow`): at most `per_second` claims of
 /// one key a second, with up to `burst` at once after a quiet spell — a
 /// token bucket per key, kept in the store and shared by every server.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyRate {
     /// Claims a second, sustained: a fraction is fine (`0.5` is one every
@@ -40,6 +42,34 @@ impl Eq for KeyRate {}
 impl KeyRate {
     fn default_burst() -> u32 {
         1
+    }
+
+    fn from_map(map: Map<String, Value>) -> Result<Self, String> {
+        let mut rate = KeyRate {
+            per_second: f64::NAN,
+            burst: Self::default_burst(),
+        };
+        let mut seen = false;
+        for (field, value) in map {
+            match field.as_str() {
+                "per_second" => {
+                    rate.per_second = value.as_f64().ok_or_else(|| {
+                        format!("key_rate.per_second: expected a number, got {value}")
+                    })?;
+                    seen = true;
+                }
+                "burst" => rate.burst = whole(&value, "key_rate.burst")?,
+                _ => {
+                    return Err(format!(
+                        "unknown field `{field}` of key_rate, expected `per_second` or `burst`"
+                    ));
+                }
+            }
+        }
+        if !seen {
+            return Err("missing field `per_second` of key_rate".into());
+        }
+        Ok(rate)
     }
 
     /// Checks its ranges.
@@ -70,7 +100,7 @@ impl KeyRate {
 
 /// A group's `flow` option (`docs/groups.md#flow`). Every limit is off
 /// when left out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Flow {
     /// At most this many unsettled deliveries of one key (per partition)
@@ -80,12 +110,62 @@ pub struct Flow {
     #[schema(minimum = 1, maximum = 10000)]
     pub key_concurrency: Option<u32>,
     /// At most this many claims of one key (per partition) a second: every
-    /// claim of a keyed delivery — a first one, a retry, one whose lease
-    /// expired — takes a token, and one that finds none waits for its
-    /// turn. Events without a key are not limited. Works with any ordering
-    /// and with `key_concurrency`.
+    /// claim of a keyed delivery — a first one, a retry, a replayed one —
+    /// takes a token, and one that finds none waits for its slot (one
+    /// whose lease expired goes out again at once, and counts). Events
+    /// without a key are not limited. Works with any ordering and with
+    /// `key_concurrency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_rate: Option<KeyRate>,
+}
+
+/// A whole number as JSON counts one (`4` and `4.0` alike), for `field`.
+fn whole(value: &Value, field: &str) -> Result<u32, String> {
+    let n = value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(f))
+            .map(|f| f as u64)
+    });
+    n.and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+        format!(
+            "{field}: expected a whole number from 0 to {}, got {value}",
+            u32::MAX
+        )
+    })
+}
+
+/// A flow is read from an object of limits only (JSON, or a manifest's
+/// TOML): an unknown limit is refused, so a typo never goes unnoticed, and
+/// a whole number may be written `4.0`, as JSON Schema counts integers.
+impl<'de> Deserialize<'de> for Flow {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = Map::<String, Value>::deserialize(deserializer)?;
+        let mut flow = Flow::default();
+        for (field, value) in map {
+            match (field.as_str(), value) {
+                (_, Value::Null) => {}
+                ("key_concurrency", value) => {
+                    flow.key_concurrency =
+                        Some(whole(&value, "key_concurrency").map_err(D::Error::custom)?);
+                }
+                ("key_rate", Value::Object(rate)) => {
+                    flow.key_rate = Some(KeyRate::from_map(rate).map_err(D::Error::custom)?);
+                }
+                ("key_rate", other) => {
+                    return Err(D::Error::custom(format!(
+                        "key_rate: expected an object {{\"per_second\": R, \"burst\": B}}, got {other}"
+                    )));
+                }
+                _ => {
+                    return Err(D::Error::custom(format!(
+                        "unknown field `{field}`, expected `key_concurrency` or `key_rate`"
+                    )));
+                }
+            }
+        }
+        Ok(flow)
+    }
 }
 
 impl Flow {
@@ -176,6 +256,26 @@ mod tests {
         let rate: Flow = serde_json::from_str(r#"{"key_rate": {"per_second": 5}}"#).unwrap();
         assert_eq!(rate.key_rate.unwrap().burst, 1, "burst defaults to 1");
         assert!(serde_json::from_str::<Flow>(r#"{"key_rate": {"rate": 5}}"#).is_err());
+        // An object only, and whole numbers as JSON counts them.
+        for bad in [
+            "[null, null]",
+            "[2]",
+            r#"{"key_rate": [1, 2]}"#,
+            r#"{"key_rate": {}}"#,
+        ] {
+            assert!(serde_json::from_str::<Flow>(bad).is_err(), "{bad}");
+        }
+        let floats: Flow = serde_json::from_str(
+            r#"{"key_concurrency": 4.0, "key_rate": {"per_second": 2, "burst": 3.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(floats.key_concurrency, Some(4));
+        assert_eq!(floats.key_rate.unwrap().burst, 3);
+        assert!(serde_json::from_str::<Flow>(r#"{"key_concurrency": 4.5}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Flow>(r#"{"key_concurrency": null}"#).unwrap(),
+            Flow::default()
+        );
     }
 
     #[test]

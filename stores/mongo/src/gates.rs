@@ -33,7 +33,11 @@
 //! written `available`, due at the slot reserved for it, marked `pc`
 //! (cleared when it is leased, or re-opened by a replay or a redrive), so
 //! that it goes out when due without asking its bucket again; a gated one
-//! stays a head of its gate. Settles never touch the buckets. A TAT that
+//! stays a head of its gate. One whose lease expired is never paced: it
+//! goes out again at once, counted in its key's bucket (`Pacer::count`).
+//! A fetch goes through a partition's claimable deliveries in sequence
+//! order, reading on past those it paces ([`Claimable`]), before its walk
+//! takes any unseen event. Settles never touch the buckets. A TAT that
 //! passed is a full bucket: now and then a fetch deletes a partition's
 //! passed ones ([`SWEEP_EVERY`]); a reset deletes its partitions', a
 //! delete of the group or stream all of them.
@@ -56,7 +60,7 @@ use super::{
 };
 use rheo_core::backend::policy::{
     GateState, GateView, GateWalk, GroupConfig, Hold, Pace, Pacer, QUARANTINE_CONSUMER, Regate,
-    Share, Write, claim_capacity, fence, poison_write, regate, settle_write,
+    Share, WALK_PER_CLAIM, Write, claim_capacity, fence, poison_write, regate, settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
@@ -170,6 +174,80 @@ struct Walking {
     states: HashMap<String, GateState>,
     /// The events its windows read, by sequence.
     events: HashMap<u64, Event>,
+}
+
+/// One partition's claimable deliveries in a walking fetch, read in
+/// sequence order as its claims go through them: under `flow.key_rate`
+/// (`docs/groups.md#flow`) a claim that finds no token is paced and the
+/// next one is taken instead, so the fetch reads on past the first batch
+/// (in growing batches) before its walk takes any unseen event.
+#[derive(Debug)]
+struct Claimable {
+    /// Read so far, lowest sequence first, with their sequences.
+    read: Vec<(u64, Document)>,
+    /// How many of `read` the claims looked at.
+    next: usize,
+    /// Per filter of [`super::claims::claimable`] (available and due,
+    /// lease expired): the highest sequence it read, and whether more may
+    /// follow (its last read was full).
+    ends: [(u64, bool); 2],
+    /// How many to read of a filter next time.
+    batch: i64,
+}
+
+impl Claimable {
+    /// The longest batch read at once.
+    const MAX_BATCH: i64 = 1024;
+
+    /// A partition's first reads, one per filter, each at most `batch`.
+    fn new(found: [Vec<Document>; 2], batch: i64) -> Result<Self> {
+        let mut c = Claimable {
+            read: Vec::new(),
+            next: 0,
+            ends: [(0, false); 2],
+            batch,
+        };
+        for (f, found) in found.into_iter().enumerate() {
+            c.add(f, sequenced(found)?);
+        }
+        Ok(c)
+    }
+
+    /// Adds what filter `f` read past its end (at most `self.batch`), with
+    /// their sequences.
+    fn add(&mut self, f: usize, found: Vec<(u64, Document)>) {
+        let full = found.len() as i64 >= self.batch;
+        let last = found.iter().map(|(q, _)| *q).max();
+        self.ends[f] = (last.unwrap_or(self.ends[f].0), full);
+        self.read.extend(found);
+        // Every one looked at comes before every one read now.
+        self.read.sort_by_key(|(q, _)| *q);
+    }
+
+    /// How many of `read` come, in sequence order, before any delivery a
+    /// filter has not read yet: those the claims may look at.
+    fn ready(&self) -> usize {
+        let unread_from = self.ends.iter().filter(|e| e.1).map(|e| e.0).min();
+        match unread_from {
+            None => self.read.len(),
+            Some(end) => self.read.partition_point(|(q, _)| *q <= end),
+        }
+    }
+
+    /// The filter to read on once every ready one was looked at: the one
+    /// whose end comes first among those that may have more, with the
+    /// sequence to read past; `None` when none has more.
+    fn to_read(&self) -> Option<(usize, u64)> {
+        (0..2)
+            .filter(|&f| self.ends[f].1)
+            .min_by_key(|&f| self.ends[f].0)
+            .map(|f| (f, self.ends[f].0))
+    }
+}
+
+/// Delivery documents with their sequences.
+fn sequenced(found: Vec<Document>) -> Result<Vec<(u64, Document)>> {
+    found.into_iter().map(|d| Ok((uint(&d, "q")?, d))).collect()
 }
 
 /// What a batch of settles did to each gate's deliveries: (partition,
@@ -307,22 +385,20 @@ impl MongoBackend {
             }
         }
 
-        // Claimable deliveries, each partition's lowest.
-        let mut per_partition: HashMap<u32, Vec<Document>> = HashMap::new();
+        // Claimable deliveries, each partition's lowest (read on past them
+        // as the claims need: [`Claimable`]).
+        let mut lists: Vec<Claimable> = Vec::with_capacity(selected.len());
         for &p in selected {
-            let [available, expired] =
-                super::claims::claimable(s, g, &[p as i32], now, config.max_attempts);
-            let mut found = Vec::new();
-            for filter in [available, expired] {
+            let limit = i64::from(req.limit);
+            let mut found = [Vec::new(), Vec::new()];
+            let filters = super::claims::claimable(s, g, &[p as i32], now, config.max_attempts);
+            for (f, filter) in filters.into_iter().enumerate() {
                 let sort = Some(doc! {"q": 1});
-                let limit = i64::from(req.limit);
-                found.extend(
-                    self.find_in(session, DELIVERIES, filter, sort, limit)
-                        .await?,
-                );
+                found[f] = self
+                    .find_in(session, DELIVERIES, filter, sort, limit)
+                    .await?;
             }
-            found.sort_by_key(|d| int(d, "q").unwrap_or(i64::MAX));
-            per_partition.insert(p, found);
+            lists.push(Claimable::new(found, limit)?);
         }
         // A cursor below the log start (a reset that raced a trim) starts
         // at it.
@@ -335,8 +411,9 @@ impl MongoBackend {
         // others, whose walks go on.
         let bound: Vec<usize> = selected
             .iter()
-            .map(|p| {
-                let claimable = per_partition.get(p).map_or(0, Vec::len);
+            .zip(&lists)
+            .map(|(p, list)| {
+                let claimable = list.read.len();
                 claim_capacity(claimable, state.cursors[*p as usize], hw[*p as usize])
             })
             .collect();
@@ -348,8 +425,10 @@ impl MongoBackend {
         // (its buckets are the partition's), holding the TATs of the keys
         // of its claimable deliveries, read now, and of its walk's.
         let mut pacers: Vec<Pacer> = selected.iter().map(|_| gating.pacer(now)).collect();
+        let read: Vec<&[(u64, Document)]> = lists.iter().map(|l| l.read.as_slice()).collect();
         let mut candidates =
-            (self.candidates_in(session, (s, g), selected, &per_partition, &mut pacers)).await?;
+            (self.candidates_in(session, (s, g), selected, &read, &mut pacers)).await?;
+        let pacing = gating.key_rate().is_some();
         let mut paced = Vec::new();
         while !share.done() {
             for (i, ask) in share.asks().into_iter().enumerate() {
@@ -357,45 +436,80 @@ impl MongoBackend {
                     continue;
                 }
                 let p = selected[i];
-                let list = per_partition.entry(p).or_default();
+                let list = &mut lists[i];
                 let mut take = 0;
-                let mut looked = 0;
-                for d in list.iter() {
-                    if take == ask {
+                // Under a key rate, a partition whose claims looked at as
+                // many claimable deliveries as one claim may walk over
+                // ([`WALK_PER_CLAIM`]) gives nothing more in this fetch.
+                let mut spent = false;
+                loop {
+                    let ready = list.ready();
+                    while take < ask && list.next < ready {
+                        if pacing && list.next >= WALK_PER_CLAIM {
+                            spent = true;
+                            break;
+                        }
+                        let (q, d) = &list.read[list.next];
+                        list.next += 1;
+                        let (key, event) = candidates.remove(&(p, *q)).unwrap_or_default();
+                        let guard = doc! {"_id": id_of(d)?, "st": super::text(d, "st")?};
+                        let was_paced = d.get_bool("pc").unwrap_or(false);
+                        if super::text(d, "st")? == LEASED {
+                            // Its lease expired: it was out, in its gate's
+                            // slot, and goes out again at once, counted in
+                            // its key's bucket all the same.
+                            pacers[i].count(key.as_deref());
+                        } else if let Pace::At(due) = pacers[i].claim(key.as_deref(), was_paced) {
+                            // No token: available, due at its reserved
+                            // slot; a gated one stays a head (not parked).
+                            // The next one is taken instead.
+                            let update = doc! {
+                                "$set": {"st": AVAILABLE, "due": due.as_millis(), "pc": true},
+                            };
+                            paced.push(doc! {"q": guard, "u": update});
+                            continue;
+                        }
+                        let lease_id = LeaseId::generate();
+                        let update = lease_update(&lease_id, consumer, (now, expires_at));
+                        let after = self
+                            .coll(DELIVERIES)
+                            .find_one_and_update(guard, update)
+                            .return_document(ReturnDocument::After)
+                            .session(&mut *session)
+                            .await?
+                            .ok_or(Fail::Retry)?;
+                        let mut c = Claimed::of(&after, lease_id)?;
+                        c.event = event;
+                        claimed.push(c);
+                        take += 1;
+                    }
+                    if spent || take == ask {
                         break;
                     }
-                    looked += 1;
-                    let (key, event) = candidates.remove(&(p, uint(d, "q")?)).unwrap_or_default();
-                    let guard = doc! {"_id": id_of(d)?, "st": super::text(d, "st")?};
-                    let was_paced = d.get_bool("pc").unwrap_or(false);
-                    if let Pace::At(due) = pacers[i].claim(key.as_deref(), was_paced) {
-                        // No token: available, due at its reserved slot;
-                        // an expired lease loses its holder, a gated one
-                        // stays a head (not parked).
-                        let update = doc! {
-                            "$set": {"st": AVAILABLE, "due": due.as_millis(), "pc": true},
-                            "$unset": {"lid": ""},
-                        };
-                        paced.push(doc! {"q": guard, "u": update});
-                        continue;
-                    }
-                    let lease_id = LeaseId::generate();
-                    let update = lease_update(&lease_id, consumer, (now, expires_at));
-                    let after = self
-                        .coll(DELIVERIES)
-                        .find_one_and_update(guard, update)
-                        .return_document(ReturnDocument::After)
-                        .session(&mut *session)
-                        .await?
-                        .ok_or(Fail::Retry)?;
-                    let mut c = Claimed::of(&after, lease_id)?;
-                    c.event = event;
-                    claimed.push(c);
-                    take += 1;
+                    // Every claimable delivery read in sequence order was
+                    // looked at, some paced: read on, in sequence order,
+                    // before the walk takes any unseen event
+                    // (`docs/groups.md#flow`).
+                    let Some((f, end)) = list.to_read() else {
+                        break;
+                    };
+                    list.batch = list.batch.saturating_mul(2).min(Claimable::MAX_BATCH);
+                    let [available, expired] =
+                        super::claims::claimable(s, g, &[p as i32], now, config.max_attempts);
+                    let mut filter = if f == 0 { available } else { expired };
+                    filter.insert("q", doc! {"$gt": big(end)});
+                    let sort = Some(doc! {"q": 1});
+                    let found =
+                        (self.find_in(session, DELIVERIES, filter, sort, list.batch)).await?;
+                    let found = sequenced(found)?;
+                    let pacer = std::slice::from_mut(&mut pacers[i]);
+                    candidates.extend(
+                        (self.candidates_in(session, (s, g), &[p], &[&found], pacer)).await?,
+                    );
+                    list.add(f, found);
                 }
-                list.drain(..looked);
                 let mut walked = 0;
-                if ask > take {
+                if ask > take && !spent {
                     let w = match &mut walks[i] {
                         Some(w) => w,
                         slot => {
@@ -539,27 +653,28 @@ impl MongoBackend {
     }
 
     /// Under `flow.key_rate` (`docs/groups.md#flow`): the key and event of
-    /// each claimable delivery of `per_partition` that is not paced, by
-    /// (partition, sequence), read in one query of the events (they never
-    /// change), and the TATs of those keys loaded into each partition's
-    /// pacer (`pacers`, indexed as `selected`). Nothing without a key rate.
+    /// each claimable delivery of `read` (indexed as `selected`) that is
+    /// not paced, by (partition, sequence), read in one query of the events
+    /// (they never change), and the TATs of those keys loaded into each
+    /// partition's pacer (`pacers`, indexed as `selected`). Nothing without
+    /// a key rate.
     #[allow(clippy::type_complexity)]
     async fn candidates_in(
         &self,
         session: &mut ClientSession,
         (s, g): (&StreamName, &GroupName),
         selected: &[u32],
-        per_partition: &HashMap<u32, Vec<Document>>,
+        read: &[&[(u64, Document)]],
         pacers: &mut [Pacer],
     ) -> Tx<HashMap<(u32, u64), (Option<String>, Option<Arc<Event>>)>> {
         if !pacers.first().is_some_and(Pacer::is_on) {
             return Ok(HashMap::new());
         }
         let mut positions = Vec::new();
-        for (p, list) in per_partition.iter() {
-            for d in list {
+        for (&p, list) in selected.iter().zip(read) {
+            for (q, d) in list.iter() {
                 if !d.get_bool("pc").unwrap_or(false) {
-                    positions.push((*p, uint(d, "q")?));
+                    positions.push((p, *q));
                 }
             }
         }

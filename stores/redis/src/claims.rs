@@ -4,8 +4,10 @@
 //! A delivery is one JSON record per (group, partition, sequence) in a
 //! hash, indexed by what the claim path needs: `ready` (claimable now, by
 //! sequence), `delayed` (by due time), `leased` (by expiry) and `open`
-//! (every available or leased one, by sequence: the frontier). A fetch
-//! reads the candidates and the cursors, lets the policy share the limit
+//! (every available or leased one, by sequence: the frontier), and by
+//! what the lag counts: `fresh` (never handed out, not waiting) and
+//! `paced` (never handed out, waiting for its slot under `flow.key_rate`,
+//! by due time). A fetch reads the candidates and the cursors, lets the policy share the limit
 //! and spot poison, and writes every claim in one script guarded by each
 //! record and cursor it read.
 
@@ -290,6 +292,12 @@ pub(super) struct Slot {
     /// Available (or parked) and never handed out, and not waiting for a
     /// due time (a paced one is waiting: `docs/groups.md#flow`).
     fresh: bool,
+    /// Available, never handed out and waiting for a due time: paced by
+    /// `flow.key_rate` (`docs/groups.md#flow`), in [`Keys::paced`] by its
+    /// due time, so that the lag counts it pending once due.
+    ///
+    /// [`Keys::paced`]: super::Keys::paced
+    paced: bool,
 }
 
 impl Slot {
@@ -298,6 +306,7 @@ impl Slot {
         status: Some(Status::Leased),
         delayed: false,
         fresh: false,
+        paced: false,
     };
 
     pub(super) fn of(d: &Delivery) -> Self {
@@ -309,6 +318,7 @@ impl Slot {
                 Status::Parked => d.attempt == 0,
                 _ => false,
             },
+            paced: d.status == Status::Available && d.available_at.is_some() && d.attempt == 0,
         }
     }
 
@@ -332,6 +342,26 @@ pub(super) struct Candidates {
     pub(super) poison: Vec<(u64, String, Delivery)>,
     /// Log entries read ahead from where this process last saw the cursor.
     pub(super) ahead: Vec<Entry>,
+    /// Under `flow.key_rate` (`docs/groups.md#flow`), where a paced claim
+    /// does not count and the next one is taken instead: the ready index
+    /// held as many past `ready_after` as were read, so more claimable
+    /// deliveries may follow `claimable` — which holds every one read up to
+    /// `ready_after` — before any unseen event ([`RedisBackend::more_claimable`]).
+    pub(super) more: bool,
+    /// The last ready sequence read, when `more`.
+    pub(super) ready_after: u64,
+    /// How many ready deliveries were read last.
+    pub(super) batch: usize,
+    /// Under `flow.key_rate`, due and expired deliveries read past
+    /// `ready_after`, by sequence: they join `claimable` as the ready ones
+    /// before them are read.
+    pub(super) beyond: Vec<(u64, String, Delivery)>,
+}
+
+impl Candidates {
+    /// The most ready deliveries [`RedisBackend::more_claimable`] reads at
+    /// once.
+    const MAX_BATCH: usize = 1024;
 }
 
 /// How many of `limit` claims each partition's candidates get, starting
@@ -422,6 +452,12 @@ impl RedisBackend {
                 cas.write(&["ZREM", &k.fresh, &member]);
             }
         }
+        if after.paced {
+            let due = new.available_at.unwrap_or_default().to_string();
+            cas.write(&["ZADD", &k.paced, &due, &member]);
+        } else if before.paced {
+            cas.write(&["ZREM", &k.paced, &member]);
+        }
         if before.open() != after.open() {
             if after.open() {
                 cas.write(&["ZADD", &k.open, &member, &member]);
@@ -451,6 +487,9 @@ impl RedisBackend {
         }
         if slot.fresh {
             cas.write(&["ZREM", &k.fresh, &member]);
+        }
+        if slot.paced {
+            cas.write(&["ZREM", &k.paced, &member]);
         }
         if slot.open() {
             cas.write(&["ZREM", &k.open, &member]);
@@ -693,6 +732,10 @@ impl RedisBackend {
         settings: &Settings,
     ) -> Result<Vec<Candidates>> {
         let config = &settings.config;
+        // Under a key rate, a paced claim does not count toward the limit:
+        // every claimable delivery read in sequence order is kept, up to
+        // the last ready one read when that index may hold more.
+        let key_rate = config.flow.key_rate.is_some();
         let k = &self.keys;
         let now_ms = now.as_millis();
         // Due retries and expired leases are indexed by time, not sequence:
@@ -752,6 +795,8 @@ impl RedisBackend {
             let cursor_raw: Option<String> = value(next()?)?;
             let high_watermark: Option<u64> = value(next()?)?;
             let mut seqs: Vec<u64> = value(next()?)?;
+            let more = key_rate && seqs.len() >= limit;
+            let ready_after = if more { seqs.last().copied() } else { None };
             seqs.extend(value::<Vec<u64>>(next()?)?);
             seqs.extend(value::<Vec<u64>>(next()?)?);
             let entries: Vec<Entry> = value(next()?)?;
@@ -779,6 +824,9 @@ impl RedisBackend {
                 cursor_raw,
                 high_watermark: high_watermark.unwrap_or(0),
                 ahead: entries,
+                more,
+                ready_after: ready_after.unwrap_or(u64::MAX),
+                batch: limit,
                 ..Candidates::default()
             });
         }
@@ -811,12 +859,79 @@ impl RedisBackend {
                     && poisoned(delivery.attempt, config.max_attempts)
                 {
                     part.poison.push((seq, raw, delivery));
-                } else if part.claimable.len() < limit {
+                } else if key_rate && seq > part.ready_after {
+                    part.beyond.push((seq, raw, delivery));
+                } else if key_rate || part.claimable.len() < limit {
                     part.claimable.push((seq, raw, delivery));
                 }
             }
         }
         Ok(parts)
+    }
+
+    /// Under `flow.key_rate` (`docs/groups.md#flow`), when the claims of
+    /// a fetch went through every claimable delivery of partition `p` read
+    /// so far and its ready index may hold more (`part.more`): reads the
+    /// next ready ones past the last read (twice as many as last time, at
+    /// most [`Candidates::MAX_BATCH`]) and appends the claimable ones to
+    /// `part.claimable` in sequence order, with the due and expired ones
+    /// read before that come up to the last of them. Returns how many it
+    /// appended. The claims' write is guarded on each record it takes.
+    pub(super) async fn more_claimable(
+        &self,
+        (s, g): (&StreamName, &GroupName),
+        p: u32,
+        part: &mut Candidates,
+        now: Timestamp,
+    ) -> Result<usize> {
+        let k = &self.keys;
+        let now_ms = now.as_millis();
+        let batch = part.batch.saturating_mul(2).min(Candidates::MAX_BATCH);
+        part.batch = batch;
+        let cmd = redis::cmd("ZRANGEBYSCORE")
+            .arg(k.ready(s, g, p))
+            .arg(format!("({}", part.ready_after))
+            .arg("+inf")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(batch)
+            .clone();
+        let seqs: Vec<u64> = self.run(&cmd, Phase::Read).await?;
+        part.more = seqs.len() >= batch;
+        part.ready_after = match seqs.last() {
+            Some(&last) if part.more => last,
+            _ => u64::MAX,
+        };
+        let mut found = Vec::new();
+        if !seqs.is_empty() {
+            let cmd = redis::cmd("HMGET")
+                .arg(k.deliveries(s, g, p))
+                .arg(&seqs)
+                .clone();
+            let raws: Vec<Option<String>> = self.run(&cmd, Phase::Read).await?;
+            for (seq, raw) in seqs.into_iter().zip(raws) {
+                let Some(raw) = raw else { continue };
+                let delivery = Delivery::decode(&raw)?;
+                if delivery.status == Status::Available
+                    && delivery.available_at.is_none_or(|t| t <= now_ms)
+                {
+                    found.push((seq, raw, delivery));
+                }
+            }
+        }
+        let upto = part.ready_after;
+        let (join, beyond) = std::mem::take(&mut part.beyond)
+            .into_iter()
+            .partition(|(seq, ..)| *seq <= upto);
+        part.beyond = beyond;
+        found.extend::<Vec<_>>(join);
+        // Read apart, a delivery may have moved between indexes: one
+        // record each (the write is guarded on the one kept).
+        found.sort_by_key(|(seq, ..)| *seq);
+        found.dedup_by_key(|(seq, ..)| *seq);
+        let added = found.len();
+        part.claimable.extend(found);
+        Ok(added)
     }
 
     /// The `count` events from sequence `from` on, taken from what was read

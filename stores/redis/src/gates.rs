@@ -34,8 +34,8 @@ use super::rates::Rates;
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use rheo_core::backend::policy::{
-    GateState, GateView as Gate, GateWalk, Gating, Pace, Regate, Share, Write, claim_capacity,
-    poison_write, regate,
+    GateState, GateView as Gate, GateWalk, Gating, Pace, Regate, Share, WALK_PER_CLAIM, Write,
+    claim_capacity, poison_write, regate,
 };
 use rheo_core::backend::{FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, Lease, LeaseId, StreamName, Timestamp};
@@ -459,8 +459,10 @@ impl RedisBackend {
     /// unseen, takes a token of its key's bucket (`rates.rs`); one that
     /// finds none is paced — written available, due at its reserved slot,
     /// with its mark, still a head of its gate — and does not count toward
-    /// the partition's share. The TATs moved are written in the same
-    /// script, guarded on each as read.
+    /// the partition's share (the claims go on past it, in sequence
+    /// order, reading more candidates when it may have more). A delivery
+    /// whose lease expired is never paced, only counted in its bucket. The
+    /// TATs moved are written in the same script, guarded on each as read.
     pub(super) async fn fetch_ordered(
         &self,
         req: &FetchRequest,
@@ -548,14 +550,50 @@ impl RedisBackend {
                 // Claimable deliveries in sequence order until the ask is
                 // met; one whose key has no token is paced, available and
                 // due at its reserved slot (a gate's head still), and the
-                // next one is taken instead.
-                let mut take = 0;
-                while take < ask && reclaimed[i] < part.claimable.len() {
+                // next one is taken instead — read past those read first
+                // while the partition may have more, so that no unseen
+                // event goes before them. A partition that looked at as
+                // many as one claim may ([`WALK_PER_CLAIM`]) is spent for
+                // this fetch.
+                let (mut take, mut spent) = (0, false);
+                while take < ask {
+                    let read = reclaimed[i] == part.claimable.len();
+                    if read && !part.more {
+                        break;
+                    }
+                    if rates.is_on() && reclaimed[i] >= WALK_PER_CLAIM {
+                        spent = true;
+                        break;
+                    }
+                    if read {
+                        let added = self.more_claimable((s, g), p, part, now).await?;
+                        if added == 0 {
+                            continue;
+                        }
+                        let positions: Vec<(u32, u64)> = part.claimable[reclaimed[i]..]
+                            .iter()
+                            .map(|(seq, ..)| (p, *seq))
+                            .collect();
+                        let keys = (self.keys_at(s, &positions, vec![None; added])).await?;
+                        claimable_keys[i].extend(keys.iter().cloned());
+                        self.load_tats((s, g), selected, &mut rates, vec![(i, keys)])
+                            .await?;
+                        continue;
+                    }
                     let (seq, raw, delivery) = &part.claimable[reclaimed[i]];
                     let key = claimable_keys[i].get(reclaimed[i]).cloned().flatten();
                     reclaimed[i] += 1;
                     cas.hget_is(&k.records, &seq.to_string(), Some(raw));
-                    let new = match rates.claim(i, key.as_deref(), delivery.paced) {
+                    // A delivery whose lease expired is never paced: it
+                    // was out and goes out again at once, counted in its
+                    // key's bucket all the same (`docs/groups.md#flow`).
+                    let pace = if delivery.status == Status::Leased {
+                        rates.count(i, key.as_deref());
+                        Pace::Now
+                    } else {
+                        rates.claim(i, key.as_deref(), delivery.paced)
+                    };
+                    let new = match pace {
                         Pace::Now => {
                             let lease_id = LeaseId::generate();
                             let leased = delivery.clone().leased(
@@ -572,7 +610,7 @@ impl RedisBackend {
                     };
                     self.place(&mut cas, &k, *seq, Some(Slot::of(delivery)), &new);
                 }
-                let walk = (ask > take).then(|| {
+                let walk = (ask > take && !spent).then(|| {
                     let w = match walks.iter().position(|w| w.at == i) {
                         Some(w) => w,
                         None => {

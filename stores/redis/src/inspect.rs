@@ -30,13 +30,20 @@ impl RedisBackend {
         Ok(raw.unwrap_or(1))
     }
 
-    /// Open deliveries of one partition, by kind.
+    /// Open deliveries of one partition, by kind. Under `flow.key_rate`
+    /// (`key_rate`), a paced delivery never handed out is pending once its
+    /// due time has come, though no fetch has moved it out of `delayed`
+    /// yet (`docs/groups.md#flow`): the due ones of [`Keys::paced`] are
+    /// counted with `fresh`, in the same round trip. A group without a key
+    /// rate has none, and is not asked.
+    ///
+    /// [`Keys::paced`]: super::Keys::paced
     async fn open_counts(
         &self,
         s: &StreamName,
         g: &GroupName,
         p: u32,
-        now: Timestamp,
+        (now, key_rate): (Timestamp, bool),
     ) -> Result<OpenCounts> {
         let k = &self.keys;
         let first: Vec<u64> = self
@@ -47,7 +54,21 @@ impl RedisBackend {
             .await?;
         let card = |key: String| redis::cmd("ZCARD").arg(key).clone();
         let leased: u64 = self.run(&card(k.leased(s, g, p)), Phase::Read).await?;
-        let fresh: u64 = self.run(&card(k.fresh(s, g, p)), Phase::Read).await?;
+        let fresh: u64 = if key_rate {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ZCARD").arg(k.fresh(s, g, p));
+            pipe.cmd("ZCOUNT")
+                .arg(k.paced(s, g, p))
+                .arg("-inf")
+                .arg(now.as_millis());
+            let (fresh, due): (u64, u64) = pipe
+                .query_async(&mut self.read_conn())
+                .await
+                .map_err(|e| super::map_error(e, Phase::Read))?;
+            fresh + due
+        } else {
+            self.run(&card(k.fresh(s, g, p)), Phase::Read).await?
+        };
         let waiting: u64 = self
             .run(
                 redis::cmd("ZCOUNT")
@@ -73,16 +94,18 @@ impl RedisBackend {
     ) -> Result<Lag> {
         let (settings, bounds) = self.group_now(s, g, true).await?;
         let selected = partitions.resolve(settings.stream.partitions)?;
-        self.build_lag(s, g, &selected, &bounds.high_watermarks)
+        let key_rate = settings.config.flow.key_rate.is_some();
+        self.build_lag(s, g, (&selected, key_rate), &bounds.high_watermarks)
             .await
     }
 
-    /// The lag of `selected` partitions, whose high watermarks are `hws`.
+    /// The lag of `selected` partitions of a group (with a key rate or
+    /// not), whose high watermarks are `hws`.
     async fn build_lag(
         &self,
         s: &StreamName,
         g: &GroupName,
-        selected: &[u32],
+        (selected, key_rate): (&[u32], bool),
         hws: &[u64],
     ) -> Result<Lag> {
         let now = self.clock.now();
@@ -90,7 +113,7 @@ impl RedisBackend {
         for &p in selected {
             let hw = hws[p as usize];
             let cursor = self.cursor(s, g, p).await?;
-            let open = self.open_counts(s, g, p, now).await?;
+            let open = self.open_counts(s, g, p, (now, key_rate)).await?;
             let frontier = lag.add(p, cursor, hw, open);
             // Retention may have removed it since the reads above (then
             // the trim moved the group past it: its age is not known here).
@@ -107,7 +130,8 @@ impl RedisBackend {
         let (settings, bounds) = self.group_now(s, g, true).await?;
         let config = settings.config;
         let all: Vec<u32> = (0..settings.stream.partitions).collect();
-        let lag = self.build_lag(s, g, &all, &bounds.high_watermarks).await?;
+        let key_rate = config.flow.key_rate.is_some();
+        let lag = (self.build_lag(s, g, (&all, key_rate), &bounds.high_watermarks)).await?;
         let mut pipe = redis::pipe();
         pipe.cmd("ZCARD").arg(self.keys.dead(s, g));
         pipe.cmd("HVALS").arg(self.keys.skipped(s, g));

@@ -186,6 +186,14 @@ impl Keys {
         self.group_key(s, g, &format!("fresh:{p}"))
     }
 
+    /// Sorted set: available deliveries never handed out (attempt 0) that
+    /// wait for a due time, by it: those paced by `flow.key_rate`
+    /// (`docs/groups.md#flow`). Once due, one counts as pending in the lag
+    /// until a fetch claims it; none of a group without a key rate.
+    pub(crate) fn paced(&self, s: &StreamName, g: &GroupName, p: u32) -> String {
+        self.group_key(s, g, &format!("paced:{p}"))
+    }
+
     /// Sorted set: the group's dead letters, by sequence then partition.
     pub(crate) fn dead(&self, s: &StreamName, g: &GroupName) -> String {
         self.group_key(s, g, "dead")
@@ -242,6 +250,7 @@ impl Keys {
             leased: self.leased(s, g, p),
             open: self.open(s, g, p),
             fresh: self.fresh(s, g, p),
+            paced: self.paced(s, g, p),
             dead: self.dead(s, g),
             gates: self.gates(s, g, p),
             counts: self.counts(s, g, p),
@@ -277,7 +286,8 @@ impl Keys {
         for p in 0..partitions {
             let k = self.partition(s, g, p);
             keys.extend([
-                k.records, k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates, k.counts, k.tats,
+                k.records, k.ready, k.delayed, k.leased, k.open, k.fresh, k.paced, k.gates,
+                k.counts, k.tats,
             ]);
         }
         keys
@@ -304,6 +314,7 @@ pub(crate) struct PartitionKeys {
     pub(crate) leased: String,
     pub(crate) open: String,
     pub(crate) fresh: String,
+    pub(crate) paced: String,
     pub(crate) dead: String,
     pub(crate) gates: String,
     pub(crate) counts: String,

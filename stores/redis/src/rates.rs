@@ -65,6 +65,13 @@ impl Rates {
         self.pacers[i].claim(key, paced)
     }
 
+    /// Counts the claim of a delivery of the `i`th selected partition with
+    /// `key` whose lease expired: it goes out, token or not
+    /// ([`Pacer::count`]).
+    pub(super) fn count(&mut self, i: usize, key: Option<&str>) {
+        self.pacers[i].count(key);
+    }
+
     /// Writes the TATs the `i`th selected partition's claims moved, guarded
     /// on each being as loaded, drops those long passed and keeps the set
     /// alive until its last one has passed.

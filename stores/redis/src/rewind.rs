@@ -412,6 +412,7 @@ impl RedisBackend {
                 k.leased(s, g, p),
                 k.open(s, g, p),
                 k.fresh(s, g, p),
+                k.paced(s, g, p),
                 k.gates(s, g, p),
                 k.counts(s, g, p),
                 // Its key rate's buckets start full (`docs/groups.md#flow`).

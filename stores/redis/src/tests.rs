@@ -1820,7 +1820,9 @@ async fn group_part(
 ) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
     let k = b.keys.partition(s, g, p);
     let mut indexes = Vec::new();
-    for key in [k.ready, k.delayed, k.leased, k.open, k.fresh, k.gates] {
+    for key in [
+        k.ready, k.delayed, k.leased, k.open, k.fresh, k.paced, k.gates,
+    ] {
         indexes.push(members(b, key).await);
     }
     (hash(b, k.records).await, indexes)
@@ -2487,4 +2489,132 @@ fn a_paced_record_keeps_its_mark_through_encoding() {
     );
     assert!(!leased.paced);
     assert_eq!(Delivery::decode(&leased.encode()).unwrap(), leased);
+}
+
+/// `flow.key_rate` on Redis: a paced delivery never handed out is in the
+/// `paced` index by its due time, so the lag counts it waiting until then
+/// and pending once due, before any fetch moves it; its claim, a reset and
+/// a delete take it out.
+#[tokio::test]
+async fn a_paced_delivery_never_handed_out_is_indexed_by_its_due_time() {
+    use rheo_core::backend::{Backend, DeleteGroup};
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let s = stream(&b, "s", 1).await;
+    let g = rated(&b, &s, "g", 1.0, 1).await;
+    let keyed = |k: &str| EventInput {
+        key: Some(k.to_owned()),
+        ..EventInput::default()
+    };
+    b.append(&s, ["a", "a", "a"].map(keyed).into())
+        .await
+        .unwrap();
+    let first = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&first), [(0, 1, 1)]);
+    let k = b.keys.partition(&s, &g, 0);
+    let scored = || async {
+        let cmd = redis::cmd("ZRANGE")
+            .arg(&k.paced)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .clone();
+        let read: Vec<(String, i64)> = b.run(&cmd, super::Phase::Read).await.unwrap();
+        read
+    };
+    let slot = |s: i64| START.as_millis() + s * 1_000;
+    assert_eq!(
+        scored().await,
+        [("2".to_owned(), slot(1)), ("3".to_owned(), slot(2))]
+    );
+    let counts = || async {
+        let lag = b.lag(&s, &g, &Partitions::All).await.unwrap();
+        (lag.inflight, lag.waiting_retry, lag.pending)
+    };
+    assert_eq!(counts().await, (1, 2, 0));
+    // A retry waiting for its delay is no fresh delivery: not indexed.
+    let later = SettleOp::Nack {
+        reason: None,
+        delay_ms: Some(5_000),
+    };
+    assert_eq!(settle(&b, &first[0], later).await, "ok");
+    assert_eq!(scored().await.len(), 2);
+    assert_eq!(counts().await, (0, 3, 0));
+    clock.advance(1_000);
+    assert_eq!(counts().await, (0, 2, 1), "a2 is due, never handed out");
+    let info = b.group_info(&s, &g).await.unwrap();
+    assert_eq!((info.lag.waiting_retry, info.lag.pending), (2, 1));
+    let second = fetch(&b, &s, &g, 10).await;
+    assert_eq!(positions(&second), [(0, 2, 1)]);
+    assert_eq!(scored().await, [("3".to_owned(), slot(2))], "a2 is out");
+    assert_eq!(counts().await, (1, 2, 0));
+    b.reset(ResetRequest::to_the_beginning(&s, &g))
+        .await
+        .unwrap();
+    assert!(scored().await.is_empty(), "reset");
+    fetch(&b, &s, &g, 10).await;
+    assert_eq!(scored().await.len(), 2);
+    let req = DeleteGroup {
+        stream: s.clone(),
+        group: g.clone(),
+        confirm: true,
+    };
+    Backend::delete_group(&b, req).await.expect("delete group");
+    assert!(scored().await.is_empty(), "delete");
+}
+
+/// Under `flow.key_rate` a paced claim does not count toward the fetch's
+/// limit, so the fetch reads ready deliveries past the first `limit` (in
+/// growing batches) before it takes any unseen event: sequence order holds
+/// past a run of paced ones.
+#[tokio::test]
+async fn a_key_rate_fetch_reads_past_a_run_of_paced_ready_deliveries() {
+    let Some((b, clock)) = clocked().await else {
+        return;
+    };
+    let s = stream(&b, "s", 1).await;
+    let g = rated(&b, &s, "g", 1.0, 1).await;
+    let keyed = |k: &str| EventInput {
+        key: Some(k.to_owned()),
+        ..EventInput::default()
+    };
+    let keys = ["a", "a", "a", "a", "a", "a", "a", "b", "c"];
+    b.append(&s, keys.map(keyed).into()).await.unwrap();
+    let mut out = 0;
+    for _ in 0..2 {
+        for lease in fetch(&b, &s, &g, 10).await {
+            assert_eq!(settle(&b, &lease, SettleOp::Ack).await, "ok");
+            out += 1;
+        }
+        clock.advance(60_000);
+    }
+    assert_eq!(out, 9);
+    // Every delivery ready again, the lowest first; the buckets full.
+    let all = Replay::FromSequence {
+        after: 0,
+        partitions: Partitions::All,
+    };
+    assert_eq!(b.replay(&s, &g, all).await.unwrap(), 9);
+    assert_eq!(
+        members(&b, b.keys.ready(&s, &g, 0)).await.len(),
+        9,
+        "all ready"
+    );
+    // a1 has a token; a2 to a7 are paced (read two, then four, then
+    // eight); b8 has a token; c9 is past the limit.
+    let first = fetch(&b, &s, &g, 2).await;
+    assert_eq!(positions(&first), [(0, 1, 2), (0, 8, 2)]);
+    let k = b.keys.partition(&s, &g, 0);
+    assert_eq!(members(&b, k.delayed.clone()).await.len(), 6, "a2 to a7");
+    let lag = b.lag(&s, &g, &Partitions::All).await.unwrap();
+    assert_eq!((lag.inflight, lag.waiting_retry, lag.pending), (2, 6, 0));
+    let second = fetch(&b, &s, &g, 2).await;
+    assert_eq!(positions(&second), [(0, 9, 2)]);
+    for lease in first.iter().chain(&second) {
+        assert_eq!(settle(&b, lease, SettleOp::Ack).await, "ok");
+    }
+    clock.advance(1_000);
+    let third = fetch(&b, &s, &g, 2).await;
+    assert_eq!(positions(&third), [(0, 2, 2)]);
 }

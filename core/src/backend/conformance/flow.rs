@@ -372,7 +372,7 @@ pub async fn key_rate_lets_a_burst_through_then_one_claim_an_interval(h: &Harnes
     assert_eq!(held(&last), pairs(&[("a", 9)]));
 }
 
-pub async fn key_rate_paces_retries_and_expired_leases(h: &Harness) {
+pub async fn key_rate_paces_retries_and_counts_expired_leases(h: &Harness) {
     let s = h.stream("s", 1).await;
     let g = flowing(h, &s, GroupOrdering::None, rate(1.0, 1)).await;
     append_keys(h, &s, &["a", "a"]).await;
@@ -388,16 +388,18 @@ pub async fn key_rate_paces_retries_and_expired_leases(h: &Harness) {
     let third = h.fetch(&s, &g, 10).await;
     assert_eq!(held(&third), pairs(&[("a", 1)]));
     assert_eq!(third[0].attempt, 2);
-    // Both leases expire: handing them out again takes a token each.
+    // Both leases expire: they go out again at once, each in its own
+    // slot, but they count: the key's next event waits for two tokens.
     h.clock.advance(30_000);
-    let again = h.fetch(&s, &g, 10).await;
-    assert_eq!(held(&again), pairs(&[("a", 1)]));
-    assert_eq!(again[0].attempt, 3);
-    assert!(h.fetch(&s, &g, 10).await.is_empty());
+    append_keys(h, &s, &["a"]).await;
+    let mut again = held(&h.fetch(&s, &g, 10).await);
+    again.sort();
+    assert_eq!(again, pairs(&[("a", 1), ("a", 2)]), "a3 is paced");
+    h.clock.advance(1_000);
+    assert!(h.fetch(&s, &g, 10).await.is_empty(), "a3's slot is at 2 s");
     h.clock.advance(1_000);
     let last = h.fetch(&s, &g, 10).await;
-    assert_eq!(held(&last), pairs(&[("a", 2)]));
-    assert_eq!(last[0].attempt, 2);
+    assert_eq!(held(&last), pairs(&[("a", 3)]));
     assert_eq!(h.ack(&second[0]).await.unwrap_err().code(), "stale_lease");
 }
 

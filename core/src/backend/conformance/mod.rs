@@ -563,7 +563,7 @@ macro_rules! __conformance_list {
             // flow control: at most R claims of a key a second
             flow::key_rate_is_checked_and_shows_on_the_group,
             flow::key_rate_lets_a_burst_through_then_one_claim_an_interval,
-            flow::key_rate_paces_retries_and_expired_leases,
+            flow::key_rate_paces_retries_and_counts_expired_leases,
             flow::key_rate_paces_the_heads_of_an_ordering_and_of_key_concurrency,
             flow::key_rate_keeps_sequence_order_past_paced_deliveries,
             flow::competing_consumers_share_one_bucket_per_key,

@@ -419,19 +419,9 @@ impl PartState {
             }
             if Some(seq) == expired {
                 self.expired.remove(&seq);
-                if !self.paced(seq, false, now, gating, key_of) {
-                    // Out no more: a head its gate handed to the claims.
-                    let slot = self.slot_mut(seq).expect("slot exists");
-                    slot.status = Status::Available;
-                    slot.lease = None;
-                    if let Some(gate) = slot.gate.clone() {
-                        let gate = self.gates.entry(gate).or_default();
-                        gate.leased = gate.leased.saturating_sub(1);
-                        gate.released.insert(seq);
-                    }
-                    walked += 1;
-                    continue;
-                }
+                // Out again at once, in its own slot, but counted: the
+                // key's next claims wait for its token (docs/groups.md#flow).
+                self.count(seq, now, gating, key_of);
                 break seq;
             }
             self.slots.push_back(Slot::new(Status::Available));
@@ -479,6 +469,15 @@ impl PartState {
         let attempt = slot.attempt;
         self.leases.insert((expires_at, seq));
         Some((seq, attempt, lease_id, expires_at))
+    }
+
+    /// Counts the claim of `seq`, a delivery whose lease expired, in its
+    /// key's bucket under `flow.key_rate`, token or not ([`pace`]).
+    fn count(&mut self, seq: u64, now: Timestamp, gating: Gating, key_of: KeyOf<'_>) {
+        if let (Some(rate), Some(key)) = (gating.key_rate(), key_of(seq)) {
+            let (_, tat) = pace(&rate, self.rates.get(&key).copied(), now);
+            self.rates.insert(key, tat);
+        }
     }
 
     /// Whether the claim of `seq` (taken out of its claim index) goes out

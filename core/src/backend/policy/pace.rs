@@ -10,12 +10,16 @@
 //! is a full bucket, so a store may forget one whose time has passed.
 //!
 //! Every claim of a keyed delivery — an unseen event, a retry, a released
-//! one, one whose lease expired — asks the [`Pacer`]. One that finds no
-//! token is *paced*: it is written available, due at the slot it is given
+//! one — asks the [`Pacer`]. One that finds no token is *paced*: it is written available, due at the slot it is given
 //! (`max(now, TAT − τ)`), and the TAT moves past that slot, so the slot is
 //! reserved for it: when it comes due it goes out without asking again.
 //! Paced deliveries of one key are due one interval apart, so a key's
 //! backlog costs no work per fetch beyond its own claims.
+//!
+//! A delivery whose lease expired is never paced: it was out, in its
+//! gate's slot, and goes out again at once. It is counted all the same
+//! ([`Pacer::count`]): the bucket moves as for any claim, so the key's
+//! next claims wait for its token and the rate holds over time.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -124,6 +128,13 @@ impl Pacer {
         self.tats.insert(key.to_owned(), Some(next));
         self.changed.insert(key.to_owned(), next);
         found
+    }
+
+    /// Counts the claim of a delivery whose lease expired: it goes out,
+    /// token or not, and its key's bucket moves as for any claim (so the
+    /// key's next claims wait longer when it had none).
+    pub fn count(&mut self, key: Option<&str>) {
+        let _ = self.claim(key, false);
     }
 
     /// The TATs this fetch changed, to store, by key.

@@ -419,8 +419,8 @@ pub(crate) struct FlowArgs {
     /// ordering none)
     #[arg(long, value_name = "N")]
     pub(crate) key_concurrency: Option<u32>,
-    /// At most R claims of a key a second, retries and redeliveries
-    /// included; a fraction is fine (0.5: one every two seconds)
+    /// At most R claims of a key a second, retries included; a fraction
+    /// is fine (0.5: one every two seconds)
     #[arg(long, value_name = "R")]
     pub(crate) key_rate: Option<f64>,
     /// With --key-rate: how many claims of a key may go at once after a

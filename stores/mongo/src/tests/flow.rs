@@ -3,7 +3,8 @@
 //! `key_concurrency` (another node's reset changed it) lets through no
 //! more than the group's limit now when it settles; `flow.key_rate`'s
 //! buckets are documents of `rheo_rates`, which a reset and a delete
-//! remove.
+//! remove, and a fetch reads a partition's claimable deliveries on past
+//! those it paces, in sequence order.
 
 use std::sync::Arc;
 
@@ -192,4 +193,59 @@ async fn key_rate_buckets_are_stored_per_key_and_go_with_a_reset_and_a_delete() 
     assert!(buckets(&b, &s, &g).await.is_empty());
     let g = h.group_with(&s, spec()).await;
     assert_eq!(sequences(&h.fetch(&s, &g, 10).await), [1, 4]);
+}
+
+/// A fetch goes through a partition's claimable deliveries in sequence
+/// order past those it paces, reading them in growing batches and merging
+/// the available ones with the expired leases, before it takes an unseen
+/// event (`docs/groups.md#flow`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rate_claims_read_on_past_paced_deliveries_in_sequence_order() {
+    let clock = FrozenClock::new(START);
+    let Some(b) = connect_fresh(clock.clone()).await else {
+        return;
+    };
+    let h = Harness::on(Arc::new(b.clone()), clock.clone());
+    let s = h.stream("s", 1).await;
+    // A token every ten seconds, six at once.
+    let spec = GroupSpec {
+        flow: Flow {
+            key_rate: Some(KeyRate {
+                per_second: 0.1,
+                burst: 6,
+            }),
+            ..Flow::default()
+        },
+        ..GroupSpec::new(gn("g"))
+    };
+    let g = h.group_with(&s, spec).await;
+    let keyed = |key: &str| EventInput {
+        key: Some(key.to_owned()),
+        ..EventInput::default()
+    };
+    let mut events: Vec<EventInput> = (0..6).map(|_| keyed("a")).collect();
+    events.extend([keyed("b"), keyed("e")]);
+    h.append_inputs(&s, events).await;
+    let first = h.fetch(&s, &g, 7).await;
+    assert_eq!(sequences(&first), [1, 2, 3, 4, 5, 6, 7], "a's burst, b");
+    let short = h.fetch_as(&s, &g, 1, "c2", 1_000).await;
+    assert_eq!(sequences(&short), [8]);
+    // a's six retries are due at once but a has no token left; b7's retry
+    // comes after them, e8's expired lease after it; c9 is unseen.
+    for lease in &first {
+        h.nack(lease, "again", Some(0)).await.expect("nack");
+    }
+    h.append_inputs(&s, vec![keyed("c")]).await;
+    clock.advance(1_000);
+    let again = h.fetch(&s, &g, 1).await;
+    assert_eq!(sequences(&again), [7], "past a's six paced retries");
+    assert_eq!(again[0].attempt, 2);
+    assert_eq!(sequences(&h.fetch(&s, &g, 1).await), [8], "expired");
+    assert_eq!(sequences(&h.fetch(&s, &g, 1).await), [9]);
+    assert!(
+        h.fetch(&s, &g, 10).await.is_empty(),
+        "a waits for its slots"
+    );
+    let lag = h.lag(&s, &g).await;
+    assert_eq!((lag.inflight, lag.waiting_retry, lag.pending), (3, 6, 0));
 }

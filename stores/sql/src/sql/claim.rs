@@ -23,7 +23,10 @@
 //! keyed delivery takes a token of its key's bucket, whose TAT is read and
 //! written (`rheo_key_rates`) under those rows, so two fetches never spend
 //! one token. A claim that finds none writes its delivery available, due at
-//! the slot the bucket reserves, with its `paced` mark, and is no lease.
+//! the slot the bucket reserves, with its `paced` mark, and is no lease;
+//! one whose lease expired is never paced, but counted in its bucket. The
+//! claims go through a partition's claimable deliveries in sequence order,
+//! reading on past those they pace, before its unseen events.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -106,9 +109,9 @@ impl PaceRows {
     }
 }
 
-/// A claimable delivery of a key_rate group: its sequence, its event's key
-/// and its paced mark.
-type Candidate = (u64, Option<String>, bool);
+/// A claimable delivery of a key_rate group: its sequence, its event's key,
+/// its paced mark and whether its lease expired.
+type Candidate = (u64, Option<String>, bool, bool);
 
 /// One partition's claimable deliveries under `flow.key_rate`, as the
 /// fetch's claims go through them in sequence order (`docs/groups.md#flow`).
@@ -631,7 +634,8 @@ impl<D: Dialect> SqlBackend<D> {
 
     /// Reads a key_rate group's claimable deliveries of each (partition,
     /// after) in `from`: at most `limit` of each partition's past `after`,
-    /// with their events' keys and their paced marks (`pace_candidates.sql`).
+    /// with their events' keys, their paced marks and whether their leases
+    /// expired (`pace_candidates.sql`).
     async fn pace_candidates(
         conn: &mut Conn<D>,
         (s, g): (&StreamName, &GroupName),
@@ -645,7 +649,12 @@ impl<D: Dialect> SqlBackend<D> {
         let args = args![s, g, now, small(limit), from];
         let mut read = Vec::new();
         for row in rows::<D>(conn, Statement::pace_candidates, args).await? {
-            let candidate = (row.u64(1)?, row.opt_text(2)?, row.u64(3)? != 0);
+            let candidate = (
+                row.u64(1)?,
+                row.opt_text(2)?,
+                row.u64(3)? != 0,
+                row.u64(4)? != 0,
+            );
             read.push((row.u32(0)?, candidate));
         }
         Ok(read)
@@ -679,7 +688,8 @@ impl<D: Dialect> SqlBackend<D> {
     /// Claims up to `ask` of a key_rate group's claimable deliveries of one
     /// partition, in sequence order, each taking a token of its key
     /// (`docs/groups.md#flow`): one that finds none is paced (to
-    /// `to.1`) and the next one is taken instead. Reads more candidates
+    /// `to.1`) and the next one is taken instead; one whose lease expired
+    /// goes out again, counted in its bucket. Reads more candidates
     /// past the last while the partition may have more. Returns how many it
     /// took, and whether the partition is spent for this fetch (it looked
     /// at as many as one claim may, [`WALK_PER_CLAIM`]).
@@ -702,8 +712,16 @@ impl<D: Dialect> SqlBackend<D> {
                 if candidates.next >= WALK_PER_CLAIM {
                     return Ok((took, true));
                 }
-                let (seq, key, was_paced) = &candidates.read[candidates.next];
+                let (seq, key, was_paced, expired) = &candidates.read[candidates.next];
                 candidates.next += 1;
+                if *expired {
+                    // Out, in its gate's slot, when its lease expired: it
+                    // goes out again at once, counted in its key's bucket.
+                    pacer.count(key.as_deref());
+                    reclaim.push(p, *seq);
+                    took += 1;
+                    continue;
+                }
                 match pacer.claim(key.as_deref(), *was_paced) {
                     Pace::Now => {
                         reclaim.push(p, *seq);

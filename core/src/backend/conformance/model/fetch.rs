@@ -10,7 +10,7 @@ use rand::seq::IndexedRandom;
 use super::super::cid;
 use super::run::{Divergence, LEASES_MS, Run, expect_code, same};
 use crate::backend::FetchRequest;
-use crate::model::Lease;
+use crate::model::{Lease, Timestamp};
 
 /// What the leases of one fetch must be, given the claimable sequences of
 /// each selected partition (lowest first, at most one per gate: see
@@ -97,9 +97,23 @@ impl Run<'_> {
         let leases = got.map_err(|e| format!("fetch failed: {e:?}"))?;
         let now = self.now();
         self.model.guard(g, &parts, now);
-        let claimable: BTreeMap<u32, Vec<u64>> = parts
+        let candidates: BTreeMap<u32, Vec<u64>> = parts
             .iter()
             .map(|&p| (p, self.model.claimable(g, p, now)))
+            .collect();
+        // Under a key rate each candidate takes a token or is paced
+        // (docs/groups.md#flow): what the fetch may lease is what finds a
+        // token, in the same order.
+        let plans: BTreeMap<u32, Vec<(u64, Option<Timestamp>)>> = candidates
+            .iter()
+            .map(|(&p, seqs)| (p, self.model.pace_plan(g, p, seqs, now)))
+            .collect();
+        let claimable: BTreeMap<u32, Vec<u64>> = plans
+            .iter()
+            .map(|(&p, plan)| {
+                let goes = plan.iter().filter(|(_, due)| due.is_none());
+                (p, goes.map(|(seq, _)| *seq).collect())
+            })
             .collect();
 
         // Sorted by (partition, sequence), from selected partitions only.
@@ -136,13 +150,83 @@ impl Run<'_> {
                 open.join("\n    ")
             ));
         }
-        if self.model.is_gated(g) {
-            self.passed = Some((g, parts));
-        }
+        // Each partition's candidates in order, up to where the fetch
+        // stopped looking: its last lease, when it gave what it was asked;
+        // all of them, when it was spent. A lease takes its token, a
+        // paced candidate its slot.
+        let total: usize = taken.values().map(Vec::len).sum();
+        let mut by_position: BTreeMap<(u32, u64), Lease> = leases
+            .into_iter()
+            .map(|l| ((l.event.partition, l.event.sequence), l))
+            .collect();
         let mut text = Vec::new();
-        for lease in leases {
-            self.take(g, lease, now, lease_ms, &consumer)?;
-            text.push(self.lease_text(self.issued.len() - 1));
+        let mut unsure = Vec::new();
+        for &p in &parts {
+            let plan = &plans[&p];
+            let got = taken[&p].len();
+            let goes: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].1.is_none()).collect();
+            let end = if got < goes.len() {
+                if got == 0 { 0 } else { goes[got - 1] + 1 }
+            } else if total < limit as usize {
+                plan.len()
+            } else {
+                // Gave all it could lease and the fetch was full: whether
+                // it looked at the paced candidates after its last lease
+                // shows only in its lag.
+                let end = goes.last().map_or(0, |i| i + 1);
+                if end < plan.len() {
+                    unsure.push((p, end));
+                }
+                end
+            };
+            for &(seq, due) in &plan[..end] {
+                match due {
+                    None => {
+                        let lease = by_position.remove(&(p, seq)).expect("a judged lease");
+                        self.model.spend(g, p, seq, now);
+                        self.take(g, lease, now, lease_ms, &consumer)?;
+                        text.push(self.lease_text(self.issued.len() - 1));
+                    }
+                    Some(due) => {
+                        self.model.pace(g, (p, seq), due, now).map_err(|passed| {
+                            format!("fetch: paced p{p}/{seq} but passed p{p}/{passed}, whose gate was free")
+                        })?;
+                        text.push(format!("paced p{p}/{seq} to +{}", due.ms_since(now)));
+                    }
+                }
+            }
+        }
+        for (p, end) in unsure {
+            let gname = self.group_name(g);
+            let only = crate::backend::Partitions::Only(vec![p]);
+            let lag = self
+                .b()
+                .lag(&self.stream, &gname, &only)
+                .await
+                .map_err(|e| format!("lag failed: {e:?}"))?;
+            if lag == self.model.lag(&self.stream, g, &[p], now) {
+                continue;
+            }
+            let mut paced = self.model.clone();
+            for &(seq, due) in &plans[&p][end..] {
+                let due = due.expect("only paced candidates after the last lease");
+                paced.pace(g, (p, seq), due, now).map_err(|passed| {
+                    format!("fetch: paced p{p}/{seq} but passed p{p}/{passed}, whose gate was free")
+                })?;
+            }
+            same(
+                &format!(
+                    "fetch: the lag of p{p} after it (the paced candidates {:?} after its last lease looked at or not)",
+                    &plans[&p][end..]
+                ),
+                &lag,
+                &paced.lag(&self.stream, g, &[p], now),
+            )?;
+            self.model = paced;
+            text.push(format!("paced the rest of p{p}"));
+        }
+        if self.model.is_gated(g) || self.model.is_paced(g) {
+            self.passed = Some((g, parts));
         }
         self.then(&format!(" → [{}]", text.join(", ")));
         Ok(())

@@ -101,9 +101,11 @@ pub async fn random_operations_match_the_reference_model(h: &Harness) {
         if spec.ordering != GroupOrdering::None && rng.random_bool(0.5) {
             spec.on_exhausted = OnExhausted::Quarantine;
         }
-        // Most unordered groups limit each key (docs/groups.md#flow).
-        if spec.ordering == GroupOrdering::None {
-            spec.flow = run::random_flow(&mut rng);
+        // Most unordered groups limit each key, and some groups of every
+        // ordering pace each key's claims (docs/groups.md#flow).
+        spec.flow = run::random_flow(&mut rng);
+        if spec.ordering != GroupOrdering::None {
+            spec.flow.key_concurrency = None;
         }
         if name == "g2" {
             spec.start = StartPosition::After(StartAfter::All(rng.random_range(0..=2)));

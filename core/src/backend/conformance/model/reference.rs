@@ -1,6 +1,6 @@
 //! The reference model: a stream with partitions and per-partition
 //! sequences, groups with `max_attempts`, a backoff schedule and an
-//! `ordering` and a `flow.key_concurrency`, deliveries that are available (due at a time), leased
+//! `ordering` and a `flow` (`key_concurrency`, `key_rate`), deliveries that are available (due at a time, paced or not), leased
 //! (under a lease id, until `expires_at`), acked or dead-lettered, and a
 //! cursor per partition. Nothing else: no index, no cache, no store's
 //! idea of a "head" kept anywhere — every rule is evaluated from these
@@ -52,6 +52,9 @@ pub(super) struct Delivery {
     /// Claims so far, the current one included.
     pub(super) attempt: u32,
     pub(super) state: State,
+    /// Available at the slot its key's bucket reserved for it
+    /// (docs/groups.md#flow): it goes out when due without a token.
+    pub(super) paced: bool,
 }
 
 impl Delivery {
@@ -80,6 +83,9 @@ pub(super) struct Part {
     /// the start point on has a delivery.
     pub(super) cursor: u64,
     pub(super) deliveries: BTreeMap<u64, Delivery>,
+    /// Under `flow.key_rate`, each key's bucket as its theoretical
+    /// arrival time in microseconds (docs/groups.md#flow); none: full.
+    pub(super) tats: HashMap<String, i64>,
 }
 
 impl Part {
@@ -88,6 +94,7 @@ impl Part {
             start,
             cursor: start + 1,
             deliveries: BTreeMap::new(),
+            tats: HashMap::new(),
         }
     }
 
@@ -232,6 +239,11 @@ impl Model {
     pub(super) fn is_gated(&self, g: usize) -> bool {
         let group = &self.groups[g];
         group.ordering != GroupOrdering::None || group.flow.key_concurrency.is_some()
+    }
+
+    /// Whether group `g` has a key rate (docs/groups.md#flow).
+    pub(super) fn is_paced(&self, g: usize) -> bool {
+        self.groups[g].flow.key_rate.is_some()
     }
 
     /// How many deliveries of one gate of group `g` may be out or handed
@@ -442,6 +454,7 @@ impl Model {
                 *d = Delivery {
                     attempt: 0,
                     state: State::Available { due: now },
+                    paced: false,
                 };
             }
         }
@@ -546,6 +559,7 @@ impl Model {
                 Delivery {
                     attempt: 0,
                     state: State::Available { due: now },
+                    paced: false,
                 },
             );
             part.cursor = seq + 1;
@@ -572,8 +586,10 @@ impl Model {
         let d = part.deliveries.entry(seq).or_insert(Delivery {
             attempt: 0,
             state: State::Available { due: now },
+            paced: false,
         });
         d.attempt += 1;
+        d.paced = false;
         d.state = State::Leased {
             lease_id,
             receipt,
@@ -582,6 +598,98 @@ impl Model {
             hold: None,
         };
         Ok(d.attempt)
+    }
+
+    /// What a fetch's claims of partition `p` find under the group's key
+    /// rate (docs/groups.md#flow), taken in the order of `candidates` (the
+    /// claimable sequences, lowest first): `None` to go out, `Some(due)`
+    /// to be paced to that slot. Each decision moves its key's bucket
+    /// for the next. Without a key rate every one goes out.
+    pub(super) fn pace_plan(
+        &self,
+        g: usize,
+        p: u32,
+        candidates: &[u64],
+        now: Timestamp,
+    ) -> Vec<(u64, Option<Timestamp>)> {
+        let mut tats = self.groups[g].parts[p as usize].tats.clone();
+        candidates
+            .iter()
+            .map(|&seq| (seq, self.token(g, p, seq, &mut tats, now)))
+            .collect()
+    }
+
+    /// One claim's decision on a key's bucket (docs/groups.md#flow), as the
+    /// document states it: with `T = 1/R` and `τ = (B − 1)·T`, a claim at
+    /// `now` finds a token when `TAT − τ ≤ now` and moves the TAT to
+    /// `max(TAT, now) + T`; a paced one is due at `TAT − τ` (at the next
+    /// whole millisecond), its slot; a paced delivery come due goes out, and
+    /// so does one whose lease expired, counted in the bucket all the same.
+    fn token(
+        &self,
+        g: usize,
+        p: u32,
+        seq: u64,
+        tats: &mut HashMap<String, i64>,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let rate = self.groups[g].flow.key_rate?;
+        let key = self.key(p, seq)?;
+        let d = self.groups[g].parts[p as usize].deliveries.get(&seq);
+        if d.is_some_and(|d| d.paced && matches!(d.state, State::Available { .. })) {
+            return None;
+        }
+        // A delivery whose lease expired goes out again at once, counted.
+        let expired = d.is_some_and(|d| matches!(d.state, State::Leased { .. }));
+        let t = ((1_000_000.0 / rate.per_second).round() as i64).max(1);
+        let tau = t * i64::from(rate.burst - 1);
+        let now_us = now.as_millis() * 1000;
+        let tat = tats.get(key).copied().unwrap_or(now_us).max(now_us);
+        let slot = (tat - tau).max(now_us);
+        tats.insert(key.to_owned(), tat.max(slot) + t);
+        (slot > now_us && !expired).then(|| Timestamp::from_millis((slot + 999) / 1000))
+    }
+
+    /// Takes `seq`'s token in its key's bucket (it goes out now): the
+    /// bucket moves as [`Model::pace_plan`] said.
+    pub(super) fn spend(&mut self, g: usize, p: u32, seq: u64, now: Timestamp) {
+        let mut tats = std::mem::take(&mut self.groups[g].parts[p as usize].tats);
+        let paced = self.token(g, p, seq, &mut tats, now);
+        debug_assert!(paced.is_none(), "spent a token the plan did not give");
+        self.groups[g].parts[p as usize].tats = tats;
+    }
+
+    /// Paces `seq` of partition `p` (docs/groups.md#flow): it is written
+    /// available at `due` with its slot reserved, keeping its attempt (an
+    /// expired lease loses its holder; an event the group had not reached
+    /// gets a delivery, and the cursor passes it as a claim would). `Err`
+    /// names an event below it that could not be passed.
+    pub(super) fn pace(
+        &mut self,
+        g: usize,
+        (p, seq): (u32, u64),
+        due: Timestamp,
+        now: Timestamp,
+    ) -> std::result::Result<(), u64> {
+        let mut tats = std::mem::take(&mut self.groups[g].parts[p as usize].tats);
+        let slot = self.token(g, p, seq, &mut tats, now);
+        debug_assert_eq!(slot, Some(due), "paced at another slot than planned");
+        self.groups[g].parts[p as usize].tats = tats;
+        if seq >= self.groups[g].parts[p as usize].cursor {
+            self.pass(g, p, seq, now)?;
+            self.groups[g].parts[p as usize].cursor = seq + 1;
+        }
+        let d = self.groups[g].parts[p as usize]
+            .deliveries
+            .entry(seq)
+            .or_insert(Delivery {
+                attempt: 0,
+                state: State::Acked,
+                paced: false,
+            });
+        d.state = State::Available { due };
+        d.paced = true;
+        Ok(())
     }
 
     /// Fencing (docs/groups.md#leases-and-fencing): the delivery must be
@@ -701,6 +809,7 @@ impl Model {
                 *d = Delivery {
                     attempt: 0,
                     state: State::Available { due: now },
+                    paced: false,
                 };
                 n += 1;
             }
@@ -746,6 +855,7 @@ impl Model {
             let d = part.deliveries.entry(seq).or_insert(Delivery {
                 attempt: 0,
                 state: State::Acked, // before the start point: counts as settled
+                paced: false,
             });
             if !matches!(d.state, State::Available { .. }) {
                 n += 1;
@@ -765,6 +875,7 @@ impl Model {
                 d.attempt = 0;
             }
             d.state = State::Available { due: now };
+            d.paced = false;
         }
         Ok(n)
     }

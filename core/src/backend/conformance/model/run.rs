@@ -36,11 +36,16 @@ pub(super) const ORDERINGS: [GroupOrdering; 5] = [
 ];
 
 /// A group's flow (docs/groups.md#flow) drawn at random: a
-/// `key_concurrency` of 1 to 3 three times in four, else none.
+/// `key_concurrency` of 1 to 3 three times in four, else none, and a
+/// `key_rate` (a half, one or two a second, bursts of 1 to 3) one time in
+/// three.
 pub(super) fn random_flow(rng: &mut impl Rng) -> Flow {
     Flow {
         key_concurrency: rng.random_bool(0.75).then(|| rng.random_range(1..=3)),
-        ..Flow::default()
+        key_rate: rng.random_bool(1.0 / 3.0).then(|| crate::model::KeyRate {
+            per_second: [0.5, 1.0, 2.0][rng.random_range(0..3)],
+            burst: rng.random_range(1..=3),
+        }),
     }
 }
 

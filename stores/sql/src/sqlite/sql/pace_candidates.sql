@@ -1,9 +1,10 @@
 -- The claimable deliveries of a key_rate group (docs/groups.md#flow), as
 -- fetch_candidates.sql finds them, with what a claim asks the key's bucket:
--- the event's key and the paced mark. ?5: rows (partition, after), at most
--- ?4 of each partition's above `after`, in sequence order (one index range
--- per partition, then each event by its key).
-SELECT d.partition, d.sequence, e.key, coalesce(d.paced, 0)
+-- the event's key, the paced mark and whether its lease expired (never
+-- paced, counted). ?5: rows (partition, after), at most ?4 of each
+-- partition's above `after`, in sequence order (one index range per
+-- partition, then each event by its key).
+SELECT d.partition, d.sequence, e.key, coalesce(d.paced, 0), d.status = 'leased'
 FROM json_each(?5) AS p
 JOIN rheo_deliveries AS d ON d.rowid IN (
     SELECT r.rowid FROM rheo_deliveries AS r

@@ -1,8 +1,8 @@
 -- Claimable deliveries of a key_rate group whose key had no token
 -- (docs/groups.md#flow): available, due at the slot their bucket reserved
--- (rows: partition, sequence, due), paced. One whose lease expired loses
--- its holder; its attempt is unchanged, and a gated one stays its gate's
--- head (not parked).
+-- (rows: partition, sequence, due), paced. Its attempt is unchanged, and a
+-- gated one stays its gate's head (not parked). One whose lease expired is
+-- never paced (it goes out again at once, counted in its bucket).
 UPDATE rheo_deliveries AS d
 SET status = 'available', available_at = c.value ->> 2, lease_id = NULL, paced = 1
 FROM json_each(?3) AS c
