@@ -169,6 +169,15 @@ impl<'de> Deserialize<'de> for Flow {
 }
 
 impl Flow {
+    /// A flow of one limit: at most `per_second` claims of a key a second,
+    /// `burst` at once (`key_rate`).
+    pub fn paced(per_second: f64, burst: u32) -> Self {
+        Self {
+            key_rate: Some(KeyRate { per_second, burst }),
+            ..Self::default()
+        }
+    }
+
     /// No limit at all.
     pub fn is_off(&self) -> bool {
         self.key_concurrency.is_none() && self.key_rate.is_none()

@@ -783,12 +783,23 @@ impl MongoBackend {
     pub(super) async fn forget_rates(
         &self,
         session: Option<&mut ClientSession>,
+        sg: (&StreamName, &GroupName),
+        partitions: &[i32],
+    ) -> Tx<()> {
+        self.forget_in(RATES, session, sg, partitions).await
+    }
+
+    /// Deletes what collection `name` keeps of a group's partitions.
+    async fn forget_in(
+        &self,
+        name: &str,
+        session: Option<&mut ClientSession>,
         (s, g): (&StreamName, &GroupName),
         partitions: &[i32],
     ) -> Tx<()> {
         let filter = doc! {"s": s.as_str(), "g": g.as_str(), "p": {"$in": partitions}};
-        let rates = self.coll(RATES);
-        let delete = rates.delete_many(filter);
+        let coll = self.coll(name);
+        let delete = coll.delete_many(filter);
         match session {
             Some(session) => delete.session(session).await?,
             None => delete.await?,
@@ -1430,16 +1441,9 @@ impl MongoBackend {
     pub(super) async fn forget_gates(
         &self,
         session: Option<&mut ClientSession>,
-        (s, g): (&StreamName, &GroupName),
+        sg: (&StreamName, &GroupName),
         partitions: &[i32],
     ) -> Tx<()> {
-        let filter = doc! {"s": s.as_str(), "g": g.as_str(), "p": {"$in": partitions}};
-        let gates = self.coll(GATES);
-        let delete = gates.delete_many(filter);
-        match session {
-            Some(session) => delete.session(session).await?,
-            None => delete.await?,
-        };
-        Ok(())
+        self.forget_in(GATES, session, sg, partitions).await
     }
 }

@@ -2135,13 +2135,7 @@ async fn a_trim_lets_a_limited_key_through_for_each_head_it_closes() {
     let Some(b) = backend().await else { return };
     let s = stream(&b, "s", 1).await;
     let g = limited(&b, &s, "g", 2).await;
-    let keyed = |k: &str| EventInput {
-        key: Some(k.to_owned()),
-        ..EventInput::default()
-    };
-    b.append(&s, ["a", "a", "a", "a", "a", "b"].map(keyed).into())
-        .await
-        .unwrap();
+    append_keyed(&b, &s, &["a", "a", "a", "a", "a", "b"]).await;
     let first = fetch(&b, &s, &g, 10).await;
     assert_eq!(positions(&first), [(0, 1, 1), (0, 2, 1), (0, 6, 1)]);
     let k = b.keys.partition(&s, &g, 0);
@@ -2362,6 +2356,18 @@ async fn a_limited_key_counts_its_leases_above_the_members_a_settle_reads() {
 }
 
 /// A group with `flow.key_rate = {per_second, burst}` on `s`.
+/// Appends one event per key of `keys`, in order.
+async fn append_keyed(b: &RedisBackend, s: &StreamName, keys: &[&str]) {
+    let inputs = keys
+        .iter()
+        .map(|k| EventInput {
+            key: Some((*k).to_owned()),
+            ..EventInput::default()
+        })
+        .collect();
+    b.append(s, inputs).await.unwrap();
+}
+
 async fn rated(
     b: &RedisBackend,
     s: &StreamName,
@@ -2370,10 +2376,7 @@ async fn rated(
     burst: u32,
 ) -> GroupName {
     let mut spec = GroupSpec::new(GroupName::parse(name).unwrap());
-    spec.flow = rheo_core::model::Flow {
-        key_rate: Some(rheo_core::model::KeyRate { per_second, burst }),
-        ..rheo_core::model::Flow::default()
-    };
+    spec.flow = rheo_core::model::Flow::paced(per_second, burst);
     b.create_group(s, spec).await.unwrap().name
 }
 
@@ -2390,13 +2393,7 @@ async fn key_rate_tats_expire_and_go_with_a_reset_or_a_delete() {
     };
     let s = stream(&b, "s", 1).await;
     let g = rated(&b, &s, "g", 1.0, 1).await;
-    let keyed = |k: &str| EventInput {
-        key: Some(k.to_owned()),
-        ..EventInput::default()
-    };
-    b.append(&s, ["a", "a", "b"].map(keyed).into())
-        .await
-        .unwrap();
+    append_keyed(&b, &s, &["a", "a", "b"]).await;
     let first = fetch(&b, &s, &g, 10).await;
     assert_eq!(positions(&first), [(0, 1, 1), (0, 3, 1)], "a2 is paced");
     let k = b.keys.partition(&s, &g, 0);
@@ -2450,7 +2447,7 @@ async fn key_rate_tats_expire_and_go_with_a_reset_or_a_delete() {
     // and the TATs long passed are dropped.
     assert_eq!(settle(&b, &first[0], SettleOp::Ack).await, "ok");
     clock.advance(60_000);
-    b.append(&s, vec![keyed("c")]).await.unwrap();
+    append_keyed(&b, &s, &["c"]).await;
     let later = fetch(&b, &s, &g, 10).await;
     assert_eq!(positions(&later), [(0, 2, 1), (0, 3, 2), (0, 4, 1)]);
     assert_eq!(scores().await, [("c".to_owned(), 61_000_000)]);
@@ -2503,13 +2500,7 @@ async fn a_paced_delivery_never_handed_out_is_indexed_by_its_due_time() {
     };
     let s = stream(&b, "s", 1).await;
     let g = rated(&b, &s, "g", 1.0, 1).await;
-    let keyed = |k: &str| EventInput {
-        key: Some(k.to_owned()),
-        ..EventInput::default()
-    };
-    b.append(&s, ["a", "a", "a"].map(keyed).into())
-        .await
-        .unwrap();
+    append_keyed(&b, &s, &["a", "a", "a"]).await;
     let first = fetch(&b, &s, &g, 10).await;
     assert_eq!(positions(&first), [(0, 1, 1)]);
     let k = b.keys.partition(&s, &g, 0);
@@ -2575,12 +2566,7 @@ async fn a_key_rate_fetch_reads_past_a_run_of_paced_ready_deliveries() {
     };
     let s = stream(&b, "s", 1).await;
     let g = rated(&b, &s, "g", 1.0, 1).await;
-    let keyed = |k: &str| EventInput {
-        key: Some(k.to_owned()),
-        ..EventInput::default()
-    };
-    let keys = ["a", "a", "a", "a", "a", "a", "a", "b", "c"];
-    b.append(&s, keys.map(keyed).into()).await.unwrap();
+    append_keyed(&b, &s, &["a", "a", "a", "a", "a", "a", "a", "b", "c"]).await;
     let mut out = 0;
     for _ in 0..2 {
         for lease in fetch(&b, &s, &g, 10).await {

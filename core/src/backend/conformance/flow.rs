@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::ordering::{append_keys, held, interleaved_keys, pairs};
 use super::*;
 use crate::backend::{Error, Redrive, Replay, ResetRequest};
-use crate::model::{Flow, GroupOrdering, KeyRate};
+use crate::model::{Flow, GroupOrdering};
 
 fn limit(n: u32) -> Flow {
     Flow {
@@ -270,10 +270,7 @@ pub async fn a_reset_of_every_partition_changes_the_flow(h: &Harness) {
 }
 
 fn rate(per_second: f64, burst: u32) -> Flow {
-    Flow {
-        key_rate: Some(KeyRate { per_second, burst }),
-        ..Flow::default()
-    }
+    Flow::paced(per_second, burst)
 }
 
 /// Group `g` on `stream` with `flow`, `ordering` and up to five attempts.

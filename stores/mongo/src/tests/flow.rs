@@ -15,7 +15,7 @@ use rheo_core::backend::ResetRequest;
 use rheo_core::backend::conformance::lifecycle::delete_group;
 use rheo_core::backend::conformance::{Harness, START, gn, nodes::Nodes};
 use rheo_core::clock::FrozenClock;
-use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, KeyRate, Lease, StreamName};
+use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, Lease, StreamName};
 
 fn limit(n: u32) -> Flow {
     Flow {
@@ -129,13 +129,7 @@ async fn key_rate_buckets_are_stored_per_key_and_go_with_a_reset_and_a_delete() 
     let h = Harness::on(Arc::new(b.clone()), clock);
     let s = h.stream("s", 1).await;
     let spec = || GroupSpec {
-        flow: Flow {
-            key_rate: Some(KeyRate {
-                per_second: 1.0,
-                burst: 1,
-            }),
-            ..Flow::default()
-        },
+        flow: Flow::paced(1.0, 1),
         ..GroupSpec::new(gn("g"))
     };
     let g = h.group_with(&s, spec()).await;
@@ -209,13 +203,7 @@ async fn key_rate_claims_read_on_past_paced_deliveries_in_sequence_order() {
     let s = h.stream("s", 1).await;
     // A token every ten seconds, six at once.
     let spec = GroupSpec {
-        flow: Flow {
-            key_rate: Some(KeyRate {
-                per_second: 0.1,
-                burst: 6,
-            }),
-            ..Flow::default()
-        },
+        flow: Flow::paced(0.1, 6),
         ..GroupSpec::new(gn("g"))
     };
     let g = h.group_with(&s, spec).await;

@@ -14,7 +14,7 @@ use super::{Dialect, SqlBackend};
 use rheo_core::backend::conformance::{Harness, gn};
 use rheo_core::backend::{Backend, DeleteGroup, DeleteStream, Replay, ResetRequest};
 use rheo_core::clock::FrozenClock;
-use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, KeyRate, Lease, StreamName};
+use rheo_core::model::{EventInput, Flow, GroupName, GroupSpec, Lease, StreamName};
 
 /// The stream's buckets, and its deliveries with their paced mark set.
 async fn rows<D: Dialect>(b: &SqlBackend<D>, s: &StreamName) -> (u64, u64) {
@@ -47,13 +47,7 @@ fn key(k: &str, seq: u64) -> (Option<String>, u64) {
 
 async fn paced_group(h: &Harness, s: &StreamName) -> GroupName {
     let spec = GroupSpec {
-        flow: Flow {
-            key_rate: Some(KeyRate {
-                per_second: 1.0,
-                burst: 1,
-            }),
-            ..Flow::default()
-        },
+        flow: Flow::paced(1.0, 1),
         ..GroupSpec::new(gn("g"))
     };
     h.group_with(s, spec).await
