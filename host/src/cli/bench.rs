@@ -395,7 +395,7 @@ impl BenchArgs {
         }
         let mut groups = Vec::new();
         for (label, ordering, flow) in self.shapes() {
-            let name = GroupName::parse(format!("bench-{}", label.replace([' ', '_'], "-")))?;
+            let name = shape_group(&label)?;
             let spec = GroupSpec {
                 ordering,
                 flow,
@@ -631,9 +631,49 @@ fn named(mut result: WorkloadResult, suffix: &str) -> WorkloadResult {
     result
 }
 
+/// The group a shape's workloads consume: `bench-` and its label, with
+/// what a group name may not hold made a dash.
+fn shape_group(label: &str) -> anyhow::Result<GroupName> {
+    Ok(GroupName::parse(format!(
+        "bench-{}",
+        label.replace([' ', '_', '/'], "-")
+    ))?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shape_has_its_own_group_name() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "bench",
+            "--ordering",
+            "none,key,partition",
+            "--key-concurrency",
+            "4,16",
+            "--key-rate",
+            "100000,5",
+        ])
+        .unwrap();
+        let shapes = cli.bench.shapes();
+        let names: Vec<String> = shapes
+            .iter()
+            .map(|(label, ..)| shape_group(label).unwrap().to_string())
+            .collect();
+        assert_eq!(names.len(), 7);
+        assert_eq!(names[6], "bench-key-rate-5-s");
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert_eq!(shapes[5].2.key_rate.unwrap().burst, 100_000);
+    }
 
     #[test]
     fn the_startup_line_names_size_compile_and_cold_start() {
