@@ -906,18 +906,9 @@ impl MongoBackend {
             let event = events
                 .get(&seq)
                 .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
-            let mut d = doc! {
-                "_id": ObjectId::new(),
-                "s": s.as_str(),
-                "g": g.as_str(),
-                "p": p as i32,
-                "q": big(seq),
-                "e": event.id.as_str(),
-                "st": AVAILABLE,
-                "a": 0_i64,
-                "due": due.as_millis(),
-                "pc": true,
-            };
+            let mut d = unseen_delivery((s, g), (p, seq), event.id.as_str(), AVAILABLE);
+            d.insert("due", due.as_millis());
+            d.insert("pc", true);
             if let Some(gate) = gate {
                 d.insert("k", gate.as_str());
                 mark_slots(&mut d, slots);
@@ -929,17 +920,8 @@ impl MongoBackend {
             let event = events
                 .get(&seq)
                 .ok_or_else(|| Error::Failed(format!("event {p}/{seq} is missing")))?;
-            let mut d = doc! {
-                "_id": ObjectId::new(),
-                "s": s.as_str(),
-                "g": g.as_str(),
-                "p": p as i32,
-                "q": big(seq),
-                "e": event.id.as_str(),
-                "st": PARKED,
-                "a": 0_i64,
-                "k": gate.as_str(),
-            };
+            let mut d = unseen_delivery((s, g), (p, seq), event.id.as_str(), PARKED);
+            d.insert("k", gate.as_str());
             mark_slots(&mut d, slots);
             docs.push(d);
             joined.insert(gate);
@@ -1445,5 +1427,25 @@ impl MongoBackend {
         partitions: &[i32],
     ) -> Tx<()> {
         self.forget_in(GATES, session, sg, partitions).await
+    }
+}
+
+/// The delivery a walk writes for an event the group had not reached, in
+/// status `st`, never claimed.
+fn unseen_delivery(
+    (s, g): (&StreamName, &GroupName),
+    (p, seq): (u32, u64),
+    event_id: &str,
+    st: &str,
+) -> Document {
+    doc! {
+        "_id": ObjectId::new(),
+        "s": s.as_str(),
+        "g": g.as_str(),
+        "p": p as i32,
+        "q": big(seq),
+        "e": event_id,
+        "st": st,
+        "a": 0_i64,
     }
 }
