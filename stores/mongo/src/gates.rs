@@ -34,7 +34,7 @@
 //! (cleared when it is leased, or re-opened by a replay or a redrive), so
 //! that it goes out when due without asking its bucket again; a gated one
 //! stays a head of its gate. One whose lease expired is never paced: it
-//! goes out again at once, counted in its key's bucket (`Pacer::count`).
+//! goes out again at once, counted in its key's bucket (`Candidate::Expired`).
 //! A fetch goes through a partition's claimable deliveries in sequence
 //! order, reading on past those it paces ([`Claimable`]), before its walk
 //! takes any unseen event. Settles never touch the buckets. A TAT that
@@ -59,8 +59,9 @@ use super::{
     is_duplicate_key, opt_text, transaction, uint,
 };
 use rheo_core::backend::policy::{
-    GateState, GateView, GateWalk, GroupConfig, Hold, Pace, Pacer, QUARANTINE_CONSUMER, Regate,
-    Share, WALK_PER_CLAIM, Write, claim_capacity, fence, poison_write, regate, settle_write,
+    Candidate, GateState, GateView, GateWalk, GroupConfig, Hold, Pace, Pacer, QUARANTINE_CONSUMER,
+    Regate, Share, WALK_PER_CLAIM, Write, claim_capacity, fence, poison_write, regate,
+    settle_write,
 };
 use rheo_core::backend::{Error, FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, LeaseId, Settlement, StreamName, Timestamp, clip_reason};
@@ -454,12 +455,12 @@ impl MongoBackend {
                         let (key, event) = candidates.remove(&(p, *q)).unwrap_or_default();
                         let guard = doc! {"_id": id_of(d)?, "st": super::text(d, "st")?};
                         let was_paced = d.get_bool("pc").unwrap_or(false);
-                        if super::text(d, "st")? == LEASED {
-                            // Its lease expired: it was out, in its gate's
-                            // slot, and goes out again at once, counted in
-                            // its key's bucket all the same.
-                            pacers[i].count(key.as_deref());
-                        } else if let Pace::At(due) = pacers[i].claim(key.as_deref(), was_paced) {
+                        let candidate = if super::text(d, "st")? == LEASED {
+                            Candidate::Expired
+                        } else {
+                            Candidate::Due { paced: was_paced }
+                        };
+                        if let Pace::At(due) = pacers[i].claim(key.as_deref(), candidate) {
                             // No token: available, due at its reserved
                             // slot; a gated one stays a head (not parked).
                             // The next one is taken instead.

@@ -34,8 +34,8 @@ use super::rates::Rates;
 use super::{Applied, Cas, PartitionKeys, Phase, RedisBackend, Settings};
 use super::{corrupt, map_error};
 use rheo_core::backend::policy::{
-    GateState, GateView as Gate, GateWalk, Gating, Pace, Regate, Share, WALK_PER_CLAIM, Write,
-    claim_capacity, poison_write, regate,
+    Candidate, GateState, GateView as Gate, GateWalk, Gating, Pace, Regate, Share, WALK_PER_CLAIM,
+    Write, claim_capacity, poison_write, regate,
 };
 use rheo_core::backend::{FetchRequest, Result};
 use rheo_core::model::{Event, GroupName, Lease, LeaseId, StreamName, Timestamp};
@@ -584,15 +584,14 @@ impl RedisBackend {
                     let key = claimable_keys[i].get(reclaimed[i]).cloned().flatten();
                     reclaimed[i] += 1;
                     cas.hget_is(&k.records, &seq.to_string(), Some(raw));
-                    // A delivery whose lease expired is never paced: it
-                    // was out and goes out again at once, counted in its
-                    // key's bucket all the same (`docs/groups.md#flow`).
-                    let pace = if delivery.status == Status::Leased {
-                        rates.count(i, key.as_deref());
-                        Pace::Now
+                    let candidate = if delivery.status == Status::Leased {
+                        Candidate::Expired
                     } else {
-                        rates.claim(i, key.as_deref(), delivery.paced)
+                        Candidate::Due {
+                            paced: delivery.paced,
+                        }
                     };
+                    let pace = rates.claim(i, key.as_deref(), candidate);
                     let new = match pace {
                         Pace::Now => {
                             let lease_id = LeaseId::generate();

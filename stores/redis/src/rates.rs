@@ -23,7 +23,7 @@ use std::sync::Arc;
 use super::claims::value;
 use super::{Cas, PartitionKeys, Phase, RedisBackend, TAT_GRACE_MS, map_error};
 use rheo_core::backend::Result;
-use rheo_core::backend::policy::{Gating, Pace, Pacer};
+use rheo_core::backend::policy::{Candidate, Gating, Pace, Pacer};
 use rheo_core::model::{GroupName, StreamName, Timestamp};
 
 /// The key rate of one fetch: a [`Pacer`] per selected partition (TATs are
@@ -59,17 +59,10 @@ impl Rates {
         &mut self.pacers[i]
     }
 
-    /// What the claim of a delivery of the `i`th selected partition with
-    /// `key` finds ([`Pacer::claim`]).
-    pub(super) fn claim(&mut self, i: usize, key: Option<&str>, paced: bool) -> Pace {
-        self.pacers[i].claim(key, paced)
-    }
-
-    /// Counts the claim of a delivery of the `i`th selected partition with
-    /// `key` whose lease expired: it goes out, token or not
-    /// ([`Pacer::count`]).
-    pub(super) fn count(&mut self, i: usize, key: Option<&str>) {
-        self.pacers[i].count(key);
+    /// What the claim of `candidate`, a delivery of the `i`th selected
+    /// partition with `key`, finds ([`Pacer::claim`]).
+    pub(super) fn claim(&mut self, i: usize, key: Option<&str>, candidate: Candidate) -> Pace {
+        self.pacers[i].claim(key, candidate)
     }
 
     /// Writes the TATs the `i`th selected partition's claims moved, guarded

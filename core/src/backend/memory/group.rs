@@ -34,9 +34,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::backend::policy::{
-    GateView, Gating, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Pace, Share,
-    WALK_PER_CLAIM, Write, claim_capacity, fence, is_quarantine, pace, poison_write, poisoned,
-    regate, settle_write, skipped_by_trim,
+    Candidate, GateView, Gating, GroupConfig, Held as Fenced, Hold, LeaseRow, OpenCounts, Pace,
+    Share, WALK_PER_CLAIM, Write, claim_capacity, fence, is_quarantine, poison_write, poisoned,
+    regate, settle_write, skipped_by_trim, take_token,
 };
 use crate::backend::{Error, Result};
 use crate::model::{
@@ -406,7 +406,7 @@ impl PartState {
                 if fresh {
                     self.fresh -= 1;
                 }
-                if !self.paced(seq, paced, now, gating, key_of) {
+                if !self.paced(seq, Candidate::Due { paced }, now, gating, key_of) {
                     walked += 1;
                     continue;
                 }
@@ -421,13 +421,14 @@ impl PartState {
                 self.expired.remove(&seq);
                 // Out again at once, in its own slot, but counted: the
                 // key's next claims wait for its token (docs/groups.md#flow).
-                self.count(seq, now, gating, key_of);
+                let out = self.paced(seq, Candidate::Expired, now, gating, key_of);
+                debug_assert!(out, "an expired lease goes out again");
                 break seq;
             }
             self.slots.push_back(Slot::new(Status::Available));
             let key = key_of(seq);
             let Some(gate_name) = gating.gate(key.as_deref()).map(Arc::<str>::from) else {
-                if self.paced(seq, false, now, gating, key_of) {
+                if self.paced(seq, Candidate::Unseen, now, gating, key_of) {
                     break seq;
                 }
                 walked += 1;
@@ -439,7 +440,7 @@ impl PartState {
             let heads = gate.heads();
             if gate.open.len() == heads && heads < gating.slots() {
                 gate.open.insert(seq);
-                if self.paced(seq, false, now, gating, key_of) {
+                if self.paced(seq, Candidate::Unseen, now, gating, key_of) {
                     self.gates.get_mut(&gate_name).expect("its gate").leased += 1;
                     break seq;
                 }
@@ -471,44 +472,31 @@ impl PartState {
         Some((seq, attempt, lease_id, expires_at))
     }
 
-    /// Counts the claim of `seq`, a delivery whose lease expired, in its
-    /// key's bucket under `flow.key_rate`, token or not ([`pace`]).
-    fn count(&mut self, seq: u64, now: Timestamp, gating: Gating, key_of: KeyOf<'_>) {
-        if let (Some(rate), Some(key)) = (gating.key_rate(), key_of(seq)) {
-            let (_, tat) = pace(&rate, self.rates.get(&key).copied(), now);
-            self.rates.insert(key, tat);
-        }
-    }
-
     /// Whether the claim of `seq` (taken out of its claim index) goes out
-    /// now under `flow.key_rate` ([`pace`]): a paced delivery come due
-    /// does, a keyed one with a token does; one without is put in
-    /// `delayed`, paced, due at its reserved slot (its gate's accounting
-    /// is the caller's).
+    /// now under `flow.key_rate` ([`take_token`]); one that finds no token
+    /// is put in `delayed`, paced, due at its reserved slot (its gate's
+    /// accounting is the caller's).
     fn paced(
         &mut self,
         seq: u64,
-        was_paced: bool,
+        candidate: Candidate,
         now: Timestamp,
         gating: Gating,
         key_of: KeyOf<'_>,
     ) -> bool {
-        let Some(rate) = gating.key_rate() else {
+        let (Some(rate), Some(key)) = (gating.key_rate(), key_of(seq)) else {
             return true;
         };
-        if was_paced {
-            return true;
-        }
-        let Some(key) = key_of(seq) else {
-            return true;
-        };
-        let (found, tat) = pace(&rate, self.rates.get(&key).copied(), now);
         if self.rates.len() >= 4096 {
             // A TAT in the past is a full bucket: forget those.
             let now_us = now.as_millis().saturating_mul(1000);
             self.rates.retain(|_, t| *t > now_us);
         }
-        self.rates.insert(key, tat);
+        let mut tat = self.rates.get(&key).copied();
+        let found = take_token(&rate, candidate, &mut tat, now);
+        if let Some(tat) = tat {
+            self.rates.insert(key, tat);
+        }
         match found {
             Pace::Now => true,
             Pace::At(due) => {

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::pace::{Pace, Pacer};
+use super::pace::{Candidate, Pace, Pacer};
 use crate::model::{Flow, GroupOrdering, KeyRate, Timestamp};
 
 /// How a group's deliveries pass gates: the ordering's one head per key or
@@ -295,7 +295,7 @@ impl GateWalk {
                 return;
             }
             match self.gating.gate(key.as_deref()).map(str::to_owned) {
-                None => match pacer.claim(key.as_deref(), false) {
+                None => match pacer.claim(key.as_deref(), Candidate::Unseen) {
                     Pace::Now => self.lease.push((seq, None)),
                     Pace::At(due) => self.pace.push((seq, None, due)),
                 },
@@ -313,7 +313,7 @@ impl GateWalk {
                         self.park.push((seq, gate));
                     } else {
                         *self.taken.entry(gate.clone()).or_default() += 1;
-                        match pacer.claim(key.as_deref(), false) {
+                        match pacer.claim(key.as_deref(), Candidate::Unseen) {
                             Pace::Now => self.lease.push((seq, Some(gate))),
                             Pace::At(due) => self.pace.push((seq, Some(gate), due)),
                         }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 pub use fence::{Held, fence};
 pub use gates::{GateState, GateView, GateWalk, Gating, Regate, WALK_PER_CLAIM, regate};
 pub use leases::{LeaseRow, lease_expired, lease_page};
-pub use pace::{Pace, Pacer, pace};
+pub use pace::{Candidate, Pace, Pacer, pace, take_token};
 pub use retention::{TrimInputs, skipped_by_trim, trim_point};
 pub use share::{Share, claim_capacity, round_robin};
 

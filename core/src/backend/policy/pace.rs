@@ -18,7 +18,7 @@
 //!
 //! A delivery whose lease expired is never paced: it was out, in its
 //! gate's slot, and goes out again at once. It is counted all the same
-//! ([`Pacer::count`]): the bucket moves as for any claim, so the key's
+//! ([`Candidate::Expired`]): the bucket moves as for any claim, so the key's
 //! next claims wait for its token and the rate holds over time.
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,44 @@ pub enum Pace {
     Now,
     /// No token: it is paced, due at this instant (its reserved slot).
     At(Timestamp),
+}
+
+/// What a claim is of, as the bucket rule tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidate {
+    /// An event the group had not reached (the walk's).
+    Unseen,
+    /// An available delivery, due; `paced`: its slot was reserved when it
+    /// was paced, so it goes out without a token.
+    Due {
+        /// It carries the paced mark.
+        paced: bool,
+    },
+    /// A delivery whose lease expired: it goes out again at once, counted.
+    Expired,
+}
+
+/// What the claim of `candidate` finds under `rate`, its key's bucket at
+/// `tat` (`None`: full), which it moves in place
+/// (`docs/groups.md#flow`): a paced delivery come due goes out and leaves
+/// the bucket alone; one whose lease expired goes out and moves the
+/// bucket as any claim does; any other goes out with a token or is paced
+/// to its slot.
+pub fn take_token(
+    rate: &KeyRate,
+    candidate: Candidate,
+    tat: &mut Option<i64>,
+    now: Timestamp,
+) -> Pace {
+    if candidate == (Candidate::Due { paced: true }) {
+        return Pace::Now;
+    }
+    let (found, next) = pace(rate, *tat, now);
+    *tat = Some(next);
+    match candidate {
+        Candidate::Expired => Pace::Now,
+        _ => found,
+    }
 }
 
 /// The bucket rule for one claim: the stored TAT (`None`: a full bucket)
@@ -109,32 +147,24 @@ impl Pacer {
         self.tats.entry(key.into()).or_insert(tat_us);
     }
 
-    /// What the claim of a delivery with `key` finds; `paced`: it is a
-    /// paced delivery come due, whose slot was reserved when it was paced,
-    /// so it goes out. A delivery without a key, or a group without a key
+    /// What the claim of `candidate`, a delivery with `key`, finds
+    /// ([`take_token`]). A delivery without a key, or a group without a key
     /// rate, always goes out.
-    pub fn claim(&mut self, key: Option<&str>, paced: bool) -> Pace {
+    pub fn claim(&mut self, key: Option<&str>, candidate: Candidate) -> Pace {
         let (Some(rate), Some(key)) = (self.rate, key) else {
             return Pace::Now;
         };
-        if paced {
-            return Pace::Now;
-        }
-        let stored = self.tats.get(key).copied().unwrap_or_else(|| {
+        let mut tat = self.tats.get(key).copied().unwrap_or_else(|| {
             debug_assert!(false, "the TAT of key {key:?} was not loaded");
             None
         });
-        let (found, next) = pace(&rate, stored, self.now);
-        self.tats.insert(key.to_owned(), Some(next));
-        self.changed.insert(key.to_owned(), next);
+        let before = tat;
+        let found = take_token(&rate, candidate, &mut tat, self.now);
+        if let Some(next) = tat.filter(|_| tat != before) {
+            self.tats.insert(key.to_owned(), Some(next));
+            self.changed.insert(key.to_owned(), next);
+        }
         found
-    }
-
-    /// Counts the claim of a delivery whose lease expired: it goes out,
-    /// token or not, and its key's bucket moves as for any claim (so the
-    /// key's next claims wait longer when it had none).
-    pub fn count(&mut self, key: Option<&str>) {
-        let _ = self.claim(key, false);
     }
 
     /// The TATs this fetch changed, to store, by key.
@@ -222,26 +252,37 @@ mod tests {
         pacer.load("a", None);
         pacer.load("b", Some(5_050_000));
         assert!(pacer.unknown([Some("a"), Some("b")]).is_empty());
-        assert_eq!(pacer.claim(Some("a"), false), Pace::Now);
+        assert_eq!(pacer.claim(Some("a"), Candidate::Unseen), Pace::Now);
         assert_eq!(
-            pacer.claim(Some("a"), false),
+            pacer.claim(Some("a"), Candidate::Unseen),
             Pace::At(Timestamp::from_millis(5_100))
         );
         assert_eq!(
-            pacer.claim(Some("a"), false),
+            pacer.claim(Some("a"), Candidate::Unseen),
             Pace::At(Timestamp::from_millis(5_200))
         );
         assert_eq!(
-            pacer.claim(Some("b"), false),
+            pacer.claim(Some("b"), Candidate::Due { paced: false }),
             Pace::At(Timestamp::from_millis(5_050))
         );
-        assert_eq!(pacer.claim(Some("b"), true), Pace::Now, "a reserved slot");
-        assert_eq!(pacer.claim(None, false), Pace::Now, "no key, no limit");
+        assert_eq!(
+            pacer.claim(Some("b"), Candidate::Due { paced: true }),
+            Pace::Now,
+            "a reserved slot"
+        );
+        assert_eq!(
+            pacer.claim(None, Candidate::Unseen),
+            Pace::Now,
+            "no key, no limit"
+        );
         let changed: Vec<_> = pacer.changed().collect();
         assert_eq!(changed, vec![("a", 5_300_000), ("b", 5_150_000)]);
+        // An expired lease goes out without a token, and moves the bucket.
+        assert_eq!(pacer.claim(Some("a"), Candidate::Expired), Pace::Now);
+        assert_eq!(pacer.changed().next(), Some(("a", 5_400_000)));
         let mut off = Pacer::new(None, now);
         assert!(off.unknown([Some("a")]).is_empty());
-        assert_eq!(off.claim(Some("a"), false), Pace::Now);
+        assert_eq!(off.claim(Some("a"), Candidate::Unseen), Pace::Now);
         assert!(!off.has_changes());
     }
 }

@@ -35,8 +35,8 @@ use super::engine::{exec, one, rows};
 use super::{Access, Arg, Column, Conn, Dialect, SqlBackend, Statement, Table, args, big, int};
 use super::{partitions, small};
 use rheo_core::backend::policy::{
-    GateState, GateWalk, Gating, Held as Fenced, POISON_REASON, Pace, Pacer, Share, WALK_PER_CLAIM,
-    claim_capacity, fence, quarantine_until,
+    Candidate as Claim, GateState, GateWalk, Gating, Held as Fenced, POISON_REASON, Pace, Pacer,
+    Share, WALK_PER_CLAIM, claim_capacity, fence, quarantine_until,
 };
 use rheo_core::backend::{Error, FetchRequest, RenewRequest, Result, validate_renewals};
 use rheo_core::model::{
@@ -714,15 +714,12 @@ impl<D: Dialect> SqlBackend<D> {
                 }
                 let (seq, key, was_paced, expired) = &candidates.read[candidates.next];
                 candidates.next += 1;
-                if *expired {
-                    // Out, in its gate's slot, when its lease expired: it
-                    // goes out again at once, counted in its key's bucket.
-                    pacer.count(key.as_deref());
-                    reclaim.push(p, *seq);
-                    took += 1;
-                    continue;
-                }
-                match pacer.claim(key.as_deref(), *was_paced) {
+                let candidate = if *expired {
+                    Claim::Expired
+                } else {
+                    Claim::Due { paced: *was_paced }
+                };
+                match pacer.claim(key.as_deref(), candidate) {
                     Pace::Now => {
                         reclaim.push(p, *seq);
                         took += 1;
